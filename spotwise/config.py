@@ -1,0 +1,355 @@
+"""The job spec: typed, validated dataclasses, loaded from YAML at the CLI edge.
+
+A spec says *what* to train (workload, target, deadline, budget), *on what* (cluster: instance
+type, workers, synchronisation mode, bids), *in which world* (market: real trace files or a
+synthetic generator, the revocation model, billing), *with which online policies*, and *where the
+results go*.  Everything is validated when the spec is built; every error names the field (dotted
+path) and says how to fix it (DESIGN.md, "Errors").
+
+Synchronisation modes are those of ``papers/000_3c734f3ffedcac15.txt`` Sec. III (fully-sync,
+N-sync, N-batch-sync SGD) and the asynchronous parameter server of
+``papers/002_a246f6afe29b4bfb.txt`` Sec. II.  Synthetic price distributions default to the ones
+of paper 000 Sec. VI (uniform on [0.2, 1]; Gaussian with mean 0.6 and variance 0.175, redrawn
+every 4 s).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from spotwise.errors import InputError
+from spotwise.specload import Duration, build, to_plain
+
+SyncMode = Literal["full", "n-sync", "n-batch", "async"]
+SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
+BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf")
+SyntheticKind = Literal["uniform", "gaussian", "markov", "constant"]
+RevocationKind = Literal["none", "bid", "bernoulli", "lifetime", "trace"]
+Billing = Literal["per-second", "per-hour"]
+Cloud = Literal["aws", "gcp", "azure", "ibm", "local"]
+
+
+def _positive(value: float | int | None, name: str, fix: str) -> None:
+    if value is not None and not value > 0:
+        raise InputError(f"must be > 0, got {value!r}", fix, name)
+
+
+def _non_negative(value: float | int | None, name: str, fix: str) -> None:
+    if value is not None and value < 0:
+        raise InputError(f"must be >= 0, got {value!r}", fix, name)
+
+
+@dataclass
+class WorkloadSpec:
+    """What to train.
+
+    ``name`` is a built-in workload (``mlp-digits``, ``cnn-digits``, ``sparse-logreg``, ``pmf``)
+    or ``module:function`` returning model, loss and dataset.  ``family`` keys the instance
+    catalog's throughput profiles (e.g. ``resnet50``, ``transformer``, ``mlp``).
+    """
+
+    name: str
+    family: str = "mlp"
+    batch_size: int = 32
+    lr: float = 0.05
+    dataset: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name or (self.name not in BUILTIN_WORKLOADS and ":" not in self.name):
+            raise InputError(
+                f"unknown workload {self.name!r}",
+                f"use one of {', '.join(BUILTIN_WORKLOADS)} or 'package.module:function' for your own",
+                "name",
+            )
+        if ":" in self.name:
+            mod, _, fn = self.name.partition(":")
+            if not mod or not fn or not all(p.isidentifier() for p in mod.split(".")) or not fn.isidentifier():
+                raise InputError(f"malformed workload reference {self.name!r}", "write it as 'package.module:function'", "name")
+        if not self.family:
+            raise InputError("must not be empty", "name the model family used for throughput profiles, e.g. 'mlp'", "family")
+        _positive(self.batch_size, "batch_size", "use a positive mini-batch size per worker, e.g. 32")
+        _positive(self.lr, "lr", "use a positive base learning rate, e.g. 0.05")
+
+
+@dataclass
+class TargetSpec:
+    """When the job is done: after ``iterations`` committed steps and/or at ``loss`` (whichever first)."""
+
+    iterations: int | None = None
+    loss: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.iterations is None and self.loss is None:
+            raise InputError("needs iterations and/or loss", "set target.iterations (e.g. 1000) or target.loss (e.g. 0.1)", "")
+        _positive(self.iterations, "iterations", "use a positive number of iterations")
+        _positive(self.loss, "loss", "use a positive target loss")
+
+
+@dataclass
+class ClusterSpec:
+    """What to provision.
+
+    ``sync``: ``full`` waits for every active worker; ``n-sync`` commits the first ``sync_n``
+    workers' gradients and cancels the rest; ``n-batch`` commits the first ``sync_n`` mini-batches
+    while workers keep going (paper 000 Sec. III); ``async`` is an asynchronous parameter server
+    (paper 002).  ``bids``: one bid for all workers or one per worker ($/h); required by the
+    ``bid`` revocation model.  ``max_workers`` caps growth policies (paper 000 Remark 3).
+    """
+
+    instance_type: str
+    workers: int = 1
+    max_workers: int | None = None
+    sync: SyncMode = "full"
+    sync_n: int | None = None
+    bids: list[float] | float | None = None
+    coordinator_instance: str | None = None
+    cloud: Cloud | None = None
+    region: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.instance_type:
+            raise InputError("must not be empty", "name an instance type from the catalog, e.g. 'c5.xlarge'", "instance_type")
+        _positive(self.workers, "workers", "provision at least one worker")
+        if self.max_workers is not None and self.max_workers < self.workers:
+            raise InputError(
+                f"max_workers ({self.max_workers}) is below workers ({self.workers})",
+                "raise max_workers or lower workers", "max_workers",
+            )
+        if self.sync in ("n-sync", "n-batch"):
+            if self.sync_n is None:
+                raise InputError(f"sync mode {self.sync!r} needs sync_n", "set cluster.sync_n (the N of N-sync), e.g. half the workers", "sync_n")
+            _positive(self.sync_n, "sync_n", "use N >= 1")
+            if self.sync == "n-sync" and self.sync_n > self.workers:
+                raise InputError(
+                    f"n-sync with N={self.sync_n} needs at least {self.sync_n} workers but the cluster has {self.workers}",
+                    f"lower sync_n to at most {self.workers} or raise workers", "sync_n",
+                )
+        elif self.sync_n is not None:
+            raise InputError(f"sync_n only applies to n-sync and n-batch, not {self.sync!r}", "remove sync_n or change sync", "sync_n")
+        if self.bids is not None:
+            bids = [self.bids] if isinstance(self.bids, float) else list(self.bids)
+            if isinstance(self.bids, list) and len(bids) != self.workers:
+                raise InputError(
+                    f"{len(bids)} bids for {self.workers} workers",
+                    "give one bid for all workers (a number) or exactly one per worker (a list)", "bids",
+                )
+            for b in bids:
+                if not (b > 0 and math.isfinite(b)):
+                    raise InputError(f"bid {b!r} is not a positive price", "bids are maximum prices in $/hour, e.g. 0.6", "bids")
+
+    def bid_list(self) -> list[float] | None:
+        """One bid per worker, or None if no bids were given."""
+        if self.bids is None:
+            return None
+        if isinstance(self.bids, float):
+            return [self.bids] * self.workers
+        return list(self.bids)
+
+
+@dataclass
+class SyntheticSpec:
+    """A generated market: i.i.d. prices redrawn every ``interval_s`` (paper 000 Sec. VI) or a Markov regime model."""
+
+    kind: SyntheticKind = "uniform"
+    low: float = 0.2
+    high: float = 1.0
+    mean: float = 0.6
+    variance: float = 0.175
+    price: float = 1.0
+    interval_s: Duration = 4.0
+    duration_s: Duration = 7 * 24 * 3600.0
+    fit_to: str | None = None
+    regimes: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _non_negative(self.low, "low", "prices cannot be negative")
+        if self.kind == "uniform" and not self.high > self.low:
+            raise InputError(f"high ({self.high}) must exceed low ({self.low})", "widen the uniform price range", "high")
+        _positive(self.variance, "variance", "use a positive variance")
+        _positive(self.price, "price", "use a positive constant price")
+        _positive(self.interval_s, "interval_s", "redraw the price every few seconds, e.g. 4")
+        _positive(self.duration_s, "duration_s", "generate at least the job's deadline, e.g. '7d'")
+        if self.kind == "markov" and self.fit_to is None:
+            raise InputError("a markov market needs fit_to", "set market.synthetic.fit_to to a price trace file to fit the regimes to", "fit_to")
+        _positive(self.regimes, "regimes", "use at least one regime")
+
+
+@dataclass
+class RevocationSpec:
+    """How workers disappear.
+
+    ``bid``: a worker is active iff its bid is at least the spot price (paper 000 Sec. III);
+    ``bernoulli``: each worker is revoked with probability ``q`` per iteration (paper 000 Remark 2);
+    ``lifetime``: lifetimes drawn from ``lifetimes`` (a GCP lifetime CSV; 24 h cap, paper 002) or
+    exponential with ``mttf_s``; ``trace``: replay an availability trace from ``market.traces``.
+    ``notice_s`` defaults to the provider's notice (AWS 120 s, GCP 30 s, Azure 30 s).
+    """
+
+    model: RevocationKind = "none"
+    q: float | None = None
+    rejoin_p: float | None = None
+    lifetimes: str | None = None
+    mttf_s: Duration | None = None
+    mttr_s: Duration | None = None
+    notice_s: Duration | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("q", "rejoin_p"):
+            v = getattr(self, name)
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise InputError(f"must be a probability in [0, 1], got {v}", f"set {name} between 0 and 1", name)
+        if self.model == "bernoulli" and self.q is None:
+            raise InputError("the bernoulli model needs q", "set market.revocation.q, the per-iteration revocation probability, e.g. 0.05", "q")
+        if self.model == "lifetime" and self.lifetimes is None and self.mttf_s is None:
+            raise InputError(
+                "the lifetime model needs lifetimes or mttf_s",
+                "set market.revocation.lifetimes to a GCP lifetime CSV, or mttf_s to a mean time to failure in seconds", "lifetimes",
+            )
+        _positive(self.mttf_s, "mttf_s", "use a positive mean time to failure in seconds")
+        _positive(self.mttr_s, "mttr_s", "use a positive mean time to repair in seconds")
+        _non_negative(self.notice_s, "notice_s", "use a non-negative notice in seconds (AWS gives 120, GCP and Azure 30)")
+
+
+@dataclass
+class MarketSpec:
+    """The world outside: price/availability traces or a synthetic market, revocations, billing.
+
+    Exactly one of ``traces`` (files or folders in any format ``spotwise traces show`` reads) and
+    ``synthetic`` provides prices; ``catalog`` adds user instance types (YAML/CSV).
+    """
+
+    traces: list[str] = field(default_factory=list)
+    synthetic: SyntheticSpec | None = None
+    revocation: RevocationSpec = field(default_factory=RevocationSpec)
+    billing: Billing = "per-second"
+    min_charge_s: Duration = 60.0
+    catalog: list[str] = field(default_factory=list)
+    start: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.traces and self.synthetic is not None:
+            raise InputError("both traces and synthetic are set", "keep one price source: market.traces or market.synthetic", "")
+        if self.revocation.model == "trace" and not self.traces:
+            raise InputError("the trace revocation model needs market.traces", "list an availability trace under market.traces", "revocation.model")
+        _non_negative(self.min_charge_s, "min_charge_s", "use 0 for no minimum charge, or e.g. 60")
+
+
+@dataclass
+class PolicySpec:
+    """An online policy by registry name, with its parameters (e.g. ``lr-scaling``, ``exp-growth``)."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InputError("must not be empty", "name a policy, e.g. 'lr-scaling'", "name")
+
+
+@dataclass
+class OutputSpec:
+    """Where results go and how often to checkpoint (``checkpoint_every`` committed steps; 0 = only on notice)."""
+
+    dir: str | None = None
+    plots: bool = True
+    checkpoint_every: int = 100
+    log_every: int = 1
+
+    def __post_init__(self) -> None:
+        _non_negative(self.checkpoint_every, "checkpoint_every", "use 0 to checkpoint only on revocation notices")
+        _positive(self.log_every, "log_every", "log every N >= 1 steps")
+
+
+@dataclass
+class JobSpec:
+    """A whole job: ``workload`` trained to ``target`` by ``deadline_s`` within ``budget_usd``."""
+
+    name: str
+    workload: WorkloadSpec
+    target: TargetSpec
+    cluster: ClusterSpec
+    market: MarketSpec = field(default_factory=MarketSpec)
+    policies: list[PolicySpec] = field(default_factory=list)
+    outputs: OutputSpec = field(default_factory=OutputSpec)
+    deadline: Duration | None = None
+    budget_usd: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InputError("must not be empty", "give the job a name", "name")
+        if self.deadline is not None:
+            _positive(self.deadline, "deadline", "use a positive deadline such as '2h'")
+        _positive(self.budget_usd, "budget_usd", "use a positive budget in USD, or remove it")
+        if self.market.revocation.model == "bid" and self.cluster.bids is None:
+            raise InputError(
+                "the bid revocation model needs bids",
+                "set cluster.bids (a $/h bid for all workers, or one per worker), or let `spotwise plan` choose them",
+                "cluster.bids",
+            )
+        if self.cluster.max_workers is None and any(p.name == "exp-growth" for p in self.policies):
+            raise InputError("exp-growth needs a cap", "set cluster.max_workers (paper 000 Remark 3 caps the growth)", "cluster.max_workers")
+
+    @property
+    def deadline_s(self) -> float | None:
+        return None if self.deadline is None else float(self.deadline)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(self)
+
+
+def spec_from_dict(data: Any, source: str = "spec") -> JobSpec:
+    """Build a :class:`JobSpec` from parsed YAML/JSON; errors name ``source`` and the field."""
+    try:
+        return build(JobSpec, data)
+    except InputError as e:
+        e.where = f"{source}: {e.where}" if e.where else source
+        e.args = (e.message,)
+        raise
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    """Load and validate a YAML job spec.  Relative paths inside it are resolved against its folder."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("file not found", "check the path to the spec (examples are in examples/)", str(p))
+    if p.is_dir():
+        raise InputError("is a directory, not a spec file", "pass a YAML file such as examples/demo.yaml", str(p))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the file ({e.__class__.__name__})", "pass a readable UTF-8 YAML file", str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise InputError(f"not valid YAML{at}", "fix the YAML syntax (indentation, colons, quotes)", str(p)) from None
+    if not isinstance(data, dict):
+        raise InputError("the spec must be a YAML mapping", "start from examples/demo.yaml", str(p))
+    spec = spec_from_dict(data, str(p))
+    _resolve_paths(spec, p.parent)
+    return spec
+
+
+def _resolve_paths(spec: JobSpec, base: Path) -> None:
+    def res(s: str) -> str:
+        q = Path(s).expanduser()
+        return str(q if q.is_absolute() else (base / q).resolve())
+
+    m = spec.market
+    m.traces = [res(t) for t in m.traces]
+    m.catalog = [res(c) for c in m.catalog]
+    if m.synthetic is not None and m.synthetic.fit_to is not None:
+        m.synthetic.fit_to = res(m.synthetic.fit_to)
+    if m.revocation.lifetimes is not None:
+        m.revocation.lifetimes = res(m.revocation.lifetimes)
+    if spec.workload.dataset is not None:
+        spec.workload.dataset = res(spec.workload.dataset)

@@ -1,0 +1,261 @@
+"""The run directory contract: ``events.jsonl`` and ``summary.json`` (DESIGN.md, "Run directory").
+
+Every ``run`` and ``simulate`` writes, into its output directory ``OUT``:
+
+* ``OUT/events.jsonl`` -- one JSON object per line.  The first line is a ``header`` event carrying
+  ``schema`` (:data:`SCHEMA_VERSION`).  Every event has ``t`` (virtual seconds since the job
+  started), ``wall`` (wall-clock seconds since the job started) and ``kind``; the other keys are
+  the kind's fields.  The simulator and the runtimes write the same schema, so one reader, one
+  ledger and one report serve them all.
+* ``OUT/summary.json`` -- one object (:class:`RunSummary`), written atomically (temp file, fsync,
+  rename) so a reader never sees half of it.
+
+Failure behaviour: the writer appends and flushes each line, so a ``kill -9`` loses at most the
+line being written; the reader tolerates (and reports) a truncated *last* line but rejects a
+malformed line anywhere else, naming its line number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from spotwise.errors import InputError
+
+SCHEMA_VERSION = 1
+EVENTS_FILE = "events.jsonl"
+SUMMARY_FILE = "summary.json"
+
+#: Known event kinds and the fields each must carry (beyond ``t``, ``wall``, ``kind``).
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "header": ("schema",),
+    "price": ("instance", "price"),
+    "notice": ("worker",),
+    "revoke": ("worker",),
+    "join": ("worker",),
+    "step": ("step", "loss", "active", "lr", "sync"),
+    "decision": ("policy", "decision", "reason"),
+    "checkpoint": ("step", "path"),
+    "restore": ("step",),
+    "cost": ("total",),
+    "idle": ("duration",),
+    "end": ("status",),
+}
+#: Fields that must be numbers when present.
+_NUMERIC = {"t", "wall", "price", "step", "loss", "active", "lr", "total", "duration"}
+
+
+def _validate_event(obj: Any, where: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise InputError("an event must be a JSON object", "regenerate the run directory", where)
+    for key in ("t", "wall", "kind"):
+        if key not in obj:
+            raise InputError(f"event lacks {key!r}", "every event needs t, wall and kind", where)
+    kind = obj["kind"]
+    if kind not in EVENT_FIELDS:
+        raise InputError(f"unknown event kind {kind!r}", f"valid kinds are {', '.join(EVENT_FIELDS)}", where)
+    missing = [f for f in EVENT_FIELDS[kind] if f not in obj]
+    if missing:
+        raise InputError(f"{kind} event lacks {', '.join(missing)}", "the writer must supply every field of its kind", where)
+    for key in _NUMERIC & obj.keys():
+        v = obj[key]
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise InputError(f"field {key!r} must be a number, got {v!r}", "check the writer", where)
+    return obj
+
+
+def _jsonable(v: Any) -> Any:
+    """Make numpy scalars / non-finite floats JSON-safe (NaN -> null)."""
+    if hasattr(v, "item") and callable(v.item) and getattr(v, "ndim", 1) == 0:
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+class EventLog:
+    """Append-only writer of ``events.jsonl``.
+
+    ``clock`` returns the current *virtual* time; ``wall_clock`` the wall time (both injectable
+    so tests and the simulator control time).  ``emit(kind, **fields)`` validates and appends one
+    line.  Opening an existing log with ``resume=True`` appends to it (used by ``run --resume``)
+    and keeps the original wall-clock origin offset by the log's last ``wall``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        clock: Callable[[], float] | None = None,
+        wall_clock: Callable[[], float] | None = None,
+        resume: bool = False,
+        meta: dict[str, Any] | None = None,
+        fsync: bool = False,
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock or (lambda: 0.0)
+        self._wall = wall_clock or time.monotonic
+        self._lock = threading.Lock()
+        self._fsync = fsync
+        self._wall0 = self._wall()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume and self.path.exists():
+            existing = read_events(self.path)
+            last_wall = existing[-1]["wall"] if existing else 0.0
+            self._wall0 -= float(last_wall or 0.0)
+            self._fh = open(self.path, "a", encoding="utf-8")
+        else:
+            self._fh = open(self.path, "w", encoding="utf-8")
+            self.emit("header", schema=SCHEMA_VERSION, **(meta or {}))
+
+    def emit(self, kind: str, *, t: float | None = None, **fields: Any) -> dict[str, Any]:
+        """Append one event; ``t`` defaults to the virtual clock.  Returns the event written."""
+        event = {"t": float(self._clock() if t is None else t), "wall": round(self._wall() - self._wall0, 6), "kind": kind}
+        event.update(_jsonable(fields))
+        _validate_event(event, f"{self.path}: new {kind} event")
+        line = json.dumps(event, separators=(",", ":"), allow_nan=False)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+            if self._fsync:
+                os.fsync(self._fh.fileno())
+        return event
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+                self._fh.close()
+
+    def __enter__(self) -> "EventLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield validated events; a truncated final line (crash mid-write) is skipped."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError("event log not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(p))
+    with open(p, encoding="utf-8") as fh:
+        lines = fh.readlines()
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) and not line.endswith("\n"):
+                return  # torn last write: everything before it is intact
+            raise InputError(f"line {i} is not valid JSON", "the log is corrupt; rerun the job or truncate it before this line", str(p)) from None
+        ev = _validate_event(obj, f"{p}:{i}")
+        if i == 1 or ev["kind"] == "header":
+            if ev["kind"] != "header":
+                raise InputError("the first event is not a header", "this is not a spotwise event log", str(p))
+            if ev["schema"] != SCHEMA_VERSION:
+                raise InputError(
+                    f"schema version {ev['schema']} is not supported (this spotwise reads {SCHEMA_VERSION})",
+                    "read it with the spotwise version that wrote it", str(p),
+                )
+        yield ev
+
+
+def read_events(path: str | Path, kinds: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """All events of ``path`` (optionally only those of the given kinds)."""
+    wanted = set(kinds) if kinds is not None else None
+    return [e for e in iter_events(path) if wanted is None or e["kind"] in wanted]
+
+
+@dataclass
+class RunSummary:
+    """``summary.json``: what a run did and cost.  ``mode`` is ``simulate``, ``emulated`` or ``cluster``."""
+
+    mode: str
+    status: str
+    steps: int
+    final_loss: float | None
+    final_metric: float | None
+    metric_name: str | None
+    wall_s: float
+    virtual_s: float
+    cost_usd: float
+    cost_breakdown: dict[str, Any]
+    revocations: int
+    joins: int
+    decisions: int
+    spec: dict[str, Any]
+    plan: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("simulate", "emulated", "cluster"):
+            raise ValueError(f"RunSummary.mode must be simulate, emulated or cluster, got {self.mode!r}")
+        for name in ("steps", "revocations", "joins", "decisions"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RunSummary.{name} must be >= 0")
+        for name in ("wall_s", "virtual_s", "cost_usd"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"RunSummary.{name} must be >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(asdict(self))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: temp file in the same folder, fsync, rename, fsync dir."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+    dfd = os.open(p.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def write_summary(out_dir: str | Path, summary: RunSummary) -> Path:
+    path = Path(out_dir) / SUMMARY_FILE
+    atomic_write_text(path, json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def read_summary(out_dir: str | Path) -> RunSummary:
+    """Read and validate ``OUT/summary.json``."""
+    path = Path(out_dir) / SUMMARY_FILE
+    if not path.exists():
+        raise InputError("summary.json not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(path))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        raise InputError("summary.json is not valid JSON", "rerun the job to regenerate it", str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("summary.json must hold one JSON object", "rerun the job to regenerate it", str(path))
+    if data.get("schema") != SCHEMA_VERSION:
+        raise InputError(f"schema version {data.get('schema')!r} is not supported (this spotwise reads {SCHEMA_VERSION})",
+                         "read it with the spotwise version that wrote it", str(path))
+    known = set(RunSummary.__dataclass_fields__)
+    unknown = set(data) - known
+    if unknown:
+        raise InputError(f"unknown summary fields {sorted(unknown)}", "read it with the spotwise version that wrote it", str(path))
+    try:
+        return RunSummary(**data)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"invalid summary: {e}", "rerun the job to regenerate it", str(path)) from None

@@ -1,0 +1,635 @@
+"""The instance catalog: what capacity exists, what it costs, and how fast it trains.
+
+A :class:`Catalog` holds
+
+* :class:`InstanceType` -- a VM size of one cloud (optionally one region) with its accelerator,
+  vCPUs, memory, on-demand $/h, fixed preemptible $/h where the cloud publishes one (GCE), and a
+  *throughput profile*: relative training throughput per model family;
+* :class:`FunctionPricing` -- serverless (FaaS) prices: $ per GB-second, $ per request, memory
+  sizes (used by the MLLess mode, ``papers/004_9dc2adb66dc8d26e.txt``);
+* :class:`StoragePricing` -- object-store prices for checkpoints: $ per GB-month and $ per GB
+  of egress (paper 003, Sec. 3.2, counts the cost of moving checkpoints between clouds);
+* per-accelerator throughput profiles (``accelerators``), used for instances that carry no
+  profile of their own.
+
+Throughput units
+----------------
+Throughputs are *relative*: a dimensionless speed-up over a reference device for that model
+family.  The paper families (``transformer``, ``a3c``, ``cyclegan``, ``resnet18``,
+``resnet50``) are relative to one NVIDIA K80 GPU, exactly as published in
+``papers/003_c06237e546a4f08e.txt`` Table 1.  The synthetic demo family ``mlp`` is relative to
+one ``aws c5.xlarge`` (4 vCPUs) and its values are *synthetic* (made up for the local demo, not
+measured); every entry says so in its ``source``.
+
+:meth:`Catalog.throughput` returns an instance's own profile value when it has one; otherwise
+it takes the accelerator's per-device value times ``accelerator_count`` -- a *linear scaling
+assumption* (an upper bound: data-parallel speed-up is sub-linear), stated here so that nobody
+mistakes it for a measurement.
+
+User extensions
+---------------
+:meth:`Catalog.extend` reads a YAML or CSV file.  YAML has the same shape as the packaged
+``spotwise/market/data/catalog.yaml`` (top-level keys ``instances``, ``functions``,
+``storage``, ``accelerators``).  CSV holds instances only, one per row, with the
+:class:`InstanceType` field names as columns; throughput values go in columns named
+``throughput.<family>``; an empty cell means "not given".  Entries of the extension replace
+entries of the base catalog with the same ``(cloud, name, region)``.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from spotwise.errors import InputError
+
+DEFAULT_CATALOG_PATH = Path(__file__).with_name("data") / "catalog.yaml"
+
+#: Columns a CSV (or YAML instance entry) may carry, besides ``throughput.<family>``.
+INSTANCE_COLUMNS: tuple[str, ...] = (
+    "name",
+    "cloud",
+    "region",
+    "accelerator",
+    "accelerator_count",
+    "vcpus",
+    "memory_gb",
+    "on_demand_per_hour",
+    "spot_per_hour",
+    "source",
+    "notes",
+)
+REQUIRED_INSTANCE_COLUMNS: tuple[str, ...] = ("name", "cloud")
+
+_ADD_ENTRY_HINT = (
+    "add a custom entry with Catalog.extend('my_catalog.yaml') (or --catalog FILE), e.g. "
+    "'instances: [{name: my.type, cloud: aws, vcpus: 4, on_demand_per_hour: 0.2}]'"
+)
+
+
+# ---------------------------------------------------------------------------- validation helpers
+def _check_name(value: object, fieldname: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InputError(f"{fieldname} must be a non-empty string, got {value!r}", f"give {fieldname} a value", where)
+    return value.strip()
+
+
+def _check_number(
+    value: object,
+    fieldname: str,
+    where: str,
+    *,
+    optional: bool = False,
+    positive: bool = False,
+    integer: bool = False,
+) -> float | int | None:
+    """Validate a finite number ``>= 0`` (``> 0`` if ``positive``); ``None`` allowed if optional."""
+    if value is None:
+        if optional:
+            return None
+        raise InputError(f"{fieldname} is missing", f"give {fieldname} a number", where)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{fieldname} must be a number, got {value!r}", f"write {fieldname} as a plain number", where)
+    x = float(value)
+    if not math.isfinite(x):
+        raise InputError(f"{fieldname} must be finite, got {value!r}", f"write {fieldname} as a finite number", where)
+    if x < 0 or (positive and x == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise InputError(f"{fieldname} must be {bound}, got {value!r}", f"prices, counts and sizes are {bound}", where)
+    if integer:
+        if x != int(x):
+            raise InputError(f"{fieldname} must be a whole number, got {value!r}", f"write {fieldname} as an integer", where)
+        return int(x)
+    return x
+
+
+def _parse_scalar(text: str, fieldname: str, where: str) -> float | None:
+    """A CSV cell -> number (empty -> None); a non-numeric cell is an :class:`InputError`."""
+    t = text.strip()
+    if t == "":
+        return None
+    t = t.lstrip("$").replace(",", "") if t.startswith("$") else t
+    try:
+        return float(t)
+    except ValueError:
+        raise InputError(f"{fieldname} must be a number, got {text!r}", f"write {fieldname} as a plain number (e.g. 0.9)", where) from None
+
+
+# ---------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class InstanceType:
+    """One VM size of one cloud.
+
+    ``region`` ``""`` means the entry applies to any region.  Prices are USD per hour for one
+    instance; ``spot_per_hour`` is set only where the provider publishes a *fixed* preemptible
+    price (GCE, ``papers/002_a246f6afe29b4bfb.txt`` Table II); AWS and Azure spot prices vary
+    and come from a price :class:`~spotwise.market.series.StepSeries` instead.  ``throughput``
+    maps a model family to a relative throughput (see the module docstring for units).
+    """
+
+    name: str
+    cloud: str
+    region: str = ""
+    accelerator: str = ""
+    accelerator_count: int = 0
+    vcpus: int = 0
+    memory_gb: float | None = None
+    on_demand_per_hour: float | None = None
+    spot_per_hour: float | None = None
+    throughput: Mapping[str, float] = field(default_factory=dict)
+    source: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        name = _check_name(self.name, "name", "instance type")
+        where = f"instance type {name!r}"
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "cloud", _check_name(self.cloud, "cloud", where).lower())
+        for f in ("region", "accelerator", "source", "notes"):
+            v = getattr(self, f)
+            if v is None:
+                v = ""
+            if not isinstance(v, str):
+                raise InputError(f"{f} must be a string, got {v!r}", f"quote {f} or leave it empty", where)
+            object.__setattr__(self, f, v.strip())
+        object.__setattr__(self, "accelerator_count", _check_number(self.accelerator_count, "accelerator_count", where, integer=True))
+        object.__setattr__(self, "vcpus", _check_number(self.vcpus, "vcpus", where, integer=True))
+        for f in ("memory_gb", "on_demand_per_hour", "spot_per_hour"):
+            object.__setattr__(self, f, _check_number(getattr(self, f), f, where, optional=True))
+        if self.accelerator and self.accelerator_count == 0:
+            raise InputError(
+                f"accelerator {self.accelerator!r} given with accelerator_count 0",
+                "set accelerator_count to the number of accelerators, or leave accelerator empty",
+                where,
+            )
+        if self.accelerator_count and not self.accelerator:
+            raise InputError("accelerator_count > 0 but no accelerator named", "set accelerator (e.g. V100)", where)
+        object.__setattr__(self, "throughput", _check_profile(self.throughput, f"{where} throughput"))
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """``(cloud, name, region)``: the identity used by :meth:`Catalog.merge`."""
+        return (self.cloud, self.name, self.region)
+
+    @property
+    def label(self) -> str:
+        """``cloud:name`` or ``cloud:region:name``."""
+        return f"{self.cloud}:{self.region + ':' if self.region else ''}{self.name}"
+
+    def price_per_hour(self, market: str) -> float:
+        """The fixed $/h for ``market`` (``"on_demand"`` or ``"spot"``); an InputError if unknown."""
+        if market == "on_demand":
+            if self.on_demand_per_hour is None:
+                raise InputError(
+                    f"no on-demand price for {self.label}",
+                    "add on_demand_per_hour to this entry in a user catalog, or pass a price explicitly",
+                    "catalog",
+                )
+            return self.on_demand_per_hour
+        if market == "spot":
+            if self.spot_per_hour is None:
+                raise InputError(
+                    f"no fixed spot price for {self.label} (its spot price varies)",
+                    "pass a spot price series (StepSeries of kind 'price') or a constant $/h instead",
+                    "catalog",
+                )
+            return self.spot_per_hour
+        raise InputError(f"unknown market {market!r}", "use 'spot' or 'on_demand'", "market")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["throughput"] = dict(self.throughput)
+        return d
+
+
+def _check_profile(profile: object, where: str) -> dict[str, float]:
+    if profile is None:
+        return {}
+    if not isinstance(profile, Mapping):
+        raise InputError(f"a throughput profile must map model family -> number, got {profile!r}", "write it as {family: number}", where)
+    out: dict[str, float] = {}
+    for fam, val in profile.items():
+        fam_s = _check_name(fam, "model family", where).lower()
+        out[fam_s] = float(_check_number(val, f"throughput[{fam_s}]", where, positive=True))  # type: ignore[arg-type]
+    return out
+
+
+@dataclass(frozen=True)
+class FunctionPricing:
+    """Serverless function prices (``papers/004_9dc2adb66dc8d26e.txt`` Table 2 for IBM).
+
+    A call of ``gb`` GB lasting ``s`` seconds costs ``gb * billed(s) * per_gb_second +
+    per_request``, where ``billed(s)`` rounds ``s`` up to a multiple of ``granularity_s``
+    (0 = exact).  ``memory_gb_options`` lists the allowed sizes (the largest bounds a call).
+    """
+
+    name: str
+    cloud: str
+    per_gb_second: float
+    per_request: float = 0.0
+    memory_gb_options: tuple[float, ...] = ()
+    granularity_s: float = 0.0
+    region: str = ""
+    source: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        name = _check_name(self.name, "name", "function pricing")
+        where = f"function pricing {name!r}"
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "cloud", _check_name(self.cloud, "cloud", where).lower())
+        object.__setattr__(self, "per_gb_second", _check_number(self.per_gb_second, "per_gb_second", where))
+        object.__setattr__(self, "per_request", _check_number(self.per_request, "per_request", where))
+        object.__setattr__(self, "granularity_s", _check_number(self.granularity_s, "granularity_s", where))
+        opts = self.memory_gb_options or ()
+        if not isinstance(opts, (list, tuple)):
+            raise InputError("memory_gb_options must be a list of sizes in GB", "write e.g. [0.5, 1, 2]", where)
+        object.__setattr__(
+            self, "memory_gb_options", tuple(sorted(float(_check_number(o, "memory_gb_options", where, positive=True)) for o in opts))  # type: ignore[arg-type]
+        )
+        for f in ("region", "source", "notes"):
+            object.__setattr__(self, f, str(getattr(self, f) or "").strip())
+
+    def call_cost(self, gb: float, seconds: float, n_requests: int = 1) -> float:
+        """USD for ``n_requests`` calls of ``gb`` GB lasting ``seconds`` each."""
+        where = f"function call ({self.name})"
+        gb = float(_check_number(gb, "gb", where, positive=True))  # type: ignore[arg-type]
+        seconds = float(_check_number(seconds, "seconds", where))  # type: ignore[arg-type]
+        n = int(_check_number(n_requests, "n_requests", where, integer=True))  # type: ignore[arg-type]
+        if self.memory_gb_options and gb > self.memory_gb_options[-1] + 1e-12:
+            raise InputError(
+                f"{gb} GB exceeds the largest function size of {self.name} ({self.memory_gb_options[-1]} GB)",
+                f"use at most {self.memory_gb_options[-1]} GB per function",
+                where,
+            )
+        billed = seconds
+        if self.granularity_s > 0:
+            billed = math.ceil(seconds / self.granularity_s - 1e-9) * self.granularity_s
+        return n * (gb * billed * self.per_gb_second + self.per_request)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["memory_gb_options"] = list(self.memory_gb_options)
+        return d
+
+
+@dataclass(frozen=True)
+class StoragePricing:
+    """Object-store prices for checkpoints: $ per GB-month stored and $ per GB of egress."""
+
+    name: str
+    cloud: str
+    per_gb_month: float
+    egress_per_gb: float = 0.0
+    region: str = ""
+    source: str = ""
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        name = _check_name(self.name, "name", "storage pricing")
+        where = f"storage pricing {name!r}"
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "cloud", _check_name(self.cloud, "cloud", where).lower())
+        object.__setattr__(self, "per_gb_month", _check_number(self.per_gb_month, "per_gb_month", where))
+        object.__setattr__(self, "egress_per_gb", _check_number(self.egress_per_gb, "egress_per_gb", where))
+        for f in ("region", "source", "notes"):
+            object.__setattr__(self, f, str(getattr(self, f) or "").strip())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------- the catalog
+class Catalog:
+    """An immutable set of instance types, function and storage prices, accelerator profiles.
+
+    Build one with :meth:`default` (the packaged table), :meth:`from_file` /
+    :meth:`from_mapping`, and combine with :meth:`merge` / :meth:`extend` (both return a new
+    catalog; the argument's entries win on equal ``(cloud, name, region)``).
+    """
+
+    def __init__(
+        self,
+        instances: Iterable[InstanceType] = (),
+        functions: Iterable[FunctionPricing] = (),
+        storage: Iterable[StoragePricing] = (),
+        accelerators: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> None:
+        self._instances: dict[tuple[str, str, str], InstanceType] = {}
+        for it in instances:
+            if not isinstance(it, InstanceType):
+                raise TypeError(f"expected InstanceType, got {type(it).__name__}")
+            self._instances[it.key] = it
+        self._functions: dict[str, FunctionPricing] = {f.name: f for f in functions}
+        self._storage: dict[str, StoragePricing] = {s.name: s for s in storage}
+        self._accelerators: dict[str, dict[str, float]] = {
+            _check_name(k, "accelerator", "accelerators"): _check_profile(v, f"accelerator {k!r}")
+            for k, v in (accelerators or {}).items()
+        }
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def default(cls) -> "Catalog":
+        """The packaged catalog (``spotwise/market/data/catalog.yaml``), figures from the papers."""
+        return cls.from_file(DEFAULT_CATALOG_PATH)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "Catalog":
+        """Read a YAML (``.yaml``/``.yml``) or CSV (``.csv``, instances only) catalog file."""
+        p = Path(path)
+        where = str(p)
+        if not p.is_file():
+            raise InputError("catalog file not found", "check the path", where)
+        suffix = p.suffix.lower()
+        text = p.read_text(encoding="utf-8")
+        if suffix in (".yaml", ".yml"):
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise InputError(f"not valid YAML ({exc.__class__.__name__}: {str(exc).splitlines()[0]})", "fix the YAML syntax", where) from None
+            return cls.from_mapping(data if data is not None else {}, where)
+        if suffix == ".csv":
+            return cls.from_csv_text(text, where)
+        raise InputError(f"unsupported catalog file type {suffix!r}", "use a .yaml, .yml or .csv file", where)
+
+    @classmethod
+    def from_mapping(cls, data: object, where: str = "catalog") -> "Catalog":
+        """Build from the YAML structure ``{instances: [...], functions: [...], storage: [...], accelerators: {...}}``."""
+        if not isinstance(data, Mapping):
+            raise InputError("a catalog must be a mapping with keys instances/functions/storage/accelerators", "see spotwise/market/data/catalog.yaml for the format", where)
+        known = {"instances", "functions", "storage", "accelerators"}
+        unknown = set(data) - known
+        if unknown:
+            raise InputError(f"unknown top-level key(s) {sorted(unknown)}", f"valid keys are {sorted(known)}", where)
+        instances = [
+            _instance_from_mapping(e, f"{where} instances[{i}]") for i, e in enumerate(_as_list(data.get("instances"), "instances", where))
+        ]
+        functions = [
+            _record_from_mapping(FunctionPricing, e, f"{where} functions[{i}]")
+            for i, e in enumerate(_as_list(data.get("functions"), "functions", where))
+        ]
+        storage = [
+            _record_from_mapping(StoragePricing, e, f"{where} storage[{i}]")
+            for i, e in enumerate(_as_list(data.get("storage"), "storage", where))
+        ]
+        acc = data.get("accelerators") or {}
+        if not isinstance(acc, Mapping):
+            raise InputError("accelerators must map accelerator -> {family: throughput}", "see the packaged catalog.yaml", where)
+        return cls(instances, functions, storage, acc)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_csv_text(cls, text: str, where: str = "catalog.csv") -> "Catalog":
+        """Instances from CSV text: :data:`INSTANCE_COLUMNS` plus ``throughput.<family>`` columns."""
+        reader = csv.DictReader(io.StringIO(text))
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        if not header:
+            raise InputError("the CSV file is empty", f"write a header row with at least {list(REQUIRED_INSTANCE_COLUMNS)}", where)
+        missing = [c for c in REQUIRED_INSTANCE_COLUMNS if c not in header]
+        if missing:
+            raise InputError(f"missing column(s) {missing}", f"the header must include {list(REQUIRED_INSTANCE_COLUMNS)}; optional: {list(INSTANCE_COLUMNS[2:])}", where)
+        bad = [h for h in header if h not in INSTANCE_COLUMNS and not h.startswith("throughput.")]
+        if bad:
+            raise InputError(f"unknown column(s) {bad}", f"valid columns are {list(INSTANCE_COLUMNS)} and throughput.<family>", where)
+        out: list[InstanceType] = []
+        for lineno, raw in enumerate(reader, start=2):
+            row = {(k or "").strip(): (v if v is not None else "") for k, v in raw.items()}
+            if None in raw:
+                raise InputError("row has more cells than the header", "check the commas in this row", f"{where} line {lineno}")
+            rwhere = f"{where} line {lineno}"
+            entry: dict[str, Any] = {}
+            profile: dict[str, float] = {}
+            for col, cell in row.items():
+                if col.startswith("throughput."):
+                    val = _parse_scalar(cell, col, rwhere)
+                    if val is not None:
+                        profile[col[len("throughput."):]] = val
+                elif col in ("accelerator_count", "vcpus", "memory_gb", "on_demand_per_hour", "spot_per_hour"):
+                    val = _parse_scalar(cell, col, rwhere)
+                    if val is not None:
+                        entry[col] = val
+                else:
+                    entry[col] = cell.strip()
+            entry["throughput"] = profile
+            out.append(_instance_from_mapping(entry, rwhere))
+        return cls(out)
+
+    def merge(self, other: "Catalog") -> "Catalog":
+        """A new catalog with ``other``'s entries added; ``other`` wins on equal keys."""
+        acc = {k: dict(v) for k, v in self._accelerators.items()}
+        for k, v in other._accelerators.items():
+            acc.setdefault(k, {}).update(v)
+        return Catalog(
+            {**self._instances, **other._instances}.values(),
+            {**self._functions, **other._functions}.values(),
+            {**self._storage, **other._storage}.values(),
+            acc,
+        )
+
+    def extend(self, path: str | Path) -> "Catalog":
+        """``self.merge(Catalog.from_file(path))``: add or override entries from a user file."""
+        return self.merge(Catalog.from_file(path))
+
+    # ------------------------------------------------------------------ lookup
+    def __len__(self) -> int:
+        return len(self._instances)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and any(it.name == name for it in self._instances.values())
+
+    def instances(self, cloud: str | None = None, accelerator: str | None = None, family: str | None = None) -> list[InstanceType]:
+        """All instance types (sorted by cloud, name, region), optionally filtered.
+
+        ``family`` keeps only types for which :meth:`throughput` knows that family.
+        """
+        out = []
+        for it in sorted(self._instances.values(), key=lambda x: x.key):
+            if cloud is not None and it.cloud != cloud.lower():
+                continue
+            if accelerator is not None and it.accelerator.lower() != accelerator.lower():
+                continue
+            if family is not None and self._throughput_or_none(it, family) is None:
+                continue
+            out.append(it)
+        return out
+
+    def names(self) -> list[str]:
+        return sorted({it.name for it in self._instances.values()})
+
+    def instance(self, name: str, cloud: str | None = None, region: str | None = None) -> InstanceType:
+        """Look up an instance type by name (exact, then case-insensitive).
+
+        With ``cloud`` only that cloud's entries are considered.  With ``region`` an entry for
+        that region is preferred over a region-agnostic one (``region == ""``); an entry for
+        another region never matches.  An unknown name raises :class:`InputError` listing close
+        matches; a name present in several clouds without ``cloud`` raises one listing them.
+        """
+        cands = [it for it in self._instances.values() if it.name == name]
+        if not cands:
+            cands = [it for it in self._instances.values() if it.name.lower() == str(name).lower()]
+        if cloud is not None:
+            cands = [it for it in cands if it.cloud == cloud.lower()]
+        if region is not None and region != "":
+            exact = [it for it in cands if it.region == region]
+            cands = exact or [it for it in cands if it.region == ""]
+        elif len({it.region for it in cands}) > 1:
+            anyregion = [it for it in cands if it.region == ""]
+            cands = anyregion or cands
+        scope = " ".join(s for s in (f"in cloud {cloud!r}" if cloud else "", f"region {region!r}" if region else "") if s)
+        if not cands:
+            pool = sorted({it.name for it in self._instances.values() if cloud is None or it.cloud == cloud.lower()})
+            close = difflib.get_close_matches(str(name), pool, n=5, cutoff=0.5)
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise InputError(
+                f"unknown instance type {name!r}" + (f" {scope}" if scope else ""),
+                f"{hint}list known types with `spotwise traces catalog` / Catalog.names(), or {_ADD_ENTRY_HINT}",
+                "catalog",
+            )
+        if len(cands) > 1:
+            labels = sorted(it.label for it in cands)
+            raise InputError(
+                f"instance type {name!r} is ambiguous: {', '.join(labels)}",
+                "pass cloud= (and region=) to pick one",
+                "catalog",
+            )
+        return cands[0]
+
+    def function(self, name: str) -> FunctionPricing:
+        """Serverless pricing by name (e.g. ``ibm-functions``)."""
+        if name in self._functions:
+            return self._functions[name]
+        close = difflib.get_close_matches(name, list(self._functions), n=5, cutoff=0.4)
+        raise InputError(
+            f"unknown function pricing {name!r}",
+            (f"did you mean {', '.join(close)}? " if close else "") + f"known: {sorted(self._functions)}; add one under 'functions:' in a user catalog",
+            "catalog",
+        )
+
+    def functions(self) -> list[FunctionPricing]:
+        return [self._functions[k] for k in sorted(self._functions)]
+
+    def storage(self, name: str) -> StoragePricing:
+        """Object-store pricing by name (e.g. ``aws-s3-standard``)."""
+        if name in self._storage:
+            return self._storage[name]
+        close = difflib.get_close_matches(name, list(self._storage), n=5, cutoff=0.4)
+        raise InputError(
+            f"unknown storage pricing {name!r}",
+            (f"did you mean {', '.join(close)}? " if close else "") + f"known: {sorted(self._storage)}; add one under 'storage:' in a user catalog",
+            "catalog",
+        )
+
+    def storages(self) -> list[StoragePricing]:
+        return [self._storage[k] for k in sorted(self._storage)]
+
+    def accelerator_profile(self, accelerator: str) -> dict[str, float]:
+        """Per-device relative throughputs of an accelerator (``{}`` if unknown)."""
+        for k, v in self._accelerators.items():
+            if k.lower() == accelerator.lower():
+                return dict(v)
+        return {}
+
+    def families(self) -> list[str]:
+        """Every model family some entry has a throughput for."""
+        fams: set[str] = set()
+        for it in self._instances.values():
+            fams.update(it.throughput)
+        for prof in self._accelerators.values():
+            fams.update(prof)
+        return sorted(fams)
+
+    def _throughput_or_none(self, it: InstanceType, family: str) -> float | None:
+        fam = family.lower()
+        if fam in it.throughput:
+            return it.throughput[fam]
+        if it.accelerator:
+            prof = self.accelerator_profile(it.accelerator)
+            if fam in prof:
+                return prof[fam] * it.accelerator_count
+        return None
+
+    def throughput(self, instance: str | InstanceType, family: str, cloud: str | None = None, region: str | None = None) -> float:
+        """Relative throughput of ``instance`` on model ``family``.
+
+        The instance's own profile first; else the accelerator's per-device value from
+        ``papers/003_c06237e546a4f08e.txt`` Table 1 times ``accelerator_count`` (linear
+        scaling, an upper bound).  Unknown family -> :class:`InputError` naming the families
+        known for that instance.
+        """
+        it = instance if isinstance(instance, InstanceType) else self.instance(instance, cloud, region)
+        val = self._throughput_or_none(it, family)
+        if val is None:
+            known = sorted(set(it.throughput) | set(self.accelerator_profile(it.accelerator) if it.accelerator else {}))
+            raise InputError(
+                f"no throughput for model family {family!r} on {it.label}"
+                + (f" (known families: {', '.join(known)})" if known else " (it has no throughput profile)"),
+                "pick a listed family, or add 'throughput: {" + family + ": <relative speed>}' to this instance in a user catalog",
+                "catalog",
+            )
+        return val
+
+    def cost_normalised_throughput(self, instance: str | InstanceType, family: str, market: str = "on_demand") -> float:
+        """Throughput per $/h at the instance's fixed price (paper 003, Table 1 right half)."""
+        it = instance if isinstance(instance, InstanceType) else self.instance(instance)
+        price = it.price_per_hour(market)
+        if price == 0:
+            raise InputError(f"{it.label} has a zero {market} price", "give it a positive price", "catalog")
+        return self.throughput(it, family) / price
+
+    # ------------------------------------------------------------------ output
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instances": [it.to_dict() for it in self.instances()],
+            "functions": [f.to_dict() for f in self.functions()],
+            "storage": [s.to_dict() for s in self.storages()],
+            "accelerators": {k: dict(v) for k, v in sorted(self._accelerators.items())},
+        }
+
+    def __repr__(self) -> str:
+        return f"Catalog({len(self._instances)} instances, {len(self._functions)} functions, {len(self._storage)} storage)"
+
+
+# ---------------------------------------------------------------------------- parsing helpers
+def _as_list(value: object, key: str, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"{key} must be a list of entries", f"write {key}: as a YAML list ('- name: ...')", where)
+    return value
+
+
+def _instance_from_mapping(entry: object, where: str) -> InstanceType:
+    if not isinstance(entry, Mapping):
+        raise InputError(f"an instance entry must be a mapping, got {entry!r}", "write 'name: ..., cloud: ...' pairs", where)
+    missing = [c for c in REQUIRED_INSTANCE_COLUMNS if entry.get(c) in (None, "")]
+    if missing:
+        raise InputError(f"missing field(s) {missing}", f"every instance needs {list(REQUIRED_INSTANCE_COLUMNS)}", where)
+    allowed = set(INSTANCE_COLUMNS) | {"throughput"}
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise InputError(f"unknown field(s) {unknown}", f"valid fields are {sorted(allowed)}", where)
+    try:
+        return InstanceType(**{str(k): v for k, v in entry.items()})
+    except InputError as exc:
+        raise InputError(exc.what, exc.fix, f"{where} ({exc.where})" if exc.where else where) from None
+
+
+def _record_from_mapping(cls: type, entry: object, where: str) -> Any:
+    if not isinstance(entry, Mapping):
+        raise InputError(f"an entry must be a mapping, got {entry!r}", "write 'key: value' pairs", where)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(entry) - names)
+    if unknown:
+        raise InputError(f"unknown field(s) {unknown}", f"valid fields are {sorted(names)}", where)
+    try:
+        return cls(**{str(k): v for k, v in entry.items()})
+    except TypeError as exc:
+        raise InputError(f"incomplete entry ({exc})", f"give every required field of {cls.__name__}", where) from None
+    except InputError as exc:
+        raise InputError(exc.what, exc.fix, f"{where} ({exc.where})" if exc.where else where) from None
