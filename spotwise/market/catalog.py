@@ -488,7 +488,7 @@ class Catalog:
             hint = f"did you mean {', '.join(close)}? " if close else ""
             raise InputError(
                 f"unknown instance type {name!r}" + (f" {scope}" if scope else ""),
-                f"{hint}list known types with `spotwise traces catalog` / Catalog.names(), or {_ADD_ENTRY_HINT}",
+                f"{hint}list known types with Catalog.names(), or {_ADD_ENTRY_HINT}",
                 "catalog",
             )
         if len(cands) > 1:

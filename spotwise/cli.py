@@ -1,0 +1,206 @@
+"""The ``spotwise`` command line: ``demo | plan | run | simulate | report | traces``.
+
+Contracts (DESIGN.md): ``--json`` prints exactly one JSON object on stdout (logs go to stderr);
+bad input exits 2 with one message saying what is wrong and how to fix it, never a traceback;
+internal failures exit 1 (set ``SPOTWISE_DEBUG=1`` to see the traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar
+
+import typer
+from rich.console import Console
+
+from spotwise import __version__
+from spotwise.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+app = typer.Typer(
+    name="spotwise",
+    help="Train ML models cheaply on volatile cloud capacity: plan, run through revocations, evaluate on real price histories.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+traces_app = typer.Typer(help="Inspect price and availability traces.", no_args_is_help=True)
+app.add_typer(traces_app, name="traces")
+
+err_console = Console(stderr=True)
+
+
+class NotAvailableYet(InputError):
+    """A command whose implementation lands with a later issue (exit 2, says so plainly)."""
+
+
+def guarded(fn: F) -> F:
+    """Map spotwise errors to the exit-code contract: InputError -> 2, anything else -> 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except InputError as e:
+            err_console.print(f"[bold red]error:[/bold red] {e.message}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err_console.print("interrupted")
+            raise typer.Exit(130) from None
+        except Exception as e:  # internal failure: exit 1
+            if os.environ.get("SPOTWISE_DEBUG"):
+                traceback.print_exc()
+            err_console.print(
+                f"[bold red]internal error:[/bold red] {e.__class__.__name__}: {e} "
+                "(this is a bug in spotwise; rerun with SPOTWISE_DEBUG=1 for the traceback)",
+                highlight=False, soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(obj: Any) -> None:
+    """The one JSON object of a ``--json`` command, on stdout."""
+    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"spotwise {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """spotwise: plan, run and evaluate ML training on spot/preemptible capacity."""
+
+
+# ------------------------------------------------------------------------------------- traces
+@traces_app.command("show")
+@guarded
+def traces_show(
+    paths: list[Path] = typer.Argument(..., help="Trace files or folders: AWS DescribeSpotPriceHistory JSON, Azure price CSV, SkyPilot JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {series: [...]} on stdout."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the series over time into this PNG file."),
+) -> None:
+    """Statistics of every series in the given traces (one per zone x instance type for AWS)."""
+    from spotwise.market.traces import load_traces
+    from spotwise.report.traces_view import plot_series, render_table, series_row
+
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot prices.png", "--plot")
+    series = load_traces([str(p) for p in paths])
+    if not series:
+        raise InputError(
+            "no price or availability records in the given files (empty traces)",
+            "pass files that contain records; empty AWS dumps hold no prices", ", ".join(map(str, paths)),
+        )
+    rows = [series_row(s) for s in series]
+    if plot is not None:
+        out = plot_series(series, plot)
+        err_console.print(f"plot written to {out}")
+    if as_json:
+        print_json({"series": rows})
+    else:
+        Console().print(render_table(rows))
+
+
+# ------------------------------------------------------------------- commands of later issues
+def _check_spec(spec: Path) -> Any:
+    from spotwise.config import load_spec
+
+    return load_spec(spec)
+
+
+@app.command()
+@guarded
+def demo() -> None:
+    """Run examples/demo.yaml: an MLP on digits with 8 spot workers on a synthetic market."""
+    raise NotAvailableYet(
+        "`spotwise demo` is not available yet: it runs on the elastic training runtime (issue #3), which has not landed",
+        "use `spotwise traces show` meanwhile; see the README's status section",
+    )
+
+
+@app.command()
+@guarded
+def plan(
+    spec: Path = typer.Argument(..., help="Job spec (YAML)."),
+    trace: list[Path] = typer.Option([], "--trace", help="Price trace(s) to plan against."),
+    objective: str = typer.Option("cost", "--objective", help="cost or time."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+) -> None:
+    """Recommend instance type, workers, bids and iterations (the spec is validated now)."""
+    if objective not in ("cost", "time"):
+        raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
+    _check_spec(spec)
+    raise NotAvailableYet(
+        "`spotwise plan` is not available yet: the planner lands with issue #4 (the spec itself is valid)",
+        "see the README's status section",
+    )
+
+
+@app.command()
+@guarded
+def run(
+    spec: Optional[Path] = typer.Argument(None, help="Job spec (YAML)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Resume the run in this directory."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+) -> None:
+    """Train for real on the emulated provider (default) or a Ray cluster (the spec is validated now)."""
+    if spec is None and resume is None:
+        raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
+    if spec is not None:
+        _check_spec(spec)
+    raise NotAvailableYet(
+        "`spotwise run` is not available yet: the elastic training runtime lands with issue #3 (the spec itself is valid)",
+        "see the README's status section",
+    )
+
+
+@app.command()
+@guarded
+def simulate(
+    spec: Path = typer.Argument(..., help="Job spec (YAML)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+) -> None:
+    """Simulate a job on a market model in virtual time (the spec is validated now)."""
+    _check_spec(spec)
+    raise NotAvailableYet(
+        "`spotwise simulate` is not available yet: the discrete-event simulator has not landed (the spec itself is valid)",
+        "see the README's status section",
+    )
+
+
+@app.command()
+@guarded
+def report(run_dir: Path = typer.Argument(..., help="A run directory (with summary.json and events.jsonl).")) -> None:
+    """Tables and plots of a finished run."""
+    raise NotAvailableYet(
+        "`spotwise report` is not available yet: reports land with the runtime and simulator issues",
+        "read OUT/summary.json and OUT/events.jsonl directly meanwhile",
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    app(args=argv, prog_name="spotwise")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,115 @@
+"""What ``spotwise traces show`` prints: per-series statistics as rows, JSON and a plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from spotwise.market.series import StepSeries, iso8601
+
+
+def series_row(s: StepSeries) -> dict[str, Any]:
+    """The statistics of one series, in the ``--json`` schema of ``spotwise traces show``.
+
+    ``points`` is the number of change points held (raw ticks, for tick-based traces, are in
+    ``ticks`` when the loader recorded them).  ``min``/``max``/``mean`` are of the series' values:
+    $/h for prices (``mean`` time-weighted), instance counts for availability.
+    """
+    row: dict[str, Any] = {
+        "id": s.meta.id,
+        "kind": s.kind,
+        "cloud": s.meta.cloud,
+        "region": s.meta.region,
+        "instance": s.meta.instance,
+        "zone": s.meta.zone,
+        "points": len(s),
+        "start": iso8601(s.start),
+        "end": iso8601(s.end),
+        "duration_s": s.duration,
+        "min": s.min(),
+        "max": s.max(),
+        "mean": s.mean(),
+        "source": s.meta.source,
+    }
+    if "ticks" in s.meta.extra:
+        row["ticks"] = s.meta.extra["ticks"]
+    if s.kind == "price":
+        row["std"] = s.std()
+        row["median"] = float(s.quantile(0.5))
+    else:
+        row["fraction_available"] = s.fraction_available()
+        row["preemptions"] = int(s.preemption_times().size)
+        row["mean_time_between_preemptions_s"] = s.mean_time_between_preemptions()
+    return row
+
+
+def _fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.0f} s"
+
+
+def render_table(rows: list[dict[str, Any]]) -> Any:
+    """A rich Table of the rows (prices in $/h; availability as time fraction and MTBP)."""
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} series", show_lines=False)
+    for col, just in [("id", "left"), ("kind", "left"), ("instance", "left"), ("zone/region", "left"),
+                      ("points", "right"), ("start", "left"), ("end", "left"), ("min", "right"),
+                      ("max", "right"), ("mean", "right"), ("avail.", "right"), ("MTBP", "right")]:
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        price = r["kind"] == "price"
+        unit = (lambda v: f"${v:.4f}") if price else (lambda v: f"{v:g}")
+        table.add_row(
+            r["id"], r["kind"], r["instance"], r["zone"] or r["region"], str(r["points"]), r["start"], r["end"],
+            unit(r["min"]), unit(r["max"]), unit(r["mean"]),
+            "-" if price else f"{100 * r['fraction_available']:.1f}%",
+            "-" if price else _fmt_duration(r["mean_time_between_preemptions_s"]),
+        )
+    return table
+
+
+def plot_series(series: list[StepSeries], path: str | Path, max_series: int = 40) -> Path:
+    """Draw price series (top) and availability series (bottom) over time as step plots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    prices = [s for s in series if s.kind == "price"][:max_series]
+    avail = [s for s in series if s.kind == "availability"][:max_series]
+    panels = [(p, "price ($/h)") for p in [prices] if p] + [(a, "available instances") for a in [avail] if a]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    real_time = all(s.start > 1e8 for s in series)  # epoch seconds vs synthetic offsets
+    for ax, (group, label) in zip(axes[:, 0], panels):
+        for s in group:
+            t = np.append(s.times, s.end)
+            v = np.append(s.values, s.values[-1])
+            x = np.array(t, dtype="datetime64[s]") if real_time else (t - t[0]) / 3600.0
+            ax.step(x, v, where="post", linewidth=0.9, label=s.meta.id)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        if real_time:
+            ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+            fig.autofmt_xdate()
+        else:
+            ax.set_xlabel("hours since start")
+        if len(group) <= 12:
+            ax.legend(fontsize=7, loc="best")
+        else:
+            ax.set_title(f"{len(group)} series (legend omitted)", fontsize=9)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
