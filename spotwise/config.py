@@ -294,6 +294,9 @@ class JobSpec:
                 "set cluster.bids (a $/h bid for all workers, or one per worker), or let `spotwise plan` choose them",
                 "cluster.bids",
             )
+        from spotwise.policies.registry import make_policies
+
+        make_policies(self.policies)  # unknown names / bad params fail at load time
         if self.cluster.max_workers is None and any(p.name == "exp-growth" for p in self.policies):
             raise InputError("exp-growth needs a cap", "set cluster.max_workers (paper 000 Remark 3 caps the growth)", "cluster.max_workers")
 

@@ -143,7 +143,7 @@ class InstanceType:
     memory_gb: float | None = None
     on_demand_per_hour: float | None = None
     spot_per_hour: float | None = None
-    throughput: Mapping[str, float] = field(default_factory=dict)
+    throughput: Mapping[str, float] = field(default_factory=dict, hash=False)
     source: str = ""
     notes: str = ""
 
