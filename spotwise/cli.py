@@ -119,9 +119,13 @@ def traces_show(
 
 # ------------------------------------------------------------------- commands of later issues
 def _check_spec(spec: Path) -> Any:
+    """Load the spec and build its market: catches bad fields, unknown instance types and bad traces."""
     from spotwise.config import load_spec
+    from spotwise.market.world import build_market
 
-    return load_spec(spec)
+    job = load_spec(spec)
+    build_market(job)
+    return job
 
 
 @app.command()

@@ -337,7 +337,7 @@ _csv_cell = st.one_of(st.sampled_from(["$0.24552", "", "2/24/2020", "-1", "nan",
                       st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=10))
 _csv_text = st.lists(st.lists(_csv_cell, min_size=1, max_size=4).map(",".join), max_size=8).map("\n".join)
 
-_FUZZ = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
 def _must_load_or_input_error(fn, path: Path) -> None:

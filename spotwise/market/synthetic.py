@@ -338,15 +338,7 @@ class MarkovRegimeModel:
             labels = np.searchsorted(edges, v, side="left")
             labels = _relabel(labels)
         elif method == "kmeans":
-            centres = np.unique(_weighted_quantile(v, w, (np.arange(k) + 0.5) / k))
-            if centres.size < k:
-                centres = np.quantile(distinct, (np.arange(k) + 0.5) / k)
-            for _ in range(max_iter):
-                labels = np.argmin(np.abs(v[:, None] - centres[None, :]), axis=1)
-                new = np.array([np.average(v[labels == j], weights=w[labels == j] + 1e-300) if np.any(labels == j) else centres[j] for j in range(centres.size)])
-                if np.allclose(new, centres):
-                    break
-                centres = new
+            centres = _kmeans_1d(v, w, k, max_iter)
             labels = np.argmin(np.abs(v[:, None] - centres[None, :]), axis=1)
             labels = _relabel(labels, order=np.argsort(centres))
         else:
@@ -396,6 +388,40 @@ class MarkovRegimeModel:
         return cls(levels=levels, holding_s=holding, transition=trans, jitter=jitter, availability=avail, capacity=cap,
                    jitter_interval_s=jitter_interval,
                    extra={"fitted_to": series.meta.id, "method": method, "visits": int(starts.size), "exits": exits.astype(int).tolist()})
+
+
+def _kmeans_1d(v: np.ndarray, w: np.ndarray, k: int, max_iter: int) -> np.ndarray:
+    """Weighted 1-D k-means: Lloyd's algorithm from several deterministic starts, best SSE wins.
+
+    Starts: weighted quantiles (good for balanced regimes), evenly spaced levels between min and
+    max (good when one regime dominates the time), quantiles of the distinct values.
+    """
+    distinct = np.unique(v)
+    starts = [
+        _weighted_quantile(v, w, (np.arange(k) + 0.5) / k),
+        np.linspace(v.min(), v.max(), 2 * k + 1)[1::2],
+        np.quantile(distinct, (np.arange(k) + 0.5) / k),
+    ]
+    best, best_sse = None, math.inf
+    for c in starts:
+        c = np.asarray(c, dtype=float)
+        for _ in range(max_iter):
+            lab = np.argmin(np.abs(v[:, None] - c[None, :]), axis=1)
+            new = c.copy()
+            for j in range(c.size):
+                m = lab == j
+                if np.any(m) and w[m].sum() > 0:
+                    new[j] = np.average(v[m], weights=w[m])
+            if np.allclose(new, c, rtol=0, atol=1e-12):
+                break
+            c = new
+        lab = np.argmin(np.abs(v[:, None] - c[None, :]), axis=1)
+        sse = float(np.sum(w * (v - c[lab]) ** 2))
+        if np.unique(lab).size == k and sse < best_sse - 1e-15:
+            best, best_sse = c, sse
+    if best is None:  # every start collapsed a cluster: fall back to distinct-value quantiles
+        best = np.asarray(starts[2], dtype=float)
+    return best
 
 
 def _weighted_quantile(v: np.ndarray, w: np.ndarray, q: np.ndarray) -> np.ndarray:

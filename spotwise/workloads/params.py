@@ -1,0 +1,116 @@
+"""Flat parameter / gradient vectors, the unit the runtime all-reduces and averages.
+
+Order and layout: ``model.parameters()`` order, each tensor flattened row-major, concatenated into
+one float32 vector (``numel = sum(p.numel())``).  This order is deterministic for a given model
+class, so vectors from different workers line up.
+
+Sparse gradients (``nn.Embedding(sparse=True)`` / ``nn.EmbeddingBag(sparse=True)``) are
+``torch.sparse_coo`` tensors possibly holding duplicate indices; :func:`flat_grad` coalesces and
+densifies them (duplicates summed), so the flat vector is always the exact dense gradient.  For a
+cheaper exchange, :func:`sparse_grad_parts` returns ``(param_index, rows, values)`` without
+densifying, and :func:`apply_sparse_sgd` applies such parts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _params(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    return list(model.parameters())
+
+
+def num_params(model: torch.nn.Module) -> int:
+    """Length of the flat vectors for ``model``."""
+    return sum(p.numel() for p in _params(model))
+
+
+def flat_params(model: torch.nn.Module) -> torch.Tensor:
+    """A detached copy of all parameters as one flat float32 vector."""
+    ps = _params(model)
+    if not ps:
+        return torch.zeros(0)
+    return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in ps])
+
+
+def set_flat_params(model: torch.nn.Module, vec: torch.Tensor) -> None:
+    """Overwrite every parameter from a flat vector made by :func:`flat_params` (in place).
+
+    Raises :class:`ValueError` if the length does not match :func:`num_params`.
+    """
+    vec = torch.as_tensor(vec).reshape(-1)
+    n = num_params(model)
+    if vec.numel() != n:
+        raise ValueError(f"flat vector has {vec.numel()} elements, the model has {n} parameters")
+    off = 0
+    with torch.no_grad():
+        for p in _params(model):
+            k = p.numel()
+            p.copy_(vec[off : off + k].view_as(p).to(p.dtype))
+            off += k
+
+
+def _dense_grad(p: torch.nn.Parameter) -> torch.Tensor:
+    g = p.grad
+    if g is None:
+        return torch.zeros(p.numel(), dtype=torch.float32)
+    if g.is_sparse:
+        g = g.coalesce().to_dense()
+    return g.reshape(-1).to(torch.float32)
+
+
+def flat_grad(model: torch.nn.Module) -> torch.Tensor:
+    """All gradients as one dense flat float32 vector; a missing grad (``None``) counts as zero.
+
+    Sparse gradients are coalesced and densified, so the result equals the dense gradient.
+    """
+    ps = _params(model)
+    if not ps:
+        return torch.zeros(0)
+    return torch.cat([_dense_grad(p) for p in ps])
+
+
+def zero_grad(model: torch.nn.Module) -> None:
+    """Drop all gradients (``set_to_none``), which also resets sparse gradients cleanly."""
+    for p in _params(model):
+        p.grad = None
+
+
+def apply_flat_grad(model: torch.nn.Module, grad: torch.Tensor, lr: float) -> None:
+    """Plain SGD with an aggregated flat gradient: ``theta <- theta - lr * grad`` (in place).
+
+    ``grad`` has the layout of :func:`flat_grad` (typically the average over workers).
+    """
+    grad = torch.as_tensor(grad).reshape(-1)
+    n = num_params(model)
+    if grad.numel() != n:
+        raise ValueError(f"flat gradient has {grad.numel()} elements, the model has {n} parameters")
+    off = 0
+    with torch.no_grad():
+        for p in _params(model):
+            k = p.numel()
+            p.add_(grad[off : off + k].view_as(p).to(p.dtype), alpha=-float(lr))
+            off += k
+
+
+def sparse_grad_parts(model: torch.nn.Module) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+    """The sparse gradients as ``(param_index, rows, values)`` with ``rows`` unique and sorted.
+
+    ``param_index`` indexes ``list(model.parameters())``; ``values[i]`` is the gradient of row
+    ``rows[i]`` of that (2-D) parameter.  Dense gradients are not included.
+    """
+    parts = []
+    for i, p in enumerate(_params(model)):
+        g = p.grad
+        if g is not None and g.is_sparse:
+            g = g.coalesce()
+            parts.append((i, g.indices()[0].clone(), g.values().clone()))
+    return parts
+
+
+def apply_sparse_sgd(model: torch.nn.Module, parts: list[tuple[int, torch.Tensor, torch.Tensor]], lr: float) -> None:
+    """Apply ``theta[rows] -= lr * values`` for each part from :func:`sparse_grad_parts` (rows may repeat across parts)."""
+    ps = _params(model)
+    with torch.no_grad():
+        for i, rows, values in parts:
+            ps[i].index_add_(0, rows, values.to(ps[i].dtype), alpha=-float(lr))
