@@ -69,7 +69,7 @@ INSTANCE_COLUMNS: tuple[str, ...] = (
 REQUIRED_INSTANCE_COLUMNS: tuple[str, ...] = ("name", "cloud")
 
 _ADD_ENTRY_HINT = (
-    "add a custom entry with Catalog.extend('my_catalog.yaml') (or --catalog FILE), e.g. "
+    "add your own in a YAML file listed under market.catalog in the spec (Catalog.extend in Python), e.g. "
     "'instances: [{name: my.type, cloud: aws, vcpus: 4, on_demand_per_hour: 0.2}]'"
 )
 
@@ -488,7 +488,7 @@ class Catalog:
             hint = f"did you mean {', '.join(close)}? " if close else ""
             raise InputError(
                 f"unknown instance type {name!r}" + (f" {scope}" if scope else ""),
-                f"{hint}list known types with Catalog.names(), or {_ADD_ENTRY_HINT}",
+                f"{hint}or {_ADD_ENTRY_HINT}",
                 "catalog",
             )
         if len(cands) > 1:
