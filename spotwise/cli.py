@@ -114,7 +114,8 @@ def traces_show(
     if as_json:
         print_json({"series": rows})
     else:
-        Console().print(render_table(rows))
+        # wide enough for ISO timestamps when piped; a terminal folds cells instead of cutting them
+        Console(width=None if sys.stdout.isatty() else 220).print(render_table(rows))
 
 
 # ------------------------------------------------------------------- commands of later issues

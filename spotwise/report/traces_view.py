@@ -63,10 +63,10 @@ def render_table(rows: list[dict[str, Any]]) -> Any:
     for col, just in [("id", "left"), ("kind", "left"), ("instance", "left"), ("zone/region", "left"),
                       ("points", "right"), ("start", "left"), ("end", "left"), ("min", "right"),
                       ("max", "right"), ("mean", "right"), ("avail.", "right"), ("MTBP", "right")]:
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+        table.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for r in rows:
         price = r["kind"] == "price"
-        unit = (lambda v: f"${v:.4f}") if price else (lambda v: f"{v:g}")
+        unit = (lambda v: f"${v:.4f}") if price else (lambda v: f"{v:.3g}")
         table.add_row(
             r["id"], r["kind"], r["instance"], r["zone"] or r["region"], str(r["points"]), r["start"], r["end"],
             unit(r["min"]), unit(r["max"]), unit(r["mean"]),
@@ -88,7 +88,7 @@ def plot_series(series: list[StepSeries], path: str | Path, max_series: int = 40
     prices = [s for s in series if s.kind == "price"][:max_series]
     avail = [s for s in series if s.kind == "availability"][:max_series]
     panels = [(p, "price ($/h)") for p in [prices] if p] + [(a, "available instances") for a in [avail] if a]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 3.6 * len(panels)), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 3.8 * len(panels)), squeeze=False)
     real_time = all(s.start > 1e8 for s in series)  # epoch seconds vs synthetic offsets
     for ax, (group, label) in zip(axes[:, 0], panels):
         for s in group:
@@ -100,13 +100,12 @@ def plot_series(series: list[StepSeries], path: str | Path, max_series: int = 40
         ax.grid(alpha=0.3)
         if real_time:
             ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
-            fig.autofmt_xdate()
+            ax.tick_params(axis="x", labelrotation=30)
         else:
             ax.set_xlabel("hours since start")
-        if len(group) <= 12:
-            ax.legend(fontsize=7, loc="best")
-        else:
-            ax.set_title(f"{len(group)} series (legend omitted)", fontsize=9)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 if len(group) <= 20 else 2,
+                  frameon=False)
+        ax.set_title(f"{len(group)} {label.split(' (')[0]} series", fontsize=9)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

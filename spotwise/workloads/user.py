@@ -1,0 +1,215 @@
+"""User workloads named ``package.module:function`` in ``workload.name``.
+
+The function is imported in every worker and called as ``function(**spec.params)``, plus
+``seed=<seed>`` when it has a ``seed`` parameter (or ``**kwargs``) and ``params`` does not set
+one.  The call runs under ``torch.manual_seed(seed)`` in a forked RNG, so a model built inside it
+is initialised reproducibly.  It may return:
+
+* a :class:`~spotwise.workloads.base.Workload` -- used as is; or
+* a tuple ``(model_or_factory, loss_fn, dataset[, test_dataset])``:
+
+  - ``model_or_factory``: an ``nn.Module`` (each ``build_model()`` returns a deep copy of it, so
+    all workers start from its weights) or a zero-argument callable returning one (called under
+    ``torch.manual_seed(seed)``);
+  - ``loss_fn``: a torch criterion -- an ``nn.Module`` such as ``nn.CrossEntropyLoss()`` or a
+    ``torch.nn.functional`` function -- is called as ``loss_fn(model(*batch[:-1]), batch[-1])``;
+    any other callable as ``loss_fn(model, batch)``.  It must return the batch *mean* loss;
+  - ``dataset`` / ``test_dataset``: an :class:`~spotwise.workloads.base.IndexedDataset`, a
+    ``torch.utils.data.TensorDataset``, or any map-style dataset (``__len__`` and
+    ``__getitem__`` returning a tensor or a tuple of tensors; batches are made with
+    ``default_collate``).
+
+``evaluate`` reports the mean ``loss`` and, when the model maps a batch to ``N x C`` scores and
+the last tensor holds integer class labels, ``accuracy`` (then ``metric_name == "accuracy"``,
+else ``"loss"``).  ``sparse_grads`` is True when the model has sparse ``Embedding`` /
+``EmbeddingBag`` modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import inspect
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from spotwise.errors import InputError
+from spotwise.workloads.base import (
+    Batch,
+    IndexedDataset,
+    TensorIndexedDataset,
+    Workload,
+    as_index_array,
+    evaluate_in_chunks,
+    seeded_factory,
+)
+
+FIX_IMPORT = (
+    "make the module importable on every worker: install its package in this environment, or add "
+    "the folder that contains it to PYTHONPATH (export PYTHONPATH=/path/to/dir:$PYTHONPATH)"
+)
+
+
+class MapDatasetAdapter:
+    """:class:`IndexedDataset` over a map-style torch dataset (``ds[i]`` per index, collated)."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def batch(self, indices: np.ndarray) -> Batch:
+        from torch.utils.data import default_collate
+
+        idx = as_index_array(indices, len(self))
+        out = default_collate([self.ds[int(i)] for i in idx])
+        if isinstance(out, torch.Tensor):
+            return (out,)
+        return tuple(out)
+
+
+def as_indexed(ds: Any, where: str) -> IndexedDataset:
+    """Adapt a user dataset to :class:`IndexedDataset` (see the module docstring)."""
+    if callable(getattr(ds, "batch", None)) and hasattr(ds, "__len__"):
+        return ds
+    if isinstance(ds, torch.utils.data.TensorDataset):
+        return TensorIndexedDataset(*ds.tensors)
+    if hasattr(ds, "__getitem__") and hasattr(ds, "__len__"):
+        return MapDatasetAdapter(ds)
+    raise InputError(
+        f"the workload function returned a {type(ds).__name__} as {where}, which is not a dataset",
+        "return a torch Dataset/TensorDataset or an object with __len__ and batch(indices)",
+        "workload.name",
+    )
+
+
+def _is_criterion(fn: Any) -> bool:
+    return isinstance(fn, nn.Module) or getattr(fn, "__module__", "") in ("torch.nn.functional", "torch._C._nn")
+
+
+def _adapt_loss(fn: Callable[..., torch.Tensor]) -> Callable[[nn.Module, Batch], torch.Tensor]:
+    if _is_criterion(fn):
+
+        def criterion_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+            return fn(model(*batch[:-1]), batch[-1])
+
+        return criterion_loss
+    return fn
+
+
+def _wants_seed(fn: Callable[..., Any], params: dict[str, Any]) -> bool:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    if "seed" in params:
+        return False
+    return "seed" in sig.parameters or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+
+
+def make_user_workload(spec: Any, seed: int) -> Workload:
+    """Import and call ``spec.name`` = ``module:function`` and adapt its result to a :class:`Workload`."""
+    mod_name, _, fn_name = spec.name.partition(":")
+    try:
+        module = importlib.import_module(mod_name)
+    except Exception as e:  # noqa: BLE001 - any failure while importing user code is the user's to fix
+        raise InputError(f"cannot import module {mod_name!r}: {type(e).__name__}: {e}", FIX_IMPORT, "workload.name") from None
+    fn = getattr(module, fn_name, None)
+    if fn is None or not callable(fn):
+        raise InputError(
+            f"module {mod_name!r} has no function {fn_name!r}",
+            f"define {fn_name}(**params) in {getattr(module, '__file__', mod_name)} or fix workload.name",
+            "workload.name",
+        )
+    params = dict(spec.params or {})
+    if _wants_seed(fn, params):
+        params["seed"] = seed
+    try:
+        inspect.signature(fn).bind(**params)
+    except TypeError as e:
+        raise InputError(f"{spec.name} does not accept these parameters: {e}", "fix workload.params to match the function's arguments", "workload.params") from None
+    except ValueError:
+        pass  # no signature available (builtin); just call it
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        result = fn(**params)
+    if isinstance(result, Workload):
+        return result
+    if not isinstance(result, (tuple, list)) or len(result) not in (3, 4):
+        raise InputError(
+            f"{spec.name} returned {type(result).__name__}, expected a Workload or a tuple (model_or_factory, loss_fn, dataset[, test_dataset])",
+            "return one of those",
+            "workload.name",
+        )
+    model_or_factory, loss_fn, train = result[:3]
+    test = result[3] if len(result) == 4 else None
+    if isinstance(model_or_factory, nn.Module):
+        snapshot = copy.deepcopy(model_or_factory)
+
+        def build_model() -> nn.Module:
+            return copy.deepcopy(snapshot)
+
+    elif callable(model_or_factory):
+        build_model = seeded_factory(model_or_factory, seed)
+    else:
+        raise InputError(f"{spec.name} returned {type(model_or_factory).__name__} as the model", "return an nn.Module or a function that builds one", "workload.name")
+    if not callable(loss_fn):
+        raise InputError(f"{spec.name} returned a non-callable loss ({type(loss_fn).__name__})", "return a loss function or torch criterion", "workload.name")
+    train_ds = as_indexed(train, "the training dataset")
+    test_ds = as_indexed(test, "the test dataset") if test is not None else None
+    if len(train_ds) == 0:
+        raise InputError(f"{spec.name} returned an empty training dataset", "return a dataset with samples", "workload.name")
+    loss = _adapt_loss(loss_fn)
+    probe_model = build_model()
+    if not isinstance(probe_model, nn.Module):
+        raise InputError(f"the model factory of {spec.name} returned {type(probe_model).__name__}", "make it return an nn.Module", "workload.name")
+    classification = _looks_like_classification(probe_model, train_ds)
+    sparse = any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse for m in probe_model.modules())
+    return Workload(
+        name=spec.name,
+        family=spec.family,
+        build_model=build_model,
+        loss=loss,
+        train=train_ds,
+        test=test_ds,
+        metric_name="accuracy" if classification else "loss",
+        evaluate=_make_evaluate(loss, classification),
+        sparse_grads=sparse,
+        info={"n_train": len(train_ds), "n_test": len(test_ds) if test_ds is not None else 0, "source": spec.name},
+    )
+
+
+def _looks_like_classification(model: nn.Module, ds: IndexedDataset) -> bool:
+    batch = ds.batch(np.arange(min(2, len(ds))))
+    if len(batch) < 2:
+        return False
+    target = batch[-1]
+    if target.dtype not in (torch.int64, torch.int32) or target.dim() != 1:
+        return False
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(*batch[:-1])
+    except Exception:  # noqa: BLE001 - a model that cannot take the inputs this way simply gets no accuracy
+        return False
+    finally:
+        model.train(was)
+    return isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == target.shape[0]
+
+
+def _make_evaluate(loss: Callable[[nn.Module, Batch], torch.Tensor], classification: bool):
+    def evaluate(model: nn.Module, dataset: IndexedDataset) -> dict[str, float]:
+        def per_batch(m: nn.Module, b: Batch) -> dict[str, float]:
+            res = {"loss": float(loss(m, b))}
+            if classification:
+                res["accuracy"] = float((m(*b[:-1]).argmax(dim=1) == b[-1]).float().mean())
+            return res
+
+        return evaluate_in_chunks(model, dataset, per_batch, chunk=1024)
+
+    return evaluate
