@@ -27,7 +27,6 @@ from spotwise.workloads.base import (
     Workload,
     classification_evaluate,
     classification_loss,
-    positive,
     read_params,
     seeded_factory,
     seeded_split,
