@@ -27,7 +27,7 @@ from spotwise.specload import Duration, build, to_plain
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async"]
 SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
-BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf")
+BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10")
 SyntheticKind = Literal["uniform", "gaussian", "markov", "constant"]
 RevocationKind = Literal["none", "bid", "bernoulli", "lifetime", "trace"]
 Billing = Literal["per-second", "per-hour"]
@@ -59,8 +59,12 @@ class WorkloadSpec:
     lr: float = 0.05
     dataset: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    step_time_s: Duration = 1.0
+    eval_every: int = 50
 
     def __post_init__(self) -> None:
+        _positive(self.step_time_s, "step_time_s", "give the virtual seconds one mini-batch takes on an instance of relative throughput 1, e.g. 1.0")
+        _positive(self.eval_every, "eval_every", "evaluate on held-out data every N >= 1 committed steps")
         if not self.name or (self.name not in BUILTIN_WORKLOADS and ":" not in self.name):
             raise InputError(
                 f"unknown workload {self.name!r}",
@@ -111,8 +115,15 @@ class ClusterSpec:
     coordinator_instance: str | None = None
     cloud: Cloud | None = None
     region: str | None = None
+    straggler: float = 0.3
+    sync_overhead_s: Duration = 0.05
+    standby: int | None = None
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.straggler <= 1.0:
+            raise InputError(f"must lie in [0, 1], got {self.straggler}", "0 = no straggler noise, 1 = purely exponential step times (paper 000 eq. 14)", "straggler")
+        _non_negative(self.sync_overhead_s, "sync_overhead_s", "the parameter server's update-and-push time, e.g. 0.05")
+        _non_negative(self.standby, "standby", "use 0 to start every joining worker on demand")
         if not self.instance_type:
             raise InputError("must not be empty", "name an instance type from the catalog, e.g. 'c5.xlarge'", "instance_type")
         _positive(self.workers, "workers", "provision at least one worker")

@@ -45,6 +45,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "restore": ("step",),
     "cost": ("total",),
     "idle": ("duration",),
+    "eval": ("step", "metric_name", "metric"),
     "end": ("status",),
 }
 #: Fields that must be numbers when present.
