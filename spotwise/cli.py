@@ -129,14 +129,64 @@ def _check_spec(spec: Path) -> Any:
     return job
 
 
+def _demo_spec_path() -> Path:
+    """examples/demo.yaml in a source checkout, else the copy packaged with spotwise."""
+    from importlib import resources
+
+    return Path(str(resources.files("spotwise") / "data" / "demo.yaml"))
+
+
+def _summary_table(summary: Any, out: Path) -> Any:
+    from rich.table import Table
+
+    ex = summary.extra
+    od = ex.get("on_demand") or {}
+    t = Table(title=f"{summary.spec['name']}: {summary.status}", show_header=True)
+    t.add_column("", style="bold")
+    t.add_column("spot (this run)", justify="right")
+    t.add_column("same job on on-demand", justify="right")
+    metric = summary.metric_name or "metric"
+    t.add_row("committed steps", str(summary.steps), str(summary.steps))
+    t.add_row(f"final {metric}", "-" if summary.final_metric is None else f"{summary.final_metric:.4f}", "(same model)")
+    t.add_row("final loss", "-" if summary.final_loss is None else f"{summary.final_loss:.4f}", "")
+    t.add_row("virtual time", f"{summary.virtual_s / 60:.1f} min", f"{od.get('time_s', 0) / 60:.1f} min" if od else "-")
+    t.add_row("cost", f"${summary.cost_usd:.4f}", f"${od.get('cost_usd', 0):.4f}" if od else "-")
+    if od and od.get("cost_usd"):
+        t.add_row("saving", f"{100 * (1 - summary.cost_usd / od['cost_usd']):.0f}%", "")
+    t.add_row("revocations / joins", f"{summary.revocations} / {summary.joins}", "0 / 0")
+    t.add_row("idle (no worker)", f"{ex.get('idle_s', 0) / 60:.1f} min", "0")
+    rec = ex.get("recovery_ms") or {}
+    if rec.get("median") is not None:
+        t.add_row("recovery (wall)", f"median {rec['median']:.0f} ms, p99 {rec['p99']:.0f} ms", "")
+    t.add_row("wall time", f"{summary.wall_s:.1f} s", "")
+    return t
+
+
+def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_address: str | None, overwrite: bool) -> None:
+    from spotwise.runtime.runner import run_job
+
+    summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json and sys.stderr.isatty() or not as_json,
+                      overwrite=overwrite)
+    if as_json:
+        print_json(summary.to_dict())
+        return
+    console = Console()
+    console.print(_summary_table(summary, out))
+    console.print(f"report: {out / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png); "
+                  f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
+
+
 @app.command()
 @guarded
-def demo() -> None:
-    """Run examples/demo.yaml: an MLP on digits with 8 spot workers on a synthetic market."""
-    raise NotAvailableYet(
-        "`spotwise demo` is not available yet: it runs on the elastic training runtime (issue #3), which has not landed",
-        "use `spotwise traces show` meanwhile; see the README's status section",
-    )
+def demo(
+    out: Path = typer.Option(Path("spotwise-demo"), "--out", help="Run directory to write (replaced if it exists)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
+) -> None:
+    """Run the demo: an MLP on digits with 8 spot workers on a synthetic market with revocations."""
+    from spotwise.config import load_spec
+
+    job = load_spec(_demo_spec_path())
+    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=None, overwrite=True)
 
 
 @app.command()
@@ -162,19 +212,23 @@ def plan(
 def run(
     spec: Optional[Path] = typer.Argument(None, help="Job spec (YAML)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Resume the run in this directory."),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="Resume the run in this directory from its last checkpoint."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run in --out."),
 ) -> None:
-    """Train for real on the emulated provider (default) or a Ray cluster (the spec is validated now)."""
-    if spec is None and resume is None:
+    """Train for real (PyTorch workers on Ray) on the emulated spot market; writes OUT/summary.json, events.jsonl, plots."""
+    if resume is not None:
+        if spec is not None:
+            raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
+        _run_and_report(None, resume, resume=True, as_json=as_json, ray_address=ray_address, overwrite=False)
+        return
+    if spec is None:
         raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
-    if spec is not None:
-        _check_spec(spec)
-    raise NotAvailableYet(
-        "`spotwise run` is not available yet: the elastic training runtime lands with issue #3 (the spec itself is valid)",
-        "see the README's status section",
-    )
+    if out is None:
+        raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
+    job = _check_spec(spec)
+    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite)
 
 
 @app.command()

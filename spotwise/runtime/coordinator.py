@@ -1,0 +1,717 @@
+"""The coordinator: the on-demand node that owns the model and commits steps atomically.
+
+It runs in the driver process (it stands for the on-demand parameter server of
+``papers/000_3c734f3ffedcac15.txt`` Sec. III and ``papers/002_a246f6afe29b4bfb.txt`` Sec. II) and
+drives volatile workers through a :class:`~spotwise.runtime.provider.Provider`.
+
+**Time.** On the emulated provider every worker mini-batch has a *virtual* duration
+``m * ((1 - s) + s * Exp(1))`` with ``m = step_time_s / throughput(instance, family)`` and ``s``
+the straggler coefficient (``s = 1`` is the exponential runtime model of paper 000 eq. 14); the
+commit adds ``Delta = sync_overhead_s``.  The numerics are real: each worker actor computes its
+gradient with PyTorch.  Market events (notices, revocations, capacity returning) are interleaved
+with task completions in virtual-time order, so the run is deterministic for a given seed however
+fast or slow the machine is.
+
+**Synchronisation** (paper 000 Sec. III; paper 002):
+
+* ``full`` -- each round hands every active worker one block; the step commits when all are done
+  (``R = max_k r_k + Delta``, eq. 14);
+* ``n-sync`` -- the step commits with the first ``N`` finished workers, the rest are cancelled and
+  their blocks go back to the sampler (``R = r_(N) + Delta``, eq. 15); with fewer than ``N`` active
+  workers, all of them;
+* ``n-batch`` -- workers never wait: each finished mini-batch is buffered and the worker starts
+  the next one at once with the newest parameters; the step commits when ``N`` mini-batches are
+  buffered (possibly several from one fast worker; gradients may be stale);
+* ``async`` -- the asynchronous parameter server: every finished mini-batch is applied at once
+  (``N = 1`` without barrier), with the staleness it has.
+
+**Atomic commit** (``papers/001_30a454edd897cf47.txt`` Sec. 3.2): the update is applied in one
+place, whole.  In the barrier modes a revocation of a worker whose gradient the step needs aborts
+the step: every partial result is discarded, the blocks go back to the sampler and the step is
+retried with the new membership.  Nothing is restarted: survivors keep going in place and a joiner
+is a new actor given the current parameters (Spotnik's in-place membership change).
+
+**Data.** :class:`~spotwise.runtime.sampler.EpochSampler` guarantees that within an epoch every
+sample contributes to exactly one committed step, whatever the revocations.
+
+**Checkpoints** every ``outputs.checkpoint_every`` steps and on every revocation notice; a killed
+coordinator resumes from the newest valid checkpoint (``spotwise run --resume OUT``), so a loss of
+everything loses at most the steps since that checkpoint.  A loss of every *worker* loses nothing:
+the parameters live here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from spotwise.config import JobSpec, spec_from_dict
+from spotwise.errors import InputError
+from spotwise.events import EventLog, RunSummary, write_summary
+from spotwise.market.billing import Ledger
+from spotwise.market.preemption import MarketEvent
+from spotwise.market.world import Market, build_market
+from spotwise.policies import Observation, Resize, SetLearningRate, SwitchSync, make_policies
+from spotwise.policies.base import Checkpoint as CheckpointDecision
+from spotwise.policies.base import Decision, Noop, Policy
+from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoint, save_checkpoint
+from spotwise.runtime.provider import EmulatedProvider, Provider
+from spotwise.runtime.sampler import Block, EpochSampler
+from spotwise.specload import to_plain
+from spotwise.workloads.params import flat_params, set_flat_params
+from spotwise.workloads.registry import make_workload
+
+log = logging.getLogger(__name__)
+
+SPEC_FILE = "spec.json"
+BARRIER_MODES = ("full", "n-sync")
+
+
+@dataclass
+class Task:
+    worker: int
+    block: Block
+    version: int
+    start: float
+    finish: float
+    ref: Any
+
+
+@dataclass
+class Contribution:
+    worker: int
+    block: Block
+    grad: np.ndarray
+    loss: float
+    n: int
+    staleness: int
+
+
+@dataclass
+class Counters:
+    revocations: int = 0
+    joins: int = 0
+    decisions: int = 0
+    notices: int = 0
+    aborted_steps: int = 0
+    idle_s: float = 0.0
+    checkpoints: int = 0
+    recoveries_ms: list[float] = field(default_factory=list)
+
+
+class WorkerLost(Exception):
+    """A worker actor died without the market saying so (node loss on a real cluster)."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__(f"worker {worker} died")
+        self.worker = worker
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Start (or connect to) Ray with the settings the project uses everywhere."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+    if address:
+        try:
+            ray.init(address=address, **kwargs)
+        except Exception as e:  # ConnectionError and Ray's own variants
+            raise InputError(f"cannot connect to the Ray cluster at {address!r} ({e.__class__.__name__})",
+                             "check the address (ray status on the head node prints it) and that the cluster is up",
+                             "--ray-address") from None
+        return
+    ray.init(num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
+
+
+class Coordinator:
+    """Runs one job to its target; see the module docstring for the semantics."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        out_dir: str | Path,
+        *,
+        market: Market | None = None,
+        provider: Provider | None = None,
+        resume: bool = False,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+        mode: str = "emulated",
+        stop_after_steps: int | None = None,
+    ) -> None:
+        self.spec = spec
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.mode = mode
+        self.progress = progress
+        self.stop_after_steps = stop_after_steps
+        self.market = market or build_market(spec)
+        cl = spec.cluster
+        self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
+        self.batch = spec.workload.batch_size
+        self.sync = cl.sync
+        self.sync_n = cl.sync_n
+        self.delta = float(cl.sync_overhead_s)
+        self.mean_step_s = self.market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
+        self.straggler = float(cl.straggler)
+        self.policies: list[Policy] = make_policies(spec.policies)
+        self.base_lr = float(spec.workload.lr)
+
+        # the coordinator's own copy of the workload: parameters, evaluation, dataset size
+        self.workload = make_workload(spec.workload, spec.seed)
+        self.model = self.workload.build_model()
+        self.params = flat_params(self.model).detach().numpy().astype(np.float32).copy()
+        worker_args = (to_plain(spec.workload), spec.seed, 1)
+        standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
+        self.provider = provider or EmulatedProvider(
+            self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, worker_args, standby=standby)
+
+        self.T = 0.0
+        self.step = 0
+        self.lr = self.base_lr
+        self.provisioned = cl.workers
+        self.sampler = EpochSampler(len(self.workload.train), spec.seed)
+        self.dur_rng = np.random.default_rng([spec.seed, 3])
+        self.members: dict[int, Any] = {}
+        self.tasks: dict[int, Task] = {}
+        self.buffer: list[Contribution] = []
+        self.waiting: set[int] = set()
+        self.counters = Counters()
+        self.ema_loss: float | None = None
+        self.last_loss: float | None = None
+        self.last_eval: dict[str, float] = {}
+        self.retries = 0
+        self.last_commit_T = 0.0
+        self.last_price_T = -1.0
+        self.last_ckpt_step = -1
+        self.kill_wall: float | None = None
+        self.carried_cost: dict[str, Any] = {"total": 0.0, "by_category": {}, "by_market": {}, "by_instance": {}}
+        self.status = "running"
+        self.wall0 = time.perf_counter()
+        self.ledger = Ledger(self.market.billing)
+        self.log: EventLog
+        if resume:
+            self._restore()
+        else:
+            self._fresh_start()
+
+    # ================================================================== setup
+    def _fresh_start(self) -> None:
+        (self.out / SPEC_FILE).write_text(json.dumps(self.spec.to_dict(), indent=2) + "\n")
+        self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
+                            meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
+                                  "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed})
+        self.ledger.start("coordinator", 0.0, self.market.coordinator, category="coordinator", market="on_demand")
+        self._emit_prices()
+        initial = sorted(w for w in self.provider.available_at_start() if w < self.provisioned)
+        actors = self.provider.warm_up(len(initial)) if isinstance(self.provider, EmulatedProvider) else \
+            [self.provider.acquire(w) for w in initial]
+        for w, actor in zip(initial, actors):
+            self._add_member(w, actor)
+
+    def _restore(self) -> None:
+        state, path = require_checkpoint(self.out)
+        self.step = int(state["step"])
+        self.params = state["params"].numpy().astype(np.float32).copy()
+        self.lr = float(state["lr"])
+        self.T = float(state["T"])
+        self.last_commit_T = self.T
+        self.sampler = EpochSampler.from_state(state["sampler"])
+        self.dur_rng.bit_generator.state = json.loads(state["dur_rng"])
+        self.provisioned = int(state["provisioned"])
+        self.sync = str(state["sync"])
+        self.sync_n = None if state["sync_n"] is None else int(state["sync_n"])
+        self.ema_loss = None if state["ema_loss"] is None else float(state["ema_loss"])
+        c = state["counters"]
+        self.counters = Counters(**{k: v for k, v in c.items() if k != "recoveries_ms"})
+        self.carried_cost = state["cost"]
+        self.last_ckpt_step = self.step
+        self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T, resume=True)
+        self.log.emit("restore", step=self.step, path=str(path))
+        if isinstance(self.provider, EmulatedProvider):
+            self.provider.fast_forward(self.T)
+            if self.provider.model.is_iteration_driven:
+                self.provider.set_available(set(state["available"]))
+                self.provider.set_rng_state(json.loads(state["iter_rng"]))
+        self.ledger.start("coordinator", self.T, self.market.coordinator, category="coordinator", market="on_demand")
+        self.last_price_T = self.T - 1e-9
+        self._emit_prices()
+        for w in sorted(w for w in self.provider.available_at_start() if w < self.provisioned):
+            self._add_member(w, self.provider.acquire(w))
+
+    # ================================================================== membership
+    def _add_member(self, w: int, actor: Any) -> None:
+        self.members[w] = actor
+        self.ledger.start(f"worker-{w}", self.T, self.market.prices, category="worker", market="spot")
+        self.counters.joins += 1
+        self.log.emit("join", worker=w, active=len(self.members))
+
+    def _drop_member(self, w: int, reason: str) -> None:
+        actor = self.members.pop(w, None)
+        if actor is None:
+            return
+        self.kill_wall = time.perf_counter()
+        task = self.tasks.pop(w, None)
+        if task is not None:
+            self.sampler.release(task.block)
+        self.waiting.discard(w)
+        try:
+            self.provider.kill(w, actor)
+        except Exception:  # already dead (node lost)
+            pass
+        self.ledger.stop(f"worker-{w}", self.T, reason="revoked" if reason in ("market", "node-lost") else "released")
+        if reason != "released":
+            self.counters.revocations += 1
+        self.log.emit("revoke", worker=w, reason=reason, active=len(self.members))
+
+    def _handle_market(self, ev: MarketEvent) -> None:
+        w = ev.worker
+        if ev.kind == "notice":
+            if w in self.members:
+                self.counters.notices += 1
+                self.log.emit("notice", worker=w, revoke_at=ev.t + self.market.revocation.notice_s)
+                if self.step > self.last_ckpt_step:
+                    self._checkpoint("notice")
+        elif ev.kind == "revoke":
+            if w in self.members:
+                self._drop_member(w, "market")
+        elif ev.kind == "available":
+            if w < self.provisioned and w not in self.members:
+                self._add_member(w, self.provider.acquire(w))
+
+    def _drain_market(self, until: float) -> None:
+        """Apply every scheduled market event up to ``until`` (advancing the clock to each)."""
+        while True:
+            t = self.provider.peek_time()
+            if t is None or t > until:
+                break
+            ev = self.provider.pop_event()
+            self.T = max(self.T, ev.t)
+            self._emit_prices()
+            self._handle_market(ev)
+
+    def _iteration_market(self) -> None:
+        mask = np.zeros(self.max_workers, dtype=bool)
+        mask[list(self.members)] = True
+        for ev in self.provider.iteration_events(self.T, mask):
+            self._handle_market(ev)
+
+    # ================================================================== time and money
+    def _draw(self) -> float:
+        s = self.straggler
+        return self.mean_step_s * ((1.0 - s) + s * float(self.dur_rng.exponential(1.0)))
+
+    def _emit_prices(self) -> None:
+        prices = self.market.prices
+        lo = self.last_price_T
+        if lo < 0:
+            self.log.emit("price", t=0.0, instance=self.market.instance.name, price=float(prices.value_at(0.0)))
+            lo = 0.0
+        for t in prices.change_points(lo, self.T + 1e-9):
+            self.log.emit("price", t=float(t), instance=self.market.instance.name, price=float(prices.value_at(t)))
+        self.last_price_T = self.T
+
+    def cost_so_far(self) -> float:
+        return float(self.carried_cost.get("total", 0.0)) + self.ledger.cost_until(self.T)
+
+    # ================================================================== the loop
+    def _done(self) -> bool:
+        tgt = self.spec.target
+        if tgt.iterations is not None and self.step >= tgt.iterations:
+            self.status = "completed"
+            return True
+        if tgt.loss is not None and self.ema_loss is not None and self.ema_loss <= tgt.loss:
+            self.status = "completed"
+            return True
+        if self.spec.budget_usd is not None and self.cost_so_far() >= self.spec.budget_usd:
+            self.status = "budget-exhausted"
+            return True
+        if self.T >= self.market.horizon_s:
+            self.status = "no-capacity"
+            return True
+        if self.stop_after_steps is not None and self.step >= self.stop_after_steps:
+            self.status = "stopped"
+            return True
+        return False
+
+    def run(self) -> RunSummary:
+        try:
+            while not self._done():
+                self._drain_market(self.T)
+                if not self.members:
+                    if not self._idle():
+                        self.status = "no-capacity"
+                        break
+                    continue
+                if self.sync in BARRIER_MODES:
+                    self._barrier_round()
+                else:
+                    self._continuous_tick()
+            return self._finish()
+        finally:
+            self._shutdown()
+
+    def _idle(self) -> bool:
+        """No active worker: let virtual time pass to the next capacity change (billed: coordinator)."""
+        t0 = self.T
+        model = getattr(self.provider, "model", None)
+        if model is not None and model.is_iteration_driven:
+            self.T += self.mean_step_s
+            self._iteration_market()
+        else:
+            t = self.provider.peek_time()
+            if t is None or t >= self.market.horizon_s:
+                return False
+            self._drain_market(t)
+        if self.T > t0:
+            self.counters.idle_s += self.T - t0
+            self.log.emit("idle", t=t0, duration=self.T - t0)
+        return True
+
+    # ------------------------------------------------------------------ barrier modes
+    def _barrier_round(self) -> None:
+        import ray
+
+        self._iteration_market()
+        if not self.members:
+            return
+        t0 = self.T
+        blocks: dict[int, Block] = {}
+        for w in sorted(self.members):
+            b = self.sampler.reserve(self.batch)
+            if b is None:
+                break
+            blocks[w] = b
+        params_ref = ray.put(self.params)
+        finish = {w: t0 + self._draw() for w in blocks}
+        refs = {w: self.members[w].compute.remote(params_ref, blocks[w].indices) for w in blocks}
+        order = sorted(blocks, key=lambda w: (finish[w], w))
+        need_n = len(order) if self.sync == "full" else min(int(self.sync_n or 1), len(order))
+        needed = order[:need_n]
+        t_commit = finish[needed[-1]]
+        # market events during the round, in virtual-time order
+        while True:
+            t = self.provider.peek_time()
+            if t is None or t > t_commit:
+                break
+            ev = self.provider.pop_event()
+            self.T = max(self.T, ev.t)
+            self._emit_prices()
+            if ev.kind == "revoke" and ev.worker in blocks and ev.worker in self.members:
+                if ev.worker in needed:
+                    self._handle_market(ev)
+                    self._abort_round(blocks, refs, reason=f"worker {ev.worker} revoked")
+                    return
+                # a straggler that n-sync would have cancelled anyway
+                self.sampler.release(blocks.pop(ev.worker))
+                refs.pop(ev.worker, None)
+            self._handle_market(ev)
+        try:
+            results = {w: self._get(w, refs[w]) for w in needed}
+        except WorkerLost as lost:
+            self._drop_member(lost.worker, "node-lost")
+            blocks.pop(lost.worker, None)
+            self._abort_round(blocks, refs, reason=f"worker {lost.worker} lost")
+            return
+        for w in blocks:
+            if w not in results:
+                self.sampler.release(blocks[w])  # cancelled stragglers (n-sync)
+        contribs = [Contribution(w, blocks[w], r[0], r[1], r[2], 0) for w, r in results.items()]
+        self.T = t_commit
+        self._commit(contribs)
+
+    def _abort_round(self, blocks: dict[int, Block], refs: dict[int, Any], reason: str) -> None:
+        for b in blocks.values():
+            try:
+                self.sampler.release(b)
+            except KeyError:
+                pass  # already released with its revoked worker
+        self.retries += 1
+        self.counters.aborted_steps += 1
+
+    def _get(self, w: int, ref: Any) -> tuple[np.ndarray, float, int, float]:
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        try:
+            return ray.get(ref)
+        except (ActorDiedError, RayActorError):
+            raise WorkerLost(w) from None
+
+    # ------------------------------------------------------------------ continuous modes
+    def _start_task(self, w: int) -> None:
+        import ray
+
+        b = self.sampler.reserve(self.batch)
+        if b is None:
+            self.waiting.add(w)
+            return
+        self.waiting.discard(w)
+        ref = self.members[w].compute.remote(self._params_ref(), b.indices)
+        self.tasks[w] = Task(w, b, self.step, self.T, self.T + self._draw(), ref)
+
+    def _params_ref(self) -> Any:
+        import ray
+
+        if getattr(self, "_pref_step", None) != self.step:
+            self._pref = ray.put(self.params)
+            self._pref_step = self.step
+        return self._pref
+
+    def _continuous_tick(self) -> None:
+        for w in sorted(self.members):
+            if w not in self.tasks:
+                self._start_task(w)
+        if not self.tasks:
+            return
+        nxt = min(self.tasks.values(), key=lambda k: (k.finish, k.worker))
+        t_mkt = self.provider.peek_time()
+        if t_mkt is not None and t_mkt <= nxt.finish:
+            self._drain_market(t_mkt)
+            return
+        del self.tasks[nxt.worker]
+        self.T = nxt.finish
+        try:
+            grad, loss, n, _ = self._get(nxt.worker, nxt.ref)
+        except WorkerLost:
+            self.tasks[nxt.worker] = nxt  # so that _drop_member releases its block
+            self._drop_member(nxt.worker, "node-lost")
+            return
+        self.buffer.append(Contribution(nxt.worker, nxt.block, grad, loss, n, self.step - nxt.version))
+        need = 1 if self.sync == "async" else int(self.sync_n or 1)
+        if len(self.buffer) >= need:
+            contribs, self.buffer = self.buffer, []
+            self._commit(contribs)
+            self._iteration_market()
+        if nxt.worker in self.members:
+            self._start_task(nxt.worker)
+        for w in list(self.waiting):
+            if w in self.members and w not in self.tasks:
+                self._start_task(w)
+
+    # ================================================================== commit
+    def _commit(self, contribs: list[Contribution]) -> None:
+        total = sum(c.n for c in contribs)
+        grad = np.zeros_like(self.params)
+        loss = 0.0
+        for c in contribs:
+            grad += (c.n / total) * c.grad
+            loss += (c.n / total) * c.loss
+            self.sampler.commit(c.block)
+        self.params -= np.float32(self.lr) * grad
+        self.step += 1
+        self.T += self.delta
+        duration = self.T - self.last_commit_T
+        self.last_commit_T = self.T
+        self.last_loss = loss
+        self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
+        recovery_ms = None
+        if self.kill_wall is not None:
+            recovery_ms = 1000.0 * (time.perf_counter() - self.kill_wall)
+            self.counters.recoveries_ms.append(recovery_ms)
+            self.kill_wall = None
+        self._emit_prices()
+        cost = self.cost_so_far()
+        self.log.emit("step", step=self.step, loss=loss, active=len(self.members), lr=self.lr, sync=self.sync,
+                      duration=duration, cost=cost, epoch=self.sampler.epoch, retries=self.retries,
+                      contributions=len(contribs), staleness=max(c.staleness for c in contribs),
+                      recovery_ms=recovery_ms)
+        self.retries = 0
+        if self.step % self.spec.workload.eval_every == 0:
+            self._evaluate()
+        self._apply_policies()
+        every = self.spec.outputs.checkpoint_every
+        if every and self.step % every == 0:
+            self._checkpoint("periodic")
+        if self.progress is not None:
+            self.progress(self.snapshot())
+
+    def _evaluate(self) -> dict[str, float]:
+        if self.workload.test is None:
+            return {}
+        set_flat_params(self.model, torch.from_numpy(self.params))
+        self.model.eval()
+        res = self.workload.evaluate(self.model, self.workload.test)
+        self.model.train()
+        self.last_eval = {k: float(v) for k, v in res.items()}
+        self.log.emit("eval", step=self.step, loss=self.last_eval.get("loss"), metric_name=self.workload.metric_name,
+                      metric=self.last_eval.get(self.workload.metric_name))
+        return self.last_eval
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"step": self.step, "target": self.spec.target.iterations, "loss": self.last_loss, "active": len(self.members),
+                "provisioned": self.provisioned, "t": self.T, "cost": self.cost_so_far(), "status": self.status}
+
+    # ================================================================== policies
+    def _observation(self) -> Observation:
+        return Observation(
+            step=self.step, t=self.T, active=len(self.members), provisioned=self.provisioned,
+            max_workers=self.max_workers, reference_workers=self.spec.cluster.workers, base_lr=self.base_lr, lr=self.lr,
+            sync=self.sync, sync_n=self.sync_n, loss=self.last_loss, price=self.market.spot_price(self.T),
+            cost_so_far=self.cost_so_far(), deadline_s=self.spec.deadline_s, budget_usd=self.spec.budget_usd,
+            target_iterations=self.spec.target.iterations,
+        )
+
+    def _apply_policies(self) -> None:
+        if not self.policies:
+            return
+        obs = self._observation()
+        for policy in self.policies:
+            for d in policy.decide(obs):
+                self._act(policy, d)
+
+    def _act(self, policy: Policy, d: Decision) -> None:
+        acted = True
+        if isinstance(d, SetLearningRate):
+            self.lr = d.lr
+        elif isinstance(d, Resize):
+            self._resize(min(d.workers, self.max_workers))
+        elif isinstance(d, SwitchSync):
+            self.sync, self.sync_n = d.sync, d.sync_n
+        elif isinstance(d, CheckpointDecision):
+            self._checkpoint("policy")
+        elif isinstance(d, Noop):
+            acted = False
+        else:
+            acted = False  # Rebid / Migrate need a provider that can re-place workers: logged, not acted on
+        self.counters.decisions += 1
+        self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=acted)
+
+    def _resize(self, n: int) -> None:
+        old = self.provisioned
+        self.provisioned = max(0, n)
+        for w in sorted(self.members):
+            if w >= self.provisioned:
+                self._drop_member(w, "released")
+        if self.provisioned > old:
+            avail = self.provider.available_at_start()
+            for w in range(old, self.provisioned):
+                if w in avail and w not in self.members:
+                    self._add_member(w, self.provider.acquire(w))
+
+    # ================================================================== checkpoints
+    def _checkpoint(self, why: str) -> None:
+        cost = self._cost_breakdown(final=False)
+        iter_driven = isinstance(self.provider, EmulatedProvider) and self.provider.model.is_iteration_driven
+        state = {
+            "format": 1, "step": self.step, "params": torch.from_numpy(self.params.copy()), "lr": self.lr, "T": self.T,
+            "sampler": self.sampler.state(), "dur_rng": json.dumps(self.dur_rng.bit_generator.state),
+            "iter_rng": json.dumps(self.provider.rng_state()) if iter_driven else "",  # type: ignore[attr-defined]
+            "available": sorted(self.provider.available_at_start()), "provisioned": self.provisioned,
+            "sync": self.sync, "sync_n": self.sync_n, "ema_loss": self.ema_loss,
+            "counters": {k: v for k, v in self.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
+        }
+        path = save_checkpoint(self.out, self.step, state)
+        self.last_ckpt_step = self.step
+        self.counters.checkpoints += 1
+        self.log.emit("checkpoint", step=self.step, path=str(path), why=why)
+
+    # ================================================================== the end
+    def _cost_breakdown(self, final: bool) -> dict[str, Any]:
+        bd = self.ledger.breakdown(self.T) if not final else self.ledger.breakdown()
+        out: dict[str, Any] = {"total": float(self.carried_cost.get("total", 0.0)) + sum(bd["by_category"].values())}
+        for key in ("by_category", "by_market", "by_instance"):
+            merged = dict(self.carried_cost.get(key, {}))
+            for k, v in bd.get(key, {}).items():
+                merged[k] = merged.get(k, 0.0) + float(v)
+            out[key] = merged
+        return out
+
+    def on_demand_estimate(self, samples: int = 20000) -> dict[str, float]:
+        """The same committed steps on on-demand workers that are never revoked (same runtime model)."""
+        rng = np.random.default_rng([self.spec.seed, 99])
+        n = self.spec.cluster.workers
+        s = self.straggler
+        draws = self.mean_step_s * ((1 - s) + s * rng.exponential(1.0, size=(samples, n)))
+        if self.sync == "full":
+            per = draws.max(axis=1).mean() + self.delta
+        elif self.sync == "n-sync":
+            per = np.sort(draws, axis=1)[:, min(int(self.sync_n or 1), n) - 1].mean() + self.delta
+        else:  # n-batch / async: N mini-batches arrive at rate n / E[r] (paper 000 Sec. III-C)
+            need = 1 if self.sync == "async" else int(self.sync_n or 1)
+            per = need * draws.mean() / n + self.delta
+        t = per * self.step
+        od = self.market.on_demand_price
+        coord = float(self.market.coordinator.on_demand_per_hour or 0.0)
+        return {"time_s": float(t), "cost_usd": float((n * od + coord) * t / 3600.0), "worker_price_per_hour": od}
+
+    def _finish(self) -> RunSummary:
+        for w in sorted(self.members):
+            self.ledger.stop(f"worker-{w}", self.T, reason="finished")
+        self.ledger.close(self.T)
+        final_eval = self._evaluate() if self.workload.test is not None else {}
+        cost = self._cost_breakdown(final=True)
+        self.log.emit("cost", total=cost["total"], breakdown=cost)
+        self.log.emit("end", status=self.status)
+        self.log.close()
+        if self.step > self.last_ckpt_step:
+            self._checkpoint_quiet()
+        rec = self.counters.recoveries_ms
+        extra: dict[str, Any] = {
+            "deadline_s": self.spec.deadline_s,
+            "deadline_met": None if self.spec.deadline_s is None else self.T <= self.spec.deadline_s,
+            "idle_s": self.counters.idle_s, "notices": self.counters.notices, "aborted_steps": self.counters.aborted_steps,
+            "checkpoints": self.counters.checkpoints, "epochs": self.sampler.epoch,
+            "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
+                            "p99": float(np.percentile(rec, 99)) if rec else None},
+            "on_demand": self.on_demand_estimate() if self.step else None,
+            "final_eval": final_eval, "instance": self.market.instance.name, "sync": self.sync, "lr": self.lr,
+        }
+        summary = RunSummary(
+            mode=self.mode, status=self.status, steps=self.step, final_loss=final_eval.get("loss", self.last_loss),
+            final_metric=final_eval.get(self.workload.metric_name), metric_name=self.workload.metric_name,
+            wall_s=time.perf_counter() - self.wall0, virtual_s=self.T, cost_usd=cost["total"], cost_breakdown=cost,
+            revocations=self.counters.revocations, joins=self.counters.joins, decisions=self.counters.decisions,
+            spec=self.spec.to_dict(), plan=None, extra=extra,
+        )
+        write_summary(self.out, summary)
+        return summary
+
+    def _checkpoint_quiet(self) -> None:
+        """A final checkpoint after the log is closed (so a resume of a finished run is a no-op)."""
+        state_log = self.log
+        self.log = _NullLog()  # type: ignore[assignment]
+        try:
+            self._checkpoint("final")
+        finally:
+            self.log = state_log
+
+    def _shutdown(self) -> None:
+        for w, actor in list(self.members.items()):
+            try:
+                self.provider.kill(w, actor)
+            except Exception:
+                pass
+        self.members.clear()
+        self.provider.shutdown()
+
+
+class _NullLog:
+    def emit(self, *a: Any, **k: Any) -> None:
+        return None
+
+
+def load_run_spec(out_dir: str | Path) -> JobSpec:
+    """The spec a run directory was started with (for ``--resume``)."""
+    path = Path(out_dir) / SPEC_FILE
+    if not path.exists():
+        raise InputError("not a spotwise run directory (no spec.json)", "pass the --out directory of an earlier `spotwise run`",
+                         str(out_dir))
+    return spec_from_dict(json.loads(path.read_text()), str(path))
+
+
+def has_checkpoint(out_dir: str | Path) -> bool:
+    return load_latest_checkpoint(out_dir) is not None

@@ -1,0 +1,214 @@
+"""Providers: where workers come from and when they disappear.
+
+The coordinator (:mod:`spotwise.runtime.coordinator`) talks to one :class:`Provider`:
+
+* :class:`EmulatedProvider` (the default) -- the market (trace replay or synthetic prices) and
+  the revocation model decide, on the *virtual* clock, when each worker slot has capacity; the
+  workers themselves are real Ray actors on this machine.  A revocation really kills the actor
+  (``ray.kill``), and a joining worker is a *new* actor (taken from a pool of freshly started
+  standby actors so that process start-up does not stall training) which receives the current
+  parameters.
+* :class:`ClusterProvider` -- an existing Ray cluster: workers are placed on nodes carrying a
+  ``spot`` resource; capacity is whatever the cluster has; a lost node shows up as a dead actor
+  and is handled like a revocation.
+
+Market events are :class:`spotwise.market.preemption.MarketEvent` values (``notice``, ``revoke``,
+``available``) per slot.  Time-driven models are expanded once over the horizon; iteration-driven
+ones (Bernoulli, paper 000 Remark 2) are sampled by :meth:`Provider.iteration_events` at each step.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from spotwise.market.preemption import MarketEvent, RevocationModel
+
+log = logging.getLogger(__name__)
+
+
+class Provider(ABC):
+    """What the coordinator needs from the outside world's capacity."""
+
+    #: "virtual" (emulated market) or "wall" (a real cluster)
+    clock: str = "virtual"
+
+    @abstractmethod
+    def peek_time(self) -> float | None:
+        """Time of the next scheduled market event, ``None`` if there is none."""
+
+    @abstractmethod
+    def pop_event(self) -> MarketEvent:
+        """Remove and return the next scheduled market event."""
+
+    @abstractmethod
+    def iteration_events(self, t: float, active: np.ndarray) -> list[MarketEvent]:
+        """Revocations / re-joins drawn for one iteration (iteration-driven models); [] otherwise."""
+
+    @abstractmethod
+    def available_at_start(self) -> set[int]:
+        """Slots with capacity at the current position of the timeline."""
+
+    @abstractmethod
+    def acquire(self, slot: int) -> Any:
+        """A new, ready worker actor for ``slot``."""
+
+    @abstractmethod
+    def kill(self, slot: int, actor: Any) -> None:
+        """Terminate ``slot``'s actor (revocation or release)."""
+
+    def shutdown(self) -> None:
+        """Release every resource the provider holds."""
+
+
+class EmulatedProvider(Provider):
+    """Market-driven capacity on a virtual clock, with real Ray actors.
+
+    ``model`` is expanded for ``slots`` slots over ``[0, horizon)`` with a generator seeded by
+    ``seed`` (so a resumed run sees the same market).  ``standby`` fresh actors are kept starting
+    in the background; :meth:`acquire` hands one out and starts a replacement.
+    """
+
+    clock = "virtual"
+
+    def __init__(
+        self,
+        model: RevocationModel,
+        slots: int,
+        horizon: float,
+        seed: int,
+        worker_args: tuple[Any, ...],
+        standby: int = 2,
+        actor_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.slots = int(slots)
+        self.horizon = float(horizon)
+        self.worker_args = worker_args
+        self.actor_options = {"num_cpus": 0, **(actor_options or {})}
+        self._standby_target = max(0, int(standby))
+        self._standby: deque[tuple[Any, Any]] = deque()
+        self._iter_rng = np.random.default_rng([seed, 7])
+        self._available: set[int] = set()
+        self._events: list[tuple[float, int, int, MarketEvent]] = []
+        self._seq = 0
+        self.spawned = 0
+        self.killed = 0
+        if model.is_iteration_driven:
+            self._available = set(range(self.slots))
+        else:
+            evs = model.events(self.slots, 0.0, self.horizon, np.random.default_rng([seed, 11]))
+            for ev in evs:
+                self._push(ev)
+            # events at t = 0 describe the initial state
+            while self._events and self._events[0][0] <= 0.0:
+                ev = self.pop_event()
+                self._apply(ev)
+        self._fill_standby()
+
+    # ------------------------------------------------------------------ market timeline
+    def _push(self, ev: MarketEvent) -> None:
+        order = {"revoke": 0, "notice": 1, "available": 2}[ev.kind]
+        heapq.heappush(self._events, (ev.t, order, self._seq, ev))
+        self._seq += 1
+
+    def _apply(self, ev: MarketEvent) -> None:
+        if ev.kind == "available":
+            self._available.add(ev.worker)
+        elif ev.kind == "revoke":
+            self._available.discard(ev.worker)
+
+    def peek_time(self) -> float | None:
+        return self._events[0][0] if self._events else None
+
+    def pop_event(self) -> MarketEvent:
+        ev = heapq.heappop(self._events)[3]
+        self._apply(ev)
+        return ev
+
+    def fast_forward(self, t: float) -> None:
+        """Apply every scheduled event up to ``t`` silently (used when resuming a run)."""
+        while self._events and self._events[0][0] <= t:
+            self.pop_event()
+
+    def available_at_start(self) -> set[int]:
+        return set(self._available)
+
+    def set_available(self, slots: set[int]) -> None:
+        """Restore the iteration-driven availability state (from a checkpoint)."""
+        self._available = set(slots)
+
+    def iteration_events(self, t: float, active: np.ndarray) -> list[MarketEvent]:
+        if not self.model.is_iteration_driven:
+            return []
+        avail = np.zeros(self.slots, dtype=bool)
+        avail[list(self._available)] = True
+        nxt = self.model.step(avail, self._iter_rng)  # type: ignore[attr-defined]
+        out: list[MarketEvent] = []
+        for w in np.nonzero(avail & ~nxt)[0]:
+            out.append(MarketEvent(t, int(w), "notice"))
+            out.append(MarketEvent(t, int(w), "revoke"))
+        for w in np.nonzero(~avail & nxt)[0]:
+            out.append(MarketEvent(t, int(w), "available"))
+        for ev in out:
+            self._apply(ev)
+        return out
+
+    def rng_state(self) -> dict[str, Any]:
+        return self._iter_rng.bit_generator.state
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        self._iter_rng.bit_generator.state = state
+
+    # ------------------------------------------------------------------ actors
+    def _start_actor(self) -> tuple[Any, Any]:
+        from spotwise.runtime.worker import remote_worker_class
+
+        actor = remote_worker_class().options(**self.actor_options).remote(*self.worker_args)
+        self.spawned += 1
+        return actor, actor.ready.remote()
+
+    def _fill_standby(self) -> None:
+        while len(self._standby) < self._standby_target:
+            self._standby.append(self._start_actor())
+
+    def warm_up(self, n: int) -> list[Any]:
+        """Start ``n`` actors at once and wait for all (the initial workers)."""
+        import ray
+
+        started = [self._start_actor() for _ in range(n)]
+        ray.get([ready for _, ready in started])
+        return [a for a, _ in started]
+
+    def acquire(self, slot: int) -> Any:
+        import ray
+
+        if self._standby:
+            actor, ready = self._standby.popleft()
+        else:
+            actor, ready = self._start_actor()
+        ray.get(ready)
+        self._fill_standby()
+        return actor
+
+    def kill(self, slot: int, actor: Any) -> None:
+        import ray
+
+        ray.kill(actor, no_restart=True)
+        self.killed += 1
+
+    def shutdown(self) -> None:
+        import ray
+
+        while self._standby:
+            actor, _ = self._standby.popleft()
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # pragma: no cover - best effort at shutdown
+                pass

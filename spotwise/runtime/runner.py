@@ -1,0 +1,92 @@
+"""``spotwise run`` and ``spotwise demo``: start Ray, run the coordinator with a progress bar, report."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from spotwise.config import JobSpec
+from spotwise.errors import InputError
+from spotwise.events import RunSummary
+from spotwise.market.world import build_market
+from spotwise.runtime.checkpoint import load_latest_checkpoint
+from spotwise.runtime.coordinator import Coordinator, ensure_ray, load_run_spec
+
+
+def _fmt_t(seconds: float) -> str:
+    h, rem = divmod(int(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+class RunProgress:
+    """A rich progress bar on stderr: steps, loss, active workers, virtual time, cost so far."""
+
+    def __init__(self, total: int | None, enabled: bool) -> None:
+        self.enabled = enabled
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+            TextColumn("loss {task.fields[loss]}"), TextColumn("workers {task.fields[active]}"),
+            TextColumn("virtual {task.fields[vt]}"), TextColumn("cost ${task.fields[cost]}"), TimeElapsedColumn(),
+            console=self.console, transient=False, disable=not enabled, refresh_per_second=8,
+        )
+        self.task = self.progress.add_task("run", total=total, loss="-", active="-", vt="0:00:00", cost="0.0000")
+
+    def __enter__(self) -> "RunProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def update(self, snap: dict[str, Any]) -> None:
+        loss = "-" if snap["loss"] is None else f"{snap['loss']:.4f}"
+        self.progress.update(self.task, completed=snap["step"], loss=loss, active=f"{snap['active']}/{snap['provisioned']}",
+                             vt=_fmt_t(snap["t"]), cost=f"{snap['cost']:.4f}")
+
+
+def run_job(
+    spec: JobSpec | None,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    ray_address: str | None = None,
+    progress: bool = True,
+    plots: bool | None = None,
+    overwrite: bool = False,
+) -> RunSummary:
+    """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary."""
+    out = Path(out_dir)
+    if resume:
+        spec = load_run_spec(out)
+        if load_latest_checkpoint(out) is None:
+            raise InputError("the run directory has no valid checkpoint to resume from",
+                             "start it again with `spotwise run SPEC --out DIR` (it died before its first checkpoint)", str(out))
+    else:
+        assert spec is not None
+        if out.exists() and (out / "events.jsonl").exists():
+            if not overwrite:
+                raise InputError("the output directory already holds a run",
+                                 "pass another --out, or --resume it to continue that run", str(out))
+            shutil.rmtree(out)
+    market = build_market(spec)
+    if ray_address:
+        raise InputError("--ray-address is not available yet: runs on an existing Ray cluster are not implemented",
+                         "run on the emulated provider (omit --ray-address)", "--ray-address")
+    ensure_ray(ray_address)
+    with RunProgress(spec.target.iterations, progress) as bar:
+        coord = Coordinator(spec, out, market=market, resume=resume, progress=bar.update if progress else None)
+        summary = coord.run()
+    if plots if plots is not None else spec.outputs.plots:
+        try:
+            from spotwise.report.run_report import write_report
+
+            write_report(out)
+        except ImportError:  # pragma: no cover - report module ships with the package
+            pass
+    return summary

@@ -1,0 +1,77 @@
+"""The worker: one volatile instance's training process (a Ray actor in the runtimes).
+
+A worker builds the workload itself from the spec (nothing large is shipped), receives the
+current parameters and a block of sample indices, and returns the gradient of the mean loss over
+that block.  It holds no training state that matters: when it is revoked, nothing is lost but the
+gradient it was computing (the coordinator owns parameters and data order), so a joiner is simply
+a *new* worker handed the current parameters.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from spotwise.config import WorkloadSpec
+from spotwise.specload import build
+from spotwise.workloads.params import flat_grad, num_params, set_flat_params, zero_grad
+from spotwise.workloads.registry import make_workload
+
+
+class GradientWorker:
+    """Plain-Python worker; :func:`remote_worker_class` wraps it as a Ray actor."""
+
+    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1) -> None:
+        torch.set_num_threads(max(1, int(threads)))
+        self.spec = build(WorkloadSpec, workload, "workload")
+        self.workload = make_workload(self.spec, seed)
+        self.model = self.workload.build_model()
+        self.model.train()
+        self.n_params = num_params(self.model)
+        self.pid = os.getpid()
+        self.calls = 0
+
+    def ready(self) -> dict[str, Any]:
+        return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train)}
+
+    def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, float, int, float]:
+        """``(flat gradient of the mean loss over indices, loss, len(indices), compute seconds)``."""
+        t0 = time.perf_counter()
+        set_flat_params(self.model, torch.from_numpy(np.asarray(params)))
+        zero_grad(self.model)
+        batch = self.workload.train.batch(np.asarray(indices))
+        loss = self.workload.loss(self.model, batch)
+        loss.backward()
+        grad = flat_grad(self.model).numpy()
+        self.calls += 1
+        return grad, float(loss.detach()), int(len(indices)), time.perf_counter() - t0
+
+    def memory(self) -> dict[str, float]:
+        """Resident set size now and at peak (MiB) of this worker process."""
+        rss = 0.0
+        try:
+            with open(f"/proc/{self.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        rss = float(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        return {"rss_mib": rss, "peak_rss_mib": peak}
+
+
+_REMOTE: dict[str, Any] = {}
+
+
+def remote_worker_class() -> Any:
+    """The Ray actor class (created lazily so importing this module does not import Ray)."""
+    if "cls" not in _REMOTE:
+        import ray
+
+        _REMOTE["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(GradientWorker)
+    return _REMOTE["cls"]
