@@ -124,8 +124,11 @@ def _check_spec(spec: Path) -> Any:
     from spotwise.config import load_spec
     from spotwise.market.world import build_market
 
+    from spotwise.workloads.registry import make_workload
+
     job = load_spec(spec)
     build_market(job)
+    make_workload(job.workload, job.seed)  # import errors, missing datasets: exit 2 before anything starts
     return job
 
 
@@ -147,7 +150,7 @@ def _summary_table(summary: Any, out: Path) -> Any:
     t.add_column("same job on on-demand", justify="right")
     metric = summary.metric_name or "metric"
     t.add_row("committed steps", str(summary.steps), str(summary.steps))
-    t.add_row(f"final {metric}", "-" if summary.final_metric is None else f"{summary.final_metric:.4f}", "(same model)")
+    t.add_row(f"final {metric}", "-" if summary.final_metric is None else f"{summary.final_metric:.4f}", "-")
     t.add_row("final loss", "-" if summary.final_loss is None else f"{summary.final_loss:.4f}", "")
     t.add_row("virtual time", f"{summary.virtual_s / 60:.1f} min", f"{od.get('time_s', 0) / 60:.1f} min" if od else "-")
     t.add_row("cost", f"${summary.cost_usd:.4f}", f"${od.get('cost_usd', 0):.4f}" if od else "-")

@@ -32,3 +32,24 @@ def cli():
         return res.exit_code, res.stdout, res.stderr
 
     return invoke
+
+
+@pytest.fixture(scope="session")
+def ray_session(tmp_path_factory: pytest.TempPathFactory):
+    """One local Ray for the whole test session: no dashboard, auth disabled, its own temp dir."""
+    import os
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import logging
+
+    import ray
+
+    if not ray.is_initialized():
+        # a short temp dir: Ray's unix socket paths must stay under 107 characters
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="sw-ray-", dir="/tmp")
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, _temp_dir=tmp)
+    yield ray
+    ray.shutdown()

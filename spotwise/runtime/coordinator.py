@@ -476,6 +476,11 @@ class Coordinator:
             if w not in self.tasks:
                 self._start_task(w)
         if not self.tasks:
+            if self.buffer:
+                # end of an epoch: the rest of its samples are all in the buffer -- commit the
+                # short step (like a short last batch) so the next epoch can start
+                contribs, self.buffer = self.buffer, []
+                self._commit(contribs)
             return
         nxt = min(self.tasks.values(), key=lambda k: (k.finish, k.worker))
         t_mkt = self.provider.peek_time()
