@@ -189,6 +189,7 @@ class Coordinator:
         self.tasks: dict[int, Task] = {}
         self.buffer: list[Contribution] = []
         self.waiting: set[int] = set()
+        self.noticed: set[int] = set()
         self.counters = Counters()
         self.ema_loss: float | None = None
         self.last_loss: float | None = None
@@ -268,6 +269,7 @@ class Coordinator:
         if task is not None:
             self.sampler.release(task.block)
         self.waiting.discard(w)
+        self.noticed.discard(w)
         try:
             self.provider.kill(w, actor)
         except Exception:  # already dead (node lost)
@@ -431,6 +433,8 @@ class Coordinator:
                 self.sampler.release(blocks[w])  # cancelled stragglers (n-sync)
         contribs = [Contribution(w, blocks[w], r[0], r[1], r[2], 0) for w, r in results.items()]
         self.T = t_commit
+        for w, r in results.items():
+            self._worker_notice(w, r[4])
         self._commit(contribs)
 
     def _abort_round(self, blocks: dict[int, Block], refs: dict[int, Any], reason: str) -> None:
@@ -442,7 +446,19 @@ class Coordinator:
         self.retries += 1
         self.counters.aborted_steps += 1
 
-    def _get(self, w: int, ref: Any) -> tuple[np.ndarray, float, int, float]:
+    def _worker_notice(self, w: int, notice: dict[str, Any] | None) -> None:
+        """A preemption notice seen by the worker's own metadata watcher (real clusters)."""
+        if not notice or w in self.noticed or w not in self.members:
+            return
+        self.noticed.add(w)
+        self.counters.notices += 1
+        at = notice.get("at")
+        self.log.emit("notice", worker=w, revoke_at=None if at is None else self.T + max(0.0, at - time.time()),
+                      source=notice.get("cloud"), action=notice.get("action"))
+        if self.step > self.last_ckpt_step:
+            self._checkpoint("notice")
+
+    def _get(self, w: int, ref: Any) -> tuple[np.ndarray, float, int, float, dict[str, Any] | None]:
         import ray
         from ray.exceptions import ActorDiedError, RayActorError
 
@@ -490,11 +506,12 @@ class Coordinator:
         del self.tasks[nxt.worker]
         self.T = nxt.finish
         try:
-            grad, loss, n, _ = self._get(nxt.worker, nxt.ref)
+            grad, loss, n, _, notice = self._get(nxt.worker, nxt.ref)
         except WorkerLost:
             self.tasks[nxt.worker] = nxt  # so that _drop_member releases its block
             self._drop_member(nxt.worker, "node-lost")
             return
+        self._worker_notice(nxt.worker, notice)
         self.buffer.append(Contribution(nxt.worker, nxt.block, grad, loss, n, self.step - nxt.version))
         need = 1 if self.sync == "async" else int(self.sync_n or 1)
         if len(self.buffer) >= need:

@@ -24,9 +24,16 @@ from spotwise.workloads.registry import make_workload
 
 
 class GradientWorker:
-    """Plain-Python worker; :func:`remote_worker_class` wraps it as a Ray actor."""
+    """Plain-Python worker; :func:`remote_worker_class` wraps it as a Ray actor.
 
-    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1) -> None:
+    ``notices``: on a real cluster, ``{"cloud": "aws"|"gcp"|"auto", "base_url": ..., "interval_s": ...}``
+    starts a :class:`~spotwise.runtime.notice.NoticeWatcher` on the worker's node; a preemption
+    notice it receives rides back to the coordinator on the next gradient (the existing data
+    connection carries the control message, as in Spotnik, ``papers/001_30a454edd897cf47.txt``
+    Sec. 3.2), and is also available from :meth:`poll_notice`.
+    """
+
+    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1, notices: dict[str, Any] | None = None) -> None:
         torch.set_num_threads(max(1, int(threads)))
         self.spec = build(WorkloadSpec, workload, "workload")
         self.workload = make_workload(self.spec, seed)
@@ -35,12 +42,39 @@ class GradientWorker:
         self.n_params = num_params(self.model)
         self.pid = os.getpid()
         self.calls = 0
+        self._notice: dict[str, Any] | None = None
+        self._watcher = None
+        if notices:
+            self._start_watcher(dict(notices))
+
+    def _start_watcher(self, cfg: dict[str, Any]) -> None:
+        from spotwise.runtime.notice import NoticeWatcher, detect_cloud, make_notice_source
+
+        cloud = cfg.pop("cloud", "auto")
+        interval = float(cfg.pop("interval_s", 5.0))
+        if cloud == "auto":
+            url = cfg.get("base_url")
+            cloud = detect_cloud(**({"aws_url": url, "gcp_url": url} if url else {}))
+            if cloud is None:
+                return  # not on a cloud VM: no metadata service to watch
+        source = make_notice_source(cloud, **cfg)
+
+        def keep(notice: Any) -> None:
+            if notice.imminent:
+                self._notice = {"cloud": notice.cloud, "action": notice.action, "at": notice.at, "received": notice.received}
+
+        self._watcher = NoticeWatcher(source, keep, interval_s=interval)
+        self._watcher.start()
+
+    def poll_notice(self) -> dict[str, Any] | None:
+        return self._notice
 
     def ready(self) -> dict[str, Any]:
         return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train)}
 
-    def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, float, int, float]:
-        """``(flat gradient of the mean loss over indices, loss, len(indices), compute seconds)``."""
+    def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, float, int, float, dict[str, Any] | None]:
+        """``(flat gradient of the mean loss over indices, loss, len(indices), compute seconds,
+        preemption notice or None)``."""
         t0 = time.perf_counter()
         set_flat_params(self.model, torch.from_numpy(np.asarray(params)))
         zero_grad(self.model)
@@ -49,7 +83,7 @@ class GradientWorker:
         loss.backward()
         grad = flat_grad(self.model).numpy()
         self.calls += 1
-        return grad, float(loss.detach()), int(len(indices)), time.perf_counter() - t0
+        return grad, float(loss.detach()), int(len(indices)), time.perf_counter() - t0, self._notice
 
     def memory(self) -> dict[str, float]:
         """Resident set size now and at peak (MiB) of this worker process."""
