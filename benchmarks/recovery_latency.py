@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import build_run, make_spec, med, pct, start_ray, table, write_result  # noqa: E402
+from _common import build_run, make_spec, med, pct, start_ray, table, with_retries, write_result  # noqa: E402
 
 TORCHFT_QUORUM_S = (2.0, 5.0)  # quoted (DESIGN.md), NOT measured here
 GOAL_MEDIAN_MS = 50.0
@@ -181,9 +181,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sw-rec-") as td:
         tmp = Path(td)
         for n in args.workers:
-            base = steady_steps(n, args.baseline_steps, args.warmup, args.batch, args.workload, tmp)
+            base = with_retries(steady_steps, n, args.baseline_steps, args.warmup, args.batch, args.workload, tmp)
             standby = args.standby if args.standby is not None else min(n, 4)
-            r = revocation_run(n, args.revocations, args.spacing, args.down, args.batch, args.workload, standby, tmp)
+            r = with_retries(revocation_run, n, args.revocations, args.spacing, args.down, args.batch, args.workload, standby, tmp)
             r["baseline_step_median_ms"] = base["median_ms"]
             r["baseline_step_p99_ms"] = base["p99_ms"]
             r["ratio_median_recovery_to_step"] = r["recovery_median_ms"] / base["median_ms"] if r["recovery_median_ms"] else None

@@ -165,11 +165,12 @@ def _summary_table(summary: Any, out: Path) -> Any:
     return t
 
 
-def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_address: str | None, overwrite: bool) -> None:
+def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_address: str | None, overwrite: bool,
+                    notice_source: str = "none", metadata_url: str | None = None) -> None:
     from spotwise.runtime.runner import run_job
 
-    summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json and sys.stderr.isatty() or not as_json,
-                      overwrite=overwrite)
+    summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
+                      notice_source=notice_source, metadata_url=metadata_url)
     if as_json:
         print_json(summary.to_dict())
         return
@@ -219,19 +220,25 @@ def run(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run in --out."),
+    notice_source: str = typer.Option("none", "--notice-source", help="With --ray-address: watch each spot node's "
+                                      "metadata service for preemption notices (none, aws or gcp)."),
+    metadata_url: Optional[str] = typer.Option(None, "--metadata-url", help="Metadata service URL (default: the cloud's "
+                                               "link-local address)."),
 ) -> None:
     """Train for real (PyTorch workers on Ray) on the emulated spot market; writes OUT/summary.json, events.jsonl, plots."""
     if resume is not None:
         if spec is not None:
             raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
-        _run_and_report(None, resume, resume=True, as_json=as_json, ray_address=ray_address, overwrite=False)
+        _run_and_report(None, resume, resume=True, as_json=as_json, ray_address=ray_address, overwrite=False,
+                        notice_source=notice_source, metadata_url=metadata_url)
         return
     if spec is None:
         raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
     if out is None:
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
     job = _check_spec(spec)
-    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite)
+    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite,
+                    notice_source=notice_source, metadata_url=metadata_url)
 
 
 @app.command()

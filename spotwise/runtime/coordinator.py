@@ -127,6 +127,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
     if address:
+        _check_reachable(address)
         try:
             ray.init(address=address, **kwargs)
         except Exception as e:  # ConnectionError and Ray's own variants
@@ -135,6 +136,23 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
                              "--ray-address") from None
         return
     ray.init(num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
+
+
+def _check_reachable(address: str, timeout: float = 3.0) -> None:
+    """Fail fast (exit 2) on a Ray address nothing listens on, instead of Ray's minutes of retries."""
+    import socket
+
+    if address in ("auto", "local") or address.startswith("ray://"):
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise InputError(f"malformed Ray address {address!r}", "write HOST:PORT, e.g. 127.0.0.1:6379", "--ray-address")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as e:
+        raise InputError(f"cannot reach the Ray cluster at {address} ({e.strerror or e.__class__.__name__})",
+                         "check the address that `ray start --head` printed and that the head node is up", "--ray-address") from None
 
 
 class Coordinator:
@@ -174,7 +192,7 @@ class Coordinator:
         self.workload = make_workload(spec.workload, spec.seed)
         self.model = self.workload.build_model()
         self.params = flat_params(self.model).detach().numpy().astype(np.float32).copy()
-        worker_args = (to_plain(spec.workload), spec.seed, 1)
+        worker_args = worker_args_for(spec)
         standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
         self.provider = provider or EmulatedProvider(
             self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, worker_args, standby=standby)
@@ -397,6 +415,8 @@ class Coordinator:
             if b is None:
                 break
             blocks[w] = b
+        if not blocks:
+            return
         params_ref = ray.put(self.params)
         finish = {w: t0 + self._draw() for w in blocks}
         refs = {w: self.members[w].compute.remote(params_ref, blocks[w].indices) for w in blocks}
@@ -425,7 +445,6 @@ class Coordinator:
             results = {w: self._get(w, refs[w]) for w in needed}
         except WorkerLost as lost:
             self._drop_member(lost.worker, "node-lost")
-            blocks.pop(lost.worker, None)
             self._abort_round(blocks, refs, reason=f"worker {lost.worker} lost")
             return
         for w in blocks:
@@ -526,6 +545,8 @@ class Coordinator:
 
     # ================================================================== commit
     def _commit(self, contribs: list[Contribution]) -> None:
+        if not contribs:
+            raise RuntimeError("a step needs at least one contribution")
         total = sum(c.n for c in contribs)
         grad = np.zeros_like(self.params)
         loss = 0.0
@@ -724,6 +745,11 @@ class Coordinator:
 class _NullLog:
     def emit(self, *a: Any, **k: Any) -> None:
         return None
+
+
+def worker_args_for(spec: JobSpec, notices: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """Constructor arguments of a worker actor for ``spec`` (workload, seed, threads, notice watcher)."""
+    return (to_plain(spec.workload), spec.seed, 1, notices)
 
 
 def load_run_spec(out_dir: str | Path) -> JobSpec:

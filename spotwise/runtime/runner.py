@@ -14,7 +14,7 @@ from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
 from spotwise.runtime.checkpoint import load_latest_checkpoint
-from spotwise.runtime.coordinator import Coordinator, ensure_ray, load_run_spec
+from spotwise.runtime.coordinator import Coordinator, ensure_ray, load_run_spec, worker_args_for
 
 
 def _fmt_t(seconds: float) -> str:
@@ -59,6 +59,8 @@ def run_job(
     progress: bool = True,
     plots: bool | None = None,
     overwrite: bool = False,
+    notice_source: str = "none",
+    metadata_url: str | None = None,
 ) -> RunSummary:
     """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary."""
     out = Path(out_dir)
@@ -75,12 +77,26 @@ def run_job(
                                  "pass another --out, or --resume it to continue that run", str(out))
             shutil.rmtree(out)
     market = build_market(spec)
-    if ray_address:
-        raise InputError("--ray-address is not available yet: runs on an existing Ray cluster are not implemented",
-                         "run on the emulated provider (omit --ray-address)", "--ray-address")
+    if notice_source not in ("none", "aws", "gcp"):
+        raise InputError(f"unknown notice source {notice_source!r}", "use --notice-source none, aws or gcp", "--notice-source")
+    if notice_source != "none" and not ray_address:
+        raise InputError("--notice-source needs --ray-address", "the emulated provider takes notices from the market model",
+                         "--notice-source")
     ensure_ray(ray_address)
     with RunProgress(spec.target.iterations, progress) as bar:
-        coord = Coordinator(spec, out, market=market, resume=resume, progress=bar.update if progress else None)
+        callback = bar.update if progress else None
+        if ray_address:
+            from spotwise.runtime.cluster import ClusterCoordinator, ClusterProvider, check_spot_capacity
+
+            check_spot_capacity()
+            notices = None
+            if notice_source != "none":
+                notices = {"cloud": notice_source, **({"base_url": metadata_url} if metadata_url else {})}
+            provider = ClusterProvider(worker_args_for(spec, notices))
+            coord: Coordinator = ClusterCoordinator(spec, out, market=market, provider=provider, resume=resume,
+                                                    progress=callback)
+        else:
+            coord = Coordinator(spec, out, market=market, resume=resume, progress=callback)
         summary = coord.run()
     if plots if plots is not None else spec.outputs.plots:
         try:

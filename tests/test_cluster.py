@@ -1,0 +1,148 @@
+"""A real two-node Ray cluster on this machine: `spotwise run --ray-address`, a spot node dies mid-run.
+
+The head (on-demand, no ``spot`` resource) and the spot nodes are started with ``ray start``
+(``--block``, each in its own process group, bound to 127.0.0.1) and stopped by signalling their
+process group -- never with ``ray stop``, which would also stop the test session's own Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spotwise.events import read_events
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+BIN = Path(sys.executable).parent
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1",
+                             "--disable-usage-stats", *args], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                            env=ENV, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _spot_units(address: str) -> float:
+    out = subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True, text=True, env=ENV,
+                         timeout=60).stdout
+    for line in out.splitlines():
+        if line.strip().endswith(" spot") and "/" in line:
+            return float(line.split("/")[1].split()[0])
+    return 0.0
+
+
+def _wait(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _steps(events: Path) -> int:
+    if not events.exists():
+        return 0
+    return sum('"kind":"step"' in line for line in events.read_text().splitlines())
+
+
+@pytest.fixture()
+def head(tmp_path: Path):
+    port = _free_port()
+    tmp = tempfile.mkdtemp(prefix="swc-", dir="/tmp")
+    proc = _start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard=false", "--temp-dir", tmp],
+                  tmp_path / "head.log")
+    address = f"127.0.0.1:{port}"
+    nodes: list[subprocess.Popen] = []
+    try:
+        _wait(lambda: subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True,
+                                     env=ENV, timeout=60).returncode == 0, 90, "the head node")
+        yield address, nodes
+    finally:
+        for n in nodes:
+            _stop(n)
+        _stop(proc)
+
+
+def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> None:
+    address, nodes = head
+    nodes.append(_start(["--address", address, "--resources", '{"spot": 4}', "--num-cpus", "1"], tmp_path / "n1.log"))
+    _wait(lambda: _spot_units(address) >= 4, 90, "the first spot node")
+    spec = {
+        "name": "cluster", "seed": 1,
+        "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
+        "target": {"iterations": 250},
+        "cluster": {"instance_type": "c5.xlarge", "workers": 4, "coordinator_instance": "c5.large"},
+        "market": {"synthetic": {"kind": "constant", "price": 0.07}},
+        "outputs": {"checkpoint_every": 50, "plots": False},
+    }
+    spec_path = tmp_path / "job.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    out = tmp_path / "run"
+    run = subprocess.Popen([str(BIN / "spotwise"), "run", str(spec_path), "--out", str(out), "--ray-address", address,
+                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        _wait(lambda: _steps(out / "events.jsonl") >= 60 or run.poll() is not None, 150, "60 committed steps")
+        assert run.poll() is None, run.stderr.read() if run.stderr else ""
+        _stop(nodes[0])  # the spot node disappears with its four workers
+        _wait(lambda: sum(e["kind"] == "revoke" for e in read_events(out / "events.jsonl")) >= 4, 60, "node-lost revocations")
+        frozen = _steps(out / "events.jsonl")
+        time.sleep(2)
+        assert _steps(out / "events.jsonl") == frozen, "no worker left: no step can commit"
+        nodes.append(_start(["--address", address, "--resources", '{"spot": 4}', "--num-cpus", "1"], tmp_path / "n2.log"))
+        stdout, stderr = run.communicate(timeout=200)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["status"] == "completed" and summary["steps"] == 250 and summary["mode"] == "cluster"
+    events = read_events(out / "events.jsonl")
+    lost = [e for e in events if e["kind"] == "revoke"]
+    assert len(lost) == 4 and all(e["reason"] == "node-lost" for e in lost)
+    assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, 251))
+    assert any(e["kind"] == "idle" for e in events), "the job waited for capacity"
+    joins = [e for e in events if e["kind"] == "join"]
+    assert len(joins) >= 8 and joins[-1]["t"] > lost[-1]["t"], "new workers joined on the new node"
+
+
+def test_unreachable_address_exits_2(tmp_path: Path) -> None:
+    spec = Path(__file__).resolve().parents[1] / "examples" / "chaos.yaml"
+    res = subprocess.run([str(BIN / "spotwise"), "run", str(spec), "--out", str(tmp_path / "o"), "--ray-address",
+                          f"127.0.0.1:{_free_port()}"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert res.returncode == 2 and "cannot reach the Ray cluster" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_cluster_without_spot_nodes_exits_2(head, tmp_path: Path) -> None:
+    address, _ = head
+    spec = Path(__file__).resolve().parents[1] / "examples" / "chaos.yaml"
+    res = subprocess.run([str(BIN / "spotwise"), "run", str(spec), "--out", str(tmp_path / "o"), "--ray-address", address],
+                         capture_output=True, text=True, env=ENV, timeout=120)
+    assert res.returncode == 2 and "no node with a 'spot' resource" in res.stderr
