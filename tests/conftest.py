@@ -50,6 +50,7 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
         import tempfile
 
         tmp = tempfile.mkdtemp(prefix="sw-ray-", dir="/tmp")
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, _temp_dir=tmp)
+        ray.init(num_cpus=2, resources={"spot": 8}, include_dashboard=False, logging_level=logging.ERROR,
+                 log_to_driver=False, _temp_dir=tmp)
     yield ray
     ray.shutdown()

@@ -1,0 +1,61 @@
+"""Preemption notices on a real cluster: a worker's metadata watcher -> coordinator checkpoint.
+
+The workers run on the test session's Ray (which carries a ``spot`` resource, like a spot node)
+and watch a fake GCP metadata server on loopback; when it flips ``preempted`` to TRUE, the
+notice rides back on the next gradient and the coordinator writes a checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from test_notice import FakeMetadata, _handler  # the fake metadata service of the watcher tests
+from test_runtime import make_spec
+
+from spotwise.events import read_events
+from spotwise.market.world import build_market
+from spotwise.runtime.cluster import ClusterCoordinator, ClusterProvider
+from spotwise.runtime.coordinator import worker_args_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture()
+def metadata():
+    state = FakeMetadata()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield state
+    with state.cond:
+        state.version += 1
+        state.cond.notify_all()
+    server.shutdown()
+    server.server_close()
+
+
+def test_gcp_preemption_notice_reaches_coordinator(ray_session, metadata, tmp_path: Path) -> None:
+    spec = make_spec(**{"target__iterations": 400, "cluster__workers": 2, "outputs__checkpoint_every": 0})
+    notices = {"cloud": "gcp", "base_url": metadata.url, "interval_s": 0.05}
+    provider = ClusterProvider(worker_args_for(spec, notices))
+    coord = ClusterCoordinator(spec, tmp_path / "run", market=build_market(spec), provider=provider)
+    flipper = threading.Timer(2.0, metadata.set_preempted, args=(True,))
+    flipper.start()
+    t0 = time.monotonic()
+    summary = coord.run()
+    flipper.join()
+    assert summary.steps == 400 and time.monotonic() - t0 < 150
+    events = read_events(tmp_path / "run" / "events.jsonl")
+    notices_seen = [e for e in events if e["kind"] == "notice"]
+    assert {e["worker"] for e in notices_seen} == {0, 1}, "each worker reports its node's notice once"
+    assert all(e["source"] == "gcp" and e["action"] == "preempted" for e in notices_seen)
+    first = events.index(notices_seen[0])
+    assert any(e["kind"] == "checkpoint" and e["why"] == "notice" for e in events[first:first + 3]), \
+        "the coordinator checkpoints as soon as a notice arrives"
+    assert any(p.endswith("/instance/preempted") for p in metadata.paths())
