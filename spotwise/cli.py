@@ -176,8 +176,8 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
         return
     console = Console()
     console.print(_summary_table(summary, out))
-    console.print(f"report: {out / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png); "
-                  f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
+    console.print(f"report: {out / 'report' / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png "
+                  f"beside it); events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
 
 
 @app.command()
@@ -258,12 +258,20 @@ def simulate(
 
 @app.command()
 @guarded
-def report(run_dir: Path = typer.Argument(..., help="A run directory (with summary.json and events.jsonl).")) -> None:
-    """Tables and plots of a finished run."""
-    raise NotAvailableYet(
-        "`spotwise report` is not available yet: reports land with the runtime and simulator issues",
-        "read OUT/summary.json and OUT/events.jsonl directly meanwhile",
-    )
+def report(
+    run_dir: Path = typer.Argument(..., help="A run directory (with summary.json and events.jsonl)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object on stdout."),
+) -> None:
+    """Tables and plots of a finished run (writes RUN_DIR/report/index.html and PNGs)."""
+    from spotwise.report.run_report import load_run, report_json, summary_table, write_report
+
+    run_data = load_run(run_dir)
+    paths = write_report(run_dir)
+    if as_json:
+        print_json(report_json(run_data))
+        return
+    Console().print(summary_table(run_data))
+    Console().print("written: " + ", ".join(str(p) for p in paths))
 
 
 def main(argv: list[str] | None = None) -> None:
