@@ -120,6 +120,7 @@ def _ddp_rank(rank: int, n: int, port: int, steps: int, warmup: int, batch: int,
     el = time.perf_counter() - t0
     if rank == 0:
         q.put(el)
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -41,16 +41,19 @@ def metadata():
 
 
 def test_gcp_preemption_notice_reaches_coordinator(ray_session, metadata, tmp_path: Path) -> None:
-    spec = make_spec(**{"target__iterations": 400, "cluster__workers": 2, "outputs__checkpoint_every": 0})
+    spec = make_spec(**{"target__iterations": 1500, "cluster__workers": 2, "outputs__checkpoint_every": 0})
     notices = {"cloud": "gcp", "base_url": metadata.url, "interval_s": 0.05}
     provider = ClusterProvider(worker_args_for(spec, notices))
-    coord = ClusterCoordinator(spec, tmp_path / "run", market=build_market(spec), provider=provider)
-    flipper = threading.Timer(2.0, metadata.set_preempted, args=(True,))
-    flipper.start()
+
+    def flip_at_step_50(snap: dict) -> None:
+        if snap["step"] == 50:
+            metadata.set_preempted(True)  # the provider announces preemption of both nodes
+
+    coord = ClusterCoordinator(spec, tmp_path / "run", market=build_market(spec), provider=provider,
+                               progress=flip_at_step_50)
     t0 = time.monotonic()
     summary = coord.run()
-    flipper.join()
-    assert summary.steps == 400 and time.monotonic() - t0 < 150
+    assert summary.steps == 1500 and time.monotonic() - t0 < 150
     events = read_events(tmp_path / "run" / "events.jsonl")
     notices_seen = [e for e in events if e["kind"] == "notice"]
     assert {e["worker"] for e in notices_seen} == {0, 1}, "each worker reports its node's notice once"

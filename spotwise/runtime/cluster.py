@@ -220,54 +220,41 @@ class ClusterCoordinator(Coordinator):
             return True
         return now - self._idle_since < self.capacity_timeout_s
 
-    def _wait(self, refs: dict[int, Any], need: int) -> tuple[dict[int, tuple], list[int]]:
-        """Results of the first ``need`` of ``refs`` (worker -> ref); lost workers listed apart."""
-        import ray
-
-        by_ref = {ref: w for w, ref in refs.items()}
-        pending = list(by_ref)
-        results: dict[int, tuple] = {}
-        lost: list[int] = []
-        while pending and len(results) < need:
-            done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
-            for ref in done:
-                w = by_ref[ref]
-                try:
-                    results[w] = self._get(w, ref)
-                except WorkerLost:
-                    lost.append(w)
-            if lost:
-                break
-            self._joins()
-        return results, lost
-
     def _barrier_round(self) -> None:
         import ray
 
         self._joins()
         if not self.members:
             return
-        blocks: dict[int, Block] = {}
         # NB: every block reserved here is committed or released before the round ends
-        for w in sorted(self.members):
-            b = self.sampler.reserve(self.batch)
-            if b is None:
-                break
-            blocks[w] = b
+        blocks = self._reserve_round()
         if not blocks:
             return
-        params_ref = ray.put(self.params)
-        refs = {w: self.members[w].compute.remote(params_ref, blocks[w].indices) for w in blocks}
-        need = len(refs) if self.sync == "full" else min(int(self.sync_n or 1), len(refs))
-        results, lost = self._wait(refs, need)
-        if lost:
-            for w in lost:
-                self._drop_member(w, "node-lost")
-            self._abort_round(blocks, refs, reason=f"workers {lost} lost")
-            return
-        for w in blocks:
+        params = self._params_arg()
+        refs = {w: self.members[w].compute.remote(params, blocks[w].indices) for w in blocks}
+        by_ref = {ref: w for w, ref in refs.items()}
+        results: dict[int, tuple] = {}
+
+        def need() -> int:
+            return len(blocks) if self.sync == "full" else min(int(self.sync_n or 1), len(blocks))
+
+        pending = list(by_ref)
+        while pending and len(results) < need():
+            done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
+            for ref in done:
+                w = by_ref[ref]
+                try:
+                    results[w] = self._get(w, ref)
+                except WorkerLost:
+                    self._drop_member(w, "node-lost")
+                    self._lose_contribution(w, blocks, refs, {})
+            if not blocks:
+                self._abort_round()
+                return
+            self._joins()
+        for w in list(blocks):
             if w not in results:
-                self.sampler.release(blocks[w])
+                self.sampler.release(blocks.pop(w))
         self._tick()
         for w, r in results.items():
             self._worker_notice(w, r[4])

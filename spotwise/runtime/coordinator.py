@@ -74,6 +74,7 @@ log = logging.getLogger(__name__)
 
 SPEC_FILE = "spec.json"
 BARRIER_MODES = ("full", "n-sync")
+INLINE_PARAM_BYTES = 96 * 1024
 
 
 @dataclass
@@ -213,6 +214,7 @@ class Coordinator:
         self.last_loss: float | None = None
         self.last_eval: dict[str, float] = {}
         self.retries = 0
+        self.lost_in_step = 0
         self.last_commit_T = 0.0
         self.last_price_T = -1.0
         self.last_ckpt_step = -1
@@ -403,27 +405,23 @@ class Coordinator:
 
     # ------------------------------------------------------------------ barrier modes
     def _barrier_round(self) -> None:
-        import ray
-
         self._iteration_market()
         if not self.members:
             return
         t0 = self.T
-        blocks: dict[int, Block] = {}
-        for w in sorted(self.members):
-            b = self.sampler.reserve(self.batch)
-            if b is None:
-                break
-            blocks[w] = b
+        blocks = self._reserve_round()
         if not blocks:
             return
-        params_ref = ray.put(self.params)
+        params = self._params_arg()
         finish = {w: t0 + self._draw() for w in blocks}
-        refs = {w: self.members[w].compute.remote(params_ref, blocks[w].indices) for w in blocks}
-        order = sorted(blocks, key=lambda w: (finish[w], w))
-        need_n = len(order) if self.sync == "full" else min(int(self.sync_n or 1), len(order))
-        needed = order[:need_n]
-        t_commit = finish[needed[-1]]
+        refs = {w: self.members[w].compute.remote(params, blocks[w].indices) for w in blocks}
+
+        def plan() -> tuple[list[int], float]:
+            order = sorted(blocks, key=lambda w: (finish[w], w))
+            n = len(order) if self.sync == "full" else min(int(self.sync_n or 1), len(order))
+            return order[:n], finish[order[n - 1]]
+
+        needed, t_commit = plan()
         # market events during the round, in virtual-time order
         while True:
             t = self.provider.peek_time()
@@ -432,36 +430,71 @@ class Coordinator:
             ev = self.provider.pop_event()
             self.T = max(self.T, ev.t)
             self._emit_prices()
-            if ev.kind == "revoke" and ev.worker in blocks and ev.worker in self.members:
-                if ev.worker in needed:
-                    self._handle_market(ev)
-                    self._abort_round(blocks, refs, reason=f"worker {ev.worker} revoked")
-                    return
-                # a straggler that n-sync would have cancelled anyway
-                self.sampler.release(blocks.pop(ev.worker))
-                refs.pop(ev.worker, None)
+            revoked = ev.kind == "revoke" and ev.worker in blocks and ev.worker in self.members
             self._handle_market(ev)
-        try:
-            results = {w: self._get(w, refs[w]) for w in needed}
-        except WorkerLost as lost:
-            self._drop_member(lost.worker, "node-lost")
-            self._abort_round(blocks, refs, reason=f"worker {lost.worker} lost")
-            return
-        for w in blocks:
+            if revoked:
+                self._lose_contribution(ev.worker, blocks, refs, finish)
+                if not blocks:
+                    self._abort_round()
+                    return
+                needed, t_commit = plan()
+        results: dict[int, tuple] = {}
+        while needed:
+            w = needed[0]
+            try:
+                results[w] = self._get(w, refs[w])
+                needed.pop(0)
+            except WorkerLost:
+                self._drop_member(w, "node-lost")
+                self._lose_contribution(w, blocks, refs, finish)
+                if not blocks:
+                    self._abort_round()
+                    return
+                needed, t_commit = plan()
+                needed = [v for v in needed if v not in results]
+        for w in list(blocks):
             if w not in results:
-                self.sampler.release(blocks[w])  # cancelled stragglers (n-sync)
-        contribs = [Contribution(w, blocks[w], r[0], r[1], r[2], 0) for w, r in results.items()]
-        self.T = t_commit
+                self.sampler.release(blocks.pop(w))  # stragglers cancelled by n-sync
+        self.T = max(self.T, t_commit)
         for w, r in results.items():
             self._worker_notice(w, r[4])
-        self._commit(contribs)
+        self._commit([Contribution(w, blocks[w], r[0], r[1], r[2], 0) for w, r in results.items()])
 
-    def _abort_round(self, blocks: dict[int, Block], refs: dict[int, Any], reason: str) -> None:
-        for b in blocks.values():
-            try:
-                self.sampler.release(b)
-            except KeyError:
-                pass  # already released with its revoked worker
+    def _reserve_round(self) -> dict[int, Block]:
+        blocks: dict[int, Block] = {}
+        for w in sorted(self.members):
+            b = self.sampler.reserve(self.batch)
+            if b is None:
+                break
+            blocks[w] = b
+        return blocks
+
+    def _params_arg(self) -> Any:
+        """The parameters as a call argument: inline for small models (Ray ships arguments under
+        100 KiB with the call itself, the fastest path), via the object store (one copy shared by
+        all workers on a node) for larger ones."""
+        import ray
+
+        return self.params if self.params.nbytes <= INLINE_PARAM_BYTES else ray.put(self.params)
+
+    def _lose_contribution(self, w: int, blocks: dict[int, Block], refs: dict[int, Any], finish: dict[int, float]) -> None:
+        """A worker of the current round is gone: its gradient will never arrive.
+
+        The step is completed with the new membership: the survivors' gradients are for the same
+        parameters (recomputing them would give the same values, so they are kept), the lost
+        worker's samples go back to the sampler, and the update stays atomic -- applied whole, in
+        one place, from whole per-worker gradients only (``papers/001_30a454edd897cf47.txt``
+        Sec. 3.2).  If no worker of the round survives, the round is aborted and retried.
+        """
+        block = blocks.pop(w, None)
+        if block is not None:
+            self.sampler.release(block)
+        refs.pop(w, None)
+        finish.pop(w, None)
+        self.lost_in_step += 1
+
+    def _abort_round(self) -> None:
+        """Nothing of the round survived: the step is retried (its blocks are already released)."""
         self.retries += 1
         self.counters.aborted_steps += 1
 
@@ -495,7 +528,7 @@ class Coordinator:
             self.waiting.add(w)
             return
         self.waiting.discard(w)
-        ref = self.members[w].compute.remote(self._params_ref(), b.indices)
+        ref = self.members[w].compute.remote(self._params_ref(), b.indices)  # one shared copy per step
         self.tasks[w] = Task(w, b, self.step, self.T, self.T + self._draw(), ref)
 
     def _params_ref(self) -> Any:
@@ -570,9 +603,10 @@ class Coordinator:
         cost = self.cost_so_far()
         self.log.emit("step", step=self.step, loss=loss, active=len(self.members), lr=self.lr, sync=self.sync,
                       duration=duration, cost=cost, epoch=self.sampler.epoch, retries=self.retries,
-                      contributions=len(contribs), staleness=max(c.staleness for c in contribs),
-                      recovery_ms=recovery_ms)
+                      contributions=len(contribs), lost=self.lost_in_step,
+                      staleness=max(c.staleness for c in contribs), recovery_ms=recovery_ms)
         self.retries = 0
+        self.lost_in_step = 0
         if self.step % self.spec.workload.eval_every == 0:
             self._evaluate()
         self._apply_policies()
