@@ -64,23 +64,10 @@ class Probe:
             orig_round()
             probe.rounds.append((t0, time.perf_counter(), probe._aborted))
 
-        def abort_round(blocks, refs, *a, **k):
+        def abort_round(*a, **k):
+            # only when no worker of the round survived (the survivors' gradients are kept otherwise)
             probe._aborted = True
-            out = orig_abort(blocks, refs, *a, **k)
-            if probe.measure_leftover:
-                # diagnostic: how long the survivors' discarded gradients of the aborted round
-                # keep the actors busy (the retried round's tasks queue behind them)
-                import ray
-
-                live = [r for w, r in refs.items() if w in coord.members]
-                t0 = time.perf_counter()
-                for r in live:
-                    try:
-                        ray.get(r)
-                    except Exception:
-                        pass
-                probe.leftover_s.append(time.perf_counter() - t0)
-            return out
+            return orig_abort(*a, **k)
 
         def get(*a, **k):
             t0 = time.perf_counter()

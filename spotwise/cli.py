@@ -193,22 +193,64 @@ def demo(
     _run_and_report(job, out, resume=False, as_json=as_json, ray_address=None, overwrite=True)
 
 
+def _plan_table(plan: Any) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"plan: {plan.strategy} (objective: {plan.objective}, deadline {plan.deadline_s / 3600:.2f} h)")
+    for col in ("strategy", "bids ($/h)", "workers", "iterations", "E[cost]", "E[time]", "E[error]", "method", "note"):
+        t.add_column(col, overflow="fold")
+    for a in plan.alternatives:
+        bids = ", ".join(f"{b:.3g}" for b in sorted(set(a.bids), reverse=True)) if a.bids else "-"
+        style = "bold green" if a.strategy == plan.strategy else (None if a.feasible else "dim")
+        t.add_row(a.strategy, bids, str(a.workers), str(a.iterations),
+                  "-" if a.expected_cost is None else f"${a.expected_cost:.4g}",
+                  "-" if a.expected_time_s is None else f"{a.expected_time_s / 3600:.2f} h",
+                  "-" if a.expected_error is None else f"{a.expected_error:.3g}", a.method,
+                  a.reason if not a.feasible else (a.reason[:90] + ("..." if len(a.reason) > 90 else "")), style=style)
+    return t
+
+
 @app.command()
 @guarded
 def plan(
     spec: Path = typer.Argument(..., help="Job spec (YAML)."),
-    trace: list[Path] = typer.Option([], "--trace", help="Price trace(s) to plan against."),
-    objective: str = typer.Option("cost", "--objective", help="cost or time."),
+    trace: list[Path] = typer.Option([], "--trace", help="Price trace(s) to plan against (instead of the spec's market)."),
+    objective: str = typer.Option("cost", "--objective", help="cost (cheapest within the deadline) or time (fastest within the budget)."),
+    pilot: Optional[Path] = typer.Option(None, "--pilot", help="A run directory whose losses calibrate the error model."),
+    pilot_steps: int = typer.Option(200, "--pilot-steps", help="Steps of the in-process pilot when no --pilot is given."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Plot expected cost against the deadline into this PNG."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
 ) -> None:
-    """Recommend instance type, workers, bids and iterations (the spec is validated now)."""
+    """Recommend workers, bids and iterations; compare the strategies of paper 000 (Thm 3, Thm 4, dynamic)."""
+    from spotwise.planner.plan import gather_inputs, make_plan, plot_cost_vs_deadline
+
     if objective not in ("cost", "time"):
         raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
-    _check_spec(spec)
-    raise NotAvailableYet(
-        "`spotwise plan` is not available yet: the planner lands with issue #4 (the spec itself is valid)",
-        "see the README's status section",
-    )
+    if plot is not None and plot.suffix.lower() != ".png":
+        raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot cost.png", "--plot")
+    if pilot_steps < 10:
+        raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
+    job = _check_spec(spec)
+    traces = [str(p) for p in trace]
+    result = make_plan(job, traces=traces, objective=objective, pilot_dir=str(pilot) if pilot else None,  # type: ignore[arg-type]
+                       pilot_steps=pilot_steps)
+    if plot is not None:
+        inp = gather_inputs(job, traces, str(pilot) if pilot else None, pilot_steps)
+        plot_cost_vs_deadline(job, result, inp, str(plot))
+        err_console.print(f"plot written to {plot}")
+    if as_json:
+        d = result.to_dict()
+        d["expected_time_s"] = result.expected_time_s
+        print_json(d)
+        return
+    console = Console()
+    console.print(_plan_table(result))
+    console.print(f"[bold]recommended:[/bold] {result.strategy} -- {result.why}")
+    console.print(f"prices: {result.price_source}")
+    for m in result.measured:
+        console.print(f"measured: {m}")
+    for a in result.assumed:
+        console.print(f"assumed: {a}")
 
 
 @app.command()

@@ -179,6 +179,8 @@ def build_revocation(spec: JobSpec, prices: StepSeries, loaded: list[StepSeries]
     if r.model == "bid":
         bids = spec.cluster.bid_list()
         assert bids is not None  # JobSpec validation guarantees it
+        slots = max(spec.cluster.workers, spec.cluster.max_workers or 0)
+        bids = bids + [min(bids)] * (slots - len(bids))  # slots a growth policy may add bid low until rebid
         return BidRevocation(prices, tuple(bids) if len(set(bids)) > 1 else bids[0], persistent=True, notice_s=notice)
     if r.model == "bernoulli":
         assert r.q is not None

@@ -7,10 +7,11 @@ from typing import Any
 
 from spotwise.errors import InputError
 from spotwise.policies.base import Policy
+from spotwise.policies.dynamic_bids import DynamicBids
 from spotwise.policies.growth import ExpGrowth
 from spotwise.policies.lr_scaling import LrScaling
 
-POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth}
+POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids}
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:

@@ -60,7 +60,7 @@ from spotwise.events import EventLog, RunSummary, write_summary
 from spotwise.market.billing import Ledger
 from spotwise.market.preemption import MarketEvent
 from spotwise.market.world import Market, build_market
-from spotwise.policies import Observation, Resize, SetLearningRate, SwitchSync, make_policies
+from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
 from spotwise.policies.base import Decision, Noop, Policy
 from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoint, save_checkpoint
@@ -656,6 +656,14 @@ class Coordinator:
             self.lr = d.lr
         elif isinstance(d, Resize):
             self._resize(min(d.workers, self.max_workers))
+        elif isinstance(d, Rebid):
+            rebid = getattr(self.provider, "rebid", None)
+            if rebid is None:
+                acted = False  # a real cluster has no bids to change
+            else:
+                bids = tuple(d.bids) + (d.bids[-1],) * (self.max_workers - len(d.bids))
+                rebid(bids[: self.max_workers], self.T)
+                self._reconcile()
         elif isinstance(d, SwitchSync):
             self.sync, self.sync_n = d.sync, d.sync_n
         elif isinstance(d, CheckpointDecision):
@@ -663,9 +671,19 @@ class Coordinator:
         elif isinstance(d, Noop):
             acted = False
         else:
-            acted = False  # Rebid / Migrate need a provider that can re-place workers: logged, not acted on
+            acted = False  # Migrate needs a provider that can move the job: logged, not acted on
         self.counters.decisions += 1
         self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=acted)
+
+    def _reconcile(self) -> None:
+        """Membership after the market changed under us (rebids): drop the outbid, add the newly won."""
+        avail = self.provider.available_at_start()
+        for w in sorted(self.members):
+            if w not in avail:
+                self._drop_member(w, "market")
+        for w in sorted(avail):
+            if w < self.provisioned and w not in self.members:
+                self._add_member(w, self.provider.acquire(w))
 
     def _resize(self, n: int) -> None:
         old = self.provisioned

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.errors import InputError
 from spotwise.market.preemption import MarketEvent, RevocationModel
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,28 @@ class EmulatedProvider(Provider):
 
     def available_at_start(self) -> set[int]:
         return set(self._available)
+
+    def rebid(self, bids: tuple[float, ...], t: float) -> None:
+        """Replace the bids from time ``t`` on (persistent requests re-placed at the new prices).
+
+        Only meaningful for bid-driven markets (paper 000 Sec. IV); ``bids`` has one bid per slot.
+        The timeline after ``t`` is recomputed from the same price series, so the market stays
+        deterministic; availability at ``t`` follows the new bids at once.
+        """
+        from spotwise.market.preemption import BidRevocation
+
+        if not isinstance(self.model, BidRevocation):
+            raise InputError("rebidding needs a bid-driven market", "set market.revocation.model: bid", "policies")
+        if len(bids) != self.slots:
+            raise ValueError(f"rebid needs one bid per slot ({self.slots}), got {len(bids)}")
+        self.model = BidRevocation(self.model.prices, tuple(float(b) for b in bids), persistent=self.model.persistent,
+                                   notice_s=self.model.notice_s)
+        self._events = []
+        self._available = set()
+        for ev in self.model.events(self.slots, t, self.horizon):
+            self._push(ev)
+        while self._events and self._events[0][0] <= t:
+            self._apply(heapq.heappop(self._events)[3])
 
     def set_available(self, slots: set[int]) -> None:
         """Restore the iteration-driven availability state (from a checkpoint)."""

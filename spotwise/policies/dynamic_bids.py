@@ -1,0 +1,68 @@
+"""The *dynamic* strategy of ``papers/000_3c734f3ffedcac15.txt`` Sec. VI-A, as an online policy.
+
+The job starts with part of its workers; after ``switch_step`` committed iterations it adds the
+rest and re-optimises the bid "by subtracting the consumed time from the original deadline theta
+and taking J to be the number of remaining iterations".  The new bid is Thm 3's uniform bid for
+the remaining work: ``b = F^-1(J_rem E[R(n)] / theta_rem)`` (the paper re-solves Thm 4's two bids;
+with all workers re-bid at once, Thm 3 is the uniform special case).  If the remaining deadline is
+already too short, the bid is the top of the price range (never interrupted again).
+
+``price`` describes ``F``: ``{"kind": "uniform", "low", "high"}``, ``{"kind": "gaussian", "mean",
+"variance", "low"}`` (truncated Gaussian) or ``{"kind": "quantiles", "values": [F^-1(0), ...,
+F^-1(1)]}`` on an even grid of levels.  ``mean_round_s`` is ``E[R(n)]`` for the grown cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from spotwise.policies.base import Decision, Observation, Policy, Rebid, Resize
+
+
+def _ppf(price: dict[str, Any], q: float) -> float:
+    kind = price.get("kind")
+    if kind == "uniform":
+        lo, hi = float(price["low"]), float(price["high"])
+        return lo + q * (hi - lo)
+    if kind == "gaussian":
+        from spotwise.market.synthetic import TruncatedGaussianPrice
+
+        dist = TruncatedGaussianPrice(mu=float(price["mean"]), variance=float(price["variance"]),
+                                      low=max(0.0, float(price.get("low", 0.0))))
+        return float(dist.ppf(min(q, 1.0 - 1e-9)))
+    if kind == "quantiles":
+        vals = np.asarray(price["values"], dtype=float)
+        return float(np.interp(q, np.linspace(0.0, 1.0, vals.size), vals))
+    raise ValueError(f"unknown price kind {kind!r} (uniform, gaussian or quantiles)")
+
+
+@dataclass(frozen=True)
+class DynamicBids(Policy):
+    name = "dynamic-bids"
+    switch_step: int = 1
+    workers: int = 2
+    iterations: int = 1
+    deadline_s: float = 1.0
+    mean_round_s: float = 1.0
+    price: dict[str, Any] = field(default_factory=lambda: {"kind": "uniform", "low": 0.2, "high": 1.0})
+
+    def __post_init__(self) -> None:
+        if self.switch_step < 1 or self.workers < 1 or self.iterations < 1:
+            raise ValueError("dynamic-bids needs switch_step, workers and iterations >= 1")
+        if not (self.deadline_s > 0 and self.mean_round_s > 0):
+            raise ValueError("dynamic-bids needs positive deadline_s and mean_round_s")
+        _ppf(self.price, 0.5)  # validates the price description
+
+    def decide(self, obs: Observation) -> list[Decision]:
+        if obs.step != self.switch_step or obs.provisioned >= self.workers:
+            return []
+        j_rem = max(1, self.iterations - obs.step)
+        t_rem = self.deadline_s - obs.t
+        level = j_rem * self.mean_round_s / t_rem if t_rem > 0 else float("inf")
+        bid = _ppf(self.price, min(level, 1.0))
+        why = (f"iteration {obs.step}: grow to {self.workers} workers and re-bid F^-1({j_rem} x {self.mean_round_s:.3g} s"
+               f" / {max(t_rem, 0):.0f} s) = {bid:.4g} (paper 000 Sec. VI-A dynamic strategy, Thm 3)")
+        return [Rebid(reason=why, bids=(bid,) * self.workers), Resize(reason=why, workers=self.workers)]

@@ -1,0 +1,88 @@
+"""`spotwise plan`: the planner on the paper-000 setup, the --json contract and infeasible inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spotwise.config import load_spec, spec_from_dict
+from spotwise.errors import InfeasibleError
+from spotwise.planner.plan import cost_vs_deadline, gather_inputs, make_plan
+from spotwise.theory.bounds import ErrorModel
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+MODEL = ErrorModel(alpha=0.1, c=1.0, mu=0.05, L=1.0, M=2.0, G1=2.0)
+
+
+def zhang():
+    return load_spec(EXAMPLES / "zhang-uniform.yaml")
+
+
+def test_uniform_bid_is_the_median_price_for_the_paper_setup() -> None:
+    """Thm 3 with theta = 2 J E[R]: F(b*) = 1/2, so b* = the 0.5-quantile of U[0.2, 1] = 0.6."""
+    plan = make_plan(zhang(), error_model=MODEL)
+    one = next(a for a in plan.alternatives if a.strategy == "one-bid")
+    assert one.feasible and one.bids == pytest.approx((0.6,) * 8)
+    inp = gather_inputs(zhang(), error_model=MODEL)
+    assert inp.deadline == pytest.approx(2 * inp.J * inp.runtime.expected(8, "full"))
+    # expected time of the one-bid plan is exactly the deadline (Lemma 1: J E[R] / F(b*))
+    assert one.expected_time_s == pytest.approx(inp.deadline, rel=1e-9)
+
+
+def test_cost_falls_and_time_rises_with_the_deadline() -> None:
+    spec = zhang()
+    inp = gather_inputs(spec, error_model=MODEL)
+    base = inp.J * inp.runtime.expected(8, "full")
+    deadlines = base * np.linspace(1.05, 4.0, 12)
+    costs = cost_vs_deadline(spec, inp, deadlines)["one-bid"]
+    assert all(c is not None for c in costs)
+    assert all(a >= b - 1e-12 for a, b in zip(costs, costs[1:])), "cost is non-increasing in the deadline"
+    assert costs[-1] < 0.6 * costs[0]
+
+
+def test_plan_prefers_cheaper_bids_over_no_interruptions() -> None:
+    plan = make_plan(zhang(), error_model=MODEL)
+    by = {a.strategy: a for a in plan.alternatives}
+    assert by["no-interruptions"].expected_cost > by["one-bid"].expected_cost
+    assert plan.strategy in ("one-bid", "two-bids", "dynamic")
+    assert plan.expected_cost == min(a.expected_cost for a in plan.alternatives if a.feasible)
+    assert plan.expected_time_s <= plan.deadline_s * (1 + 1e-9)
+    time_plan = make_plan(zhang(), error_model=MODEL, objective="time")
+    assert time_plan.expected_time_s <= plan.expected_time_s
+
+
+def test_infeasible_deadline_names_the_binding_constraint() -> None:
+    d = zhang().to_dict()
+    d["deadline"] = 10.0  # seconds: far below J E[R]
+    with pytest.raises(InfeasibleError) as info:
+        make_plan(spec_from_dict(d), error_model=MODEL)
+    assert "deadline" in info.value.message and "uninterrupted runtime" in info.value.message
+
+
+def test_plan_cli_json_contract(cli, tmp_path: Path) -> None:
+    png = tmp_path / "cost.png"
+    code, out, err = cli("plan", str(EXAMPLES / "zhang-uniform.yaml"), "--json", "--pilot-steps", "60", "--plot", str(png))
+    assert code == 0, err
+    doc = json.loads(out)
+    for key in ("strategy", "bids", "workers", "iterations", "expected_cost", "expected_time_s", "expected_error",
+                "alternatives"):
+        assert key in doc
+    assert doc["workers"] == 8 and len(doc["bids"]) == 8 and doc["iterations"] == 1000
+    assert {a["strategy"] for a in doc["alternatives"]} >= {"no-interruptions", "one-bid", "two-bids", "dynamic", "on-demand"}
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert doc["measured"] and doc["assumed"], "the plan says what was measured and what was assumed"
+
+
+def test_plan_on_a_real_trace(cli, traces_dir: Path) -> None:
+    trace = traces_dir / "training-on-a-dime" / "logs" / "aws" / "cost" / "us-east-2" / "p3.2xlarge.json"
+    d = zhang().to_dict()
+    d["cluster"]["region"] = "us-east-2"
+    d["market"] = {"synthetic": {"kind": "constant", "price": 1.0}}
+    spec = spec_from_dict(d)
+    plan = make_plan(spec, traces=[str(trace)], error_model=MODEL)
+    one = next(a for a in plan.alternatives if a.strategy == "one-bid")
+    assert one.method == "numerical" and one.feasible
+    assert "empirical CDF" in plan.price_source
