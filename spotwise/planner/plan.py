@@ -273,13 +273,33 @@ def _alt_two_bids(inp: Inputs) -> Alternative:
                        bp.notes)
 
 
+def _dynamic_error(inp: Inputs, n1: int, J: int, switch: float) -> float:
+    J1 = max(1, int(round(switch * J)))
+    return error_bound_sequence(inp.error, np.array([1.0 / n1] * J1 + [1.0 / inp.n] * (J - J1)))
+
+
 def _alt_dynamic(inp: Inputs, sync: str, n_sync: int | None, switch: float = 0.8) -> Alternative:
-    """Sec. VI-A: n/2 workers for the first 80 % of J, then n with the bid re-optimised."""
+    """Sec. VI-A: n/2 workers for the first 80 % of the iterations, then n with the bid re-optimised.
+
+    Fewer workers early means more gradient noise (Thm 1 with E[1/y] = 2/n), so the strategy runs
+    as many iterations as it needs to reach the same error ``eps`` (the smallest such J, found by
+    bisection on the Thm 1 recursion) -- the paper compares strategies at equal accuracy.
+    """
     n1 = max(1, inp.n // 2)
     if n1 == inp.n:
         return Alternative("dynamic", (), inp.n, inp.J, None, None, None, False, "closed-form", "needs >= 2 workers to grow")
-    J1 = max(1, int(round(switch * inp.J)))
-    J2 = inp.J - J1
+    lo, hi = inp.J, inp.J
+    while _dynamic_error(inp, n1, hi, switch) > inp.eps:
+        lo, hi = hi, hi * 2
+        if hi > 64 * inp.J:
+            return Alternative("dynamic", (), inp.n, inp.J, None, None, None, False, "closed-form",
+                               f"starting with {n1} workers cannot reach the target error {inp.eps:.3g}: its floor is too high")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _dynamic_error(inp, n1, mid, switch) <= inp.eps else (mid, hi)
+    J = hi
+    J1 = max(1, int(round(switch * J)))
+    J2 = J - J1
     R1 = inp.runtime.expected(n1, sync, n_sync)
     R2 = inp.runtime.expected(inp.n, sync, n_sync)
     # split the deadline in proportion to the uninterrupted runtimes of the two phases
@@ -288,13 +308,13 @@ def _alt_dynamic(inp: Inputs, sync: str, n_sync: int | None, switch: float = 0.8
         b1, t1, c1 = _uniform(inp, n1, J1, theta1, sync, n_sync)
         b2, t2, c2 = _uniform(inp, inp.n, J2, inp.deadline - t1, sync, n_sync) if J2 > 0 else (b1, 0.0, 0.0)
     except InfeasibleError as e:
-        return Alternative("dynamic", (), inp.n, inp.J, None, None, None, False, "closed-form", e.message)
-    err = error_bound_sequence(inp.error, np.array([1.0 / n1] * J1 + [1.0 / inp.n] * J2))
-    return Alternative("dynamic", (b1,) * n1 + (b2,) * (inp.n - n1), inp.n, inp.J, c1 + c2, t1 + t2, err,
+        return Alternative("dynamic", (), inp.n, J, None, None, None, False, "closed-form", e.message)
+    err = _dynamic_error(inp, n1, J, switch)
+    return Alternative("dynamic", (b1,) * n1 + (b2,) * (inp.n - n1), inp.n, J, c1 + c2, t1 + t2, err,
                        t1 + t2 <= inp.deadline * (1 + 1e-9), "closed-form",
                        f"{n1} workers bid {b1:.4g} for {J1} iterations, then {inp.n} workers re-bid {b2:.4g} for the remaining "
-                       f"{J2} within the remaining deadline (Thm 3 re-solved)",
-                       ("the error after the growth phase is the Thm 1 recursion with E[1/y] = 1/n per phase",))
+                       f"{J2} within the remaining deadline (Thm 3 re-solved); {J} iterations reach the same error",
+                       ("the error is the Thm 1 recursion with E[1/y] = 1/workers in each phase",))
 
 
 def _alt_on_demand(inp: Inputs, sync: str, n_sync: int | None) -> Alternative:
@@ -354,14 +374,14 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
                 f"; next best: {runner.strategy} at {runner.expected_time_s:.0f} s")
     policies: tuple[dict[str, Any], ...] = ()
     if best.strategy == "dynamic":
-        policies = (dynamic_policy_params(inp, spec),)
+        policies = (dynamic_policy_params(inp, spec, best.iterations),)
     return Plan(best.strategy, best.bids, best.workers, best.iterations, float(best.expected_cost),
                 float(best.expected_time_s), float(best.expected_error or inp.eps), objective, inp.deadline, why,
                 tuple(alts), inp.measured, inp.assumed, inp.price_source, policies,
                 {"instance": inp.market.instance.name, "eps": inp.eps, "sync": spec.cluster.sync})
 
 
-def dynamic_policy_params(inp: Inputs, spec: JobSpec, switch: float = 0.8) -> dict[str, Any]:
+def dynamic_policy_params(inp: Inputs, spec: JobSpec, iterations: int, switch: float = 0.8) -> dict[str, Any]:
     """The ``dynamic-bids`` policy that carries out the dynamic strategy in a run."""
     synth = spec.market.synthetic
     price: dict[str, Any]
@@ -372,7 +392,7 @@ def dynamic_policy_params(inp: Inputs, spec: JobSpec, switch: float = 0.8) -> di
         qs = np.linspace(0.0, 1.0, 201)
         price = {"kind": "quantiles", "values": [float(inp.prices.ppf(q)) for q in qs]}
     return {"name": "dynamic-bids", "params": {
-        "switch_step": int(round(switch * inp.J)), "workers": inp.n, "iterations": inp.J, "deadline_s": inp.deadline,
+        "switch_step": int(round(switch * iterations)), "workers": inp.n, "iterations": iterations, "deadline_s": inp.deadline,
         "mean_round_s": float(inp.runtime.expected(inp.n, _sync(spec), spec.cluster.sync_n)), "price": price}}
 
 
