@@ -197,7 +197,7 @@ def _plan_table(plan: Any) -> Any:
     from rich.table import Table
 
     t = Table(title=f"plan: {plan.strategy} (objective: {plan.objective}, deadline {plan.deadline_s / 3600:.2f} h)")
-    for col in ("strategy", "bids ($/h)", "workers", "iterations", "E[cost]", "E[time]", "E[error]", "method", "note"):
+    for col in ("strategy", "bids ($/h)", "workers", "iterations", "E\\[cost]", "E\\[time]", "E\\[error]", "method", "note"):
         t.add_column(col, overflow="fold")
     for a in plan.alternatives:
         bids = ", ".join(f"{b:.3g}" for b in sorted(set(a.bids), reverse=True)) if a.bids else "-"

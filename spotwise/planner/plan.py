@@ -162,7 +162,7 @@ def _error_model(spec: JobSpec, pilot_dir: str | None, pilot_steps: int) -> tupl
         fit, _ = pl.run_pilot(spec, steps=pilot_steps)
         src = f"Thm 1 constants fitted to a {pilot_steps}-step in-process pilot of {spec.workload.name}"
     measured = [f"{src}: beta = 1 - alpha c mu = {fit.beta:.5f}, floor {fit.F:.4g}, r2 {fit.r2:.3f}"]
-    return fit.model, float(fit.g_star), measured, list(fit.notes)
+    return fit.model, float(fit.g_star), measured, [f"pilot fit: {n}" for n in fit.notes]
 
 
 def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | None = None,
