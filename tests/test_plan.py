@@ -86,3 +86,19 @@ def test_plan_on_a_real_trace(cli, traces_dir: Path) -> None:
     one = next(a for a in plan.alternatives if a.strategy == "one-bid")
     assert one.method == "numerical" and one.feasible
     assert "empirical CDF" in plan.price_source
+
+
+def test_preemptible_market_uses_thm7(cli) -> None:
+    code, out, err = cli("plan", str(EXAMPLES / "chaos.yaml"), "--json", "--pilot-steps", "60")
+    assert code == 0, err
+    doc = json.loads(out)
+    thm7 = next(a for a in doc["alternatives"] if a["strategy"] == "preemptible-thm7")
+    assert thm7["feasible"] and "q = 0.15" in thm7["reason"]
+    assert doc["expected_cost"] == min(a["expected_cost"] for a in doc["alternatives"] if a["feasible"])
+
+
+def test_async_and_nsync_specs_plan(cli) -> None:
+    for name in ("gcp-preemptible.yaml", "aws-trace.yaml"):
+        code, out, err = cli("plan", str(EXAMPLES / name), "--json", "--pilot-steps", "40")
+        assert code == 0, (name, err)
+        assert json.loads(out)["workers"] >= 1

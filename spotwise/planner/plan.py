@@ -29,6 +29,7 @@ runtimes seconds, so the Lemma 2 cost is divided by 3600).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -191,7 +192,7 @@ def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str
         J = int(spec.target.iterations or 1)
         eps = float(error_bound(J, error_model, inv_n)) * (1 + 1e-9)
         assumed.append(f"target error eps = the Thm 1 bound after J = {J} iterations with all {n} workers ({eps:.4g})")
-    ER = runtime.expected(n, _sync(spec), spec.cluster.sync_n)
+    ER = runtime.expected(n, _sync(spec), _n_sync(spec))
     if spec.deadline_s is not None:
         deadline = float(spec.deadline_s)
     else:
@@ -202,7 +203,12 @@ def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str
 
 
 def _sync(spec: JobSpec) -> str:
+    """The runtime model's sync mode; the asynchronous PS is N-batch-sync with N = 1 (one update per mini-batch)."""
     return {"full": "full", "n-sync": "n-sync", "n-batch": "n-batch", "async": "n-batch"}[spec.cluster.sync]
+
+
+def _n_sync(spec: JobSpec) -> int | None:
+    return 1 if spec.cluster.sync == "async" else spec.cluster.sync_n
 
 
 # ------------------------------------------------------------------------------------ strategies
@@ -334,8 +340,38 @@ def _alt_fixed_price(inp: Inputs, sync: str, n_sync: int | None) -> Alternative:
                        t <= inp.deadline, "closed-form", f"{inp.n} workers at the fixed price {inp.fixed_price:g} $/h")
 
 
+def _revocation_q(spec: JobSpec, inp: Inputs, sync: str, n_sync: int | None) -> float | None:
+    """Per-iteration preemption probability q for Thm 7 (None when the market is not preemptible)."""
+    r = spec.market.revocation
+    if r.model == "bernoulli":
+        return float(r.q or 0.0)
+    if r.model == "lifetime":
+        rev = inp.market.revocation
+        mean_life = float(getattr(rev, "capped_mean_s", 0.0) or getattr(rev, "mttf_s", 0.0) or 0.0)
+        if mean_life > 0:
+            R = inp.runtime.expected(inp.n, sync, n_sync)
+            return float(min(0.99, 1.0 - math.exp(-R / mean_life)))  # P(a lifetime ends within one iteration)
+    return None
+
+
+def _alt_preemptible(inp: Inputs, spec: JobSpec, sync: str, n_sync: int | None, q: float) -> Alternative:
+    from spotwise.planner.bidding import optimal_workers_and_iterations
+
+    assert inp.fixed_price is not None
+    R = inp.runtime.expected(inp.n, sync, n_sync)
+    try:
+        wp = optimal_workers_and_iterations(inp.error, eps=inp.eps, deadline=inp.deadline, runtime=R,
+                                            price=inp.fixed_price, q=q)
+    except (InfeasibleError, InputError) as e:
+        return Alternative("preemptible-thm7", (), inp.n, inp.J, None, None, None, False, "closed-form", e.message)
+    return Alternative("preemptible-thm7", (), wp.n_workers, wp.iterations, wp.expected_cost / SECONDS_PER_HOUR,
+                       wp.expected_time, wp.expected_error, wp.expected_time <= inp.deadline * (1 + 1e-9), wp.method,
+                       f"Thm 7: n* = {wp.n_workers} preemptible workers (preempted with q = {q:.3g} per iteration), "
+                       f"J* = {wp.iterations}", wp.notes)
+
+
 def compare(inp: Inputs, spec: JobSpec) -> list[Alternative]:
-    sync, n_sync = _sync(spec), spec.cluster.sync_n
+    sync, n_sync = _sync(spec), _n_sync(spec)
     alts: list[Alternative] = []
     if inp.prices is not None:
         alts += [_alt_no_interruptions(inp, sync, n_sync), _alt_one_bid(inp, sync, n_sync)]
@@ -343,6 +379,9 @@ def compare(inp: Inputs, spec: JobSpec) -> list[Alternative]:
             alts += [_alt_two_bids(inp), _alt_dynamic(inp, sync, n_sync)]
     else:
         alts.append(_alt_fixed_price(inp, sync, n_sync))
+        q = _revocation_q(spec, inp, sync, n_sync)
+        if q is not None:
+            alts.append(_alt_preemptible(inp, spec, sync, n_sync, q))
     try:
         alts.append(_alt_on_demand(inp, sync, n_sync))
     except InputError:
@@ -393,7 +432,7 @@ def dynamic_policy_params(inp: Inputs, spec: JobSpec, iterations: int, switch: f
         price = {"kind": "quantiles", "values": [float(inp.prices.ppf(q)) for q in qs]}
     return {"name": "dynamic-bids", "params": {
         "switch_step": int(round(switch * iterations)), "workers": inp.n, "iterations": iterations, "deadline_s": inp.deadline,
-        "mean_round_s": float(inp.runtime.expected(inp.n, _sync(spec), spec.cluster.sync_n)), "price": price}}
+        "mean_round_s": float(inp.runtime.expected(inp.n, _sync(spec), _n_sync(spec))), "price": price}}
 
 
 def cost_vs_deadline(spec: JobSpec, inp: Inputs, deadlines: np.ndarray) -> dict[str, list[float | None]]:
