@@ -29,9 +29,9 @@ def test_every_example_loads(path: Path) -> None:
 def test_demo_values() -> None:
     spec = load_spec(EXAMPLES / "demo.yaml")
     assert spec.deadline_s == 3600.0
-    assert spec.cluster.bid_list() == [0.6] * 8
-    assert spec.market.synthetic is not None and spec.market.synthetic.duration_s == 7200.0
-    assert spec.market.synthetic.interval_s == 4.0
+    assert spec.cluster.bid_list() == [0.17] * 4 + [0.09] * 4
+    assert spec.market.synthetic is not None and spec.market.synthetic.duration_s == 86400.0
+    assert spec.market.synthetic.interval_s == 30.0
 
 
 def test_relative_paths_resolve_against_spec_folder(tmp_path: Path) -> None:

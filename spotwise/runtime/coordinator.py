@@ -184,6 +184,8 @@ class Coordinator:
         self.sync = cl.sync
         self.sync_n = cl.sync_n
         self.delta = float(cl.sync_overhead_s)
+        #: virtual time a commit adds (Delta of eq. 14-15); 0 where time is measured, not modelled
+        self.commit_overhead_s = self.delta
         self.mean_step_s = self.market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
         self.straggler = float(cl.straggler)
         self.policies: list[Policy] = make_policies(spec.policies)
@@ -539,42 +541,52 @@ class Coordinator:
             self._pref_step = self.step
         return self._pref
 
-    def _continuous_tick(self) -> None:
+    def _ensure_tasks(self) -> bool:
+        """Every member has a mini-batch in flight; False if nothing is in flight at all."""
         for w in sorted(self.members):
             if w not in self.tasks:
                 self._start_task(w)
-        if not self.tasks:
-            if self.buffer:
-                # end of an epoch: the rest of its samples are all in the buffer -- commit the
-                # short step (like a short last batch) so the next epoch can start
-                contribs, self.buffer = self.buffer, []
-                self._commit(contribs)
+        if self.tasks:
+            return True
+        if self.buffer:
+            # end of an epoch: the rest of its samples are all in the buffer -- commit the short
+            # step (like a short last batch) so the next epoch can start
+            contribs, self.buffer = self.buffer, []
+            self._commit(contribs)
+        return False
+
+    def _finish_task(self, task: Task) -> None:
+        """``task``'s mini-batch is done: buffer it, commit when N are buffered, start the next one."""
+        del self.tasks[task.worker]
+        try:
+            grad, loss, n, _, notice = self._get(task.worker, task.ref)
+        except WorkerLost:
+            self.tasks[task.worker] = task  # so that _drop_member releases its block
+            self._drop_member(task.worker, "node-lost")
+            return
+        self._worker_notice(task.worker, notice)
+        self.buffer.append(Contribution(task.worker, task.block, grad, loss, n, self.step - task.version))
+        need = 1 if self.sync == "async" else int(self.sync_n or 1)
+        if len(self.buffer) >= need:
+            contribs, self.buffer = self.buffer, []
+            self._commit(contribs)
+            self._iteration_market()
+        if task.worker in self.members:
+            self._start_task(task.worker)
+        for w in list(self.waiting):
+            if w in self.members and w not in self.tasks:
+                self._start_task(w)
+
+    def _continuous_tick(self) -> None:
+        if not self._ensure_tasks():
             return
         nxt = min(self.tasks.values(), key=lambda k: (k.finish, k.worker))
         t_mkt = self.provider.peek_time()
         if t_mkt is not None and t_mkt <= nxt.finish:
             self._drain_market(t_mkt)
             return
-        del self.tasks[nxt.worker]
         self.T = nxt.finish
-        try:
-            grad, loss, n, _, notice = self._get(nxt.worker, nxt.ref)
-        except WorkerLost:
-            self.tasks[nxt.worker] = nxt  # so that _drop_member releases its block
-            self._drop_member(nxt.worker, "node-lost")
-            return
-        self._worker_notice(nxt.worker, notice)
-        self.buffer.append(Contribution(nxt.worker, nxt.block, grad, loss, n, self.step - nxt.version))
-        need = 1 if self.sync == "async" else int(self.sync_n or 1)
-        if len(self.buffer) >= need:
-            contribs, self.buffer = self.buffer, []
-            self._commit(contribs)
-            self._iteration_market()
-        if nxt.worker in self.members:
-            self._start_task(nxt.worker)
-        for w in list(self.waiting):
-            if w in self.members and w not in self.tasks:
-                self._start_task(w)
+        self._finish_task(nxt)
 
     # ================================================================== commit
     def _commit(self, contribs: list[Contribution]) -> None:
@@ -589,7 +601,7 @@ class Coordinator:
             self.sampler.commit(c.block)
         self.params -= np.float32(self.lr) * grad
         self.step += 1
-        self.T += self.delta
+        self.T += self.commit_overhead_s
         duration = self.T - self.last_commit_T
         self.last_commit_T = self.T
         self.last_loss = loss
