@@ -219,10 +219,11 @@ def plan(
     pilot: Optional[Path] = typer.Option(None, "--pilot", help="A run directory whose losses calibrate the error model."),
     pilot_steps: int = typer.Option(200, "--pilot-steps", help="Steps of the in-process pilot when no --pilot is given."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Plot expected cost against the deadline into this PNG."),
+    write_spec: Optional[Path] = typer.Option(None, "--write-spec", help="Write the spec with the plan applied (YAML), ready for spotwise run."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
 ) -> None:
     """Recommend workers, bids and iterations; compare the strategies of paper 000 (Thm 3, Thm 4, dynamic)."""
-    from spotwise.planner.plan import gather_inputs, make_plan, plot_cost_vs_deadline
+    from spotwise.planner.plan import apply_plan, gather_inputs, make_plan, plot_cost_vs_deadline
 
     if objective not in ("cost", "time"):
         raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
@@ -238,6 +239,16 @@ def plan(
         inp = gather_inputs(job, traces, str(pilot) if pilot else None, pilot_steps)
         plot_cost_vs_deadline(job, result, inp, str(plot))
         err_console.print(f"plot written to {plot}")
+    if write_spec is not None:
+        import yaml
+
+        from spotwise.config import spec_from_dict
+
+        planned = apply_plan(job, result)
+        spec_from_dict(planned, "planned spec")  # what we write must load
+        write_spec.write_text(f"# {job.name} with the plan applied: {result.strategy} ({result.why})\n"
+                              + yaml.safe_dump(planned, sort_keys=False))
+        err_console.print(f"planned spec written to {write_spec}")
     if as_json:
         d = result.to_dict()
         d["expected_time_s"] = result.expected_time_s

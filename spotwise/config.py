@@ -168,7 +168,7 @@ class SyntheticSpec:
     """A generated market: i.i.d. prices redrawn every ``interval_s`` (paper 000 Sec. VI) or a Markov regime model."""
 
     kind: SyntheticKind = "uniform"
-    low: float = 0.2
+    low: float | None = None
     high: float = 1.0
     mean: float = 0.6
     variance: float = 0.175
@@ -180,6 +180,9 @@ class SyntheticSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.low is None:
+            # paper 000 Sec. VI: uniform on [0.2, 1]; the Gaussian is truncated to the positive support
+            self.low = 0.2 if self.kind == "uniform" else 0.0
         _non_negative(self.low, "low", "prices cannot be negative")
         if self.kind == "uniform" and not self.high > self.low:
             raise InputError(f"high ({self.high}) must exceed low ({self.low})", "widen the uniform price range", "high")

@@ -148,7 +148,7 @@ def build_prices(spec: JobSpec, horizon_s: float, instance: InstanceType) -> tup
         dist: syn.PriceDistribution = syn.UniformPrice(low=synth.low, high=synth.high)
         return syn.iid_price_series(dist, duration, synth.interval_s, seed=synth.seed, meta=meta), loaded
     if synth.kind == "gaussian":
-        dist = syn.TruncatedGaussianPrice(mu=synth.mean, variance=synth.variance, low=synth.low if synth.low > 0 else 0.0)
+        dist = syn.TruncatedGaussianPrice(mu=synth.mean, variance=synth.variance, low=float(synth.low or 0.0))
         return syn.iid_price_series(dist, duration, synth.interval_s, seed=synth.seed, meta=meta), loaded
     # markov: fit to a trace
     assert synth.fit_to is not None

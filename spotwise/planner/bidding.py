@@ -56,6 +56,8 @@ from spotwise.theory.runtime import RuntimeModel, SyncMode
 Method = Literal["closed-form", "numerical"]
 Status = Literal["optimal", "trivial", "infeasible"]
 _TOL = 1e-9
+#: gamma* this close to 1 means both Thm 4 bids are equal (the uniform case), up to rounding in Q(eps)
+_GAMMA_TOL = 1e-6
 _GRID = 256
 
 
@@ -276,12 +278,12 @@ def optimal_two_bids(prices: PriceModel, runtime: RuntimeModel, model: ErrorMode
     if gamma <= 0.0:
         status, reason = "trivial", (f"Q(eps)={Q:.6g} >= 1/n_h={1.0 / n_high:.6g}: the {n_high} high-bid workers alone "
                                      f"reach eps; the {n - n_high} low-bid workers are never needed (bid 0, do not provision)")
-    elif gamma >= 1.0 - 1e-12:
+    elif gamma >= 1.0 - _GAMMA_TOL:
         status, reason = "trivial", (f"Q(eps)={Q:.6g} = 1/n: every iteration needs all {n} workers; both bids are equal "
                                      "(the uniform bid of Thm 3)")
     if prices.iid:
         bh = _bid_at_level(prices, Fh)
-        bl = -math.inf if gamma <= 0.0 else (bh if gamma >= 1.0 - 1e-12 else _bid_at_level(prices, gamma * Fh))
+        bl = -math.inf if gamma <= 0.0 else (bh if gamma >= 1.0 - _GAMMA_TOL else _bid_at_level(prices, gamma * Fh))
         method: Method = "closed-form"
     else:
         notes.append("prices come from a trace (not i.i.d.): Thm 4's closed form does not apply; minimised the same "

@@ -144,7 +144,7 @@ def price_model(spec: JobSpec, market: Market, traces: list[str]) -> tuple[Price
         return PriceModel.from_distribution(syn.UniformPrice(synth.low, synth.high)), None, \
             f"i.i.d. uniform on [{synth.low:g}, {synth.high:g}] $/h (spec)"
     if synth is not None and synth.kind == "gaussian":
-        dist = syn.TruncatedGaussianPrice(mu=synth.mean, variance=synth.variance, low=synth.low if synth.low > 0 else 0.0)
+        dist = syn.TruncatedGaussianPrice(mu=synth.mean, variance=synth.variance, low=float(synth.low or 0.0))
         return PriceModel.from_distribution(dist), None, \
             f"i.i.d. Gaussian mean {synth.mean:g}, variance {synth.variance:g}, truncated at {dist.low:g} (spec)"
     series: StepSeries = market.prices
@@ -287,23 +287,15 @@ def _dynamic_error(inp: Inputs, n1: int, J: int, switch: float) -> float:
 def _alt_dynamic(inp: Inputs, sync: str, n_sync: int | None, switch: float = 0.8) -> Alternative:
     """Sec. VI-A: n/2 workers for the first 80 % of the iterations, then n with the bid re-optimised.
 
-    Fewer workers early means more gradient noise (Thm 1 with E[1/y] = 2/n), so the strategy runs
-    as many iterations as it needs to reach the same error ``eps`` (the smallest such J, found by
-    bisection on the Thm 1 recursion) -- the paper compares strategies at equal accuracy.
+    As in the paper, the dynamic strategy runs the same J iterations as the others.  Its Thm 1
+    bound is higher (fewer workers early means E[1/y] = 2/n for most iterations), and the plan
+    reports that bound as its expected error; the paper (Fig. 4) and our measurements
+    (docs/benchmarks.md, ``bidding_paper000``) find it reaches the same accuracy at the same J.
     """
     n1 = max(1, inp.n // 2)
     if n1 == inp.n:
         return Alternative("dynamic", (), inp.n, inp.J, None, None, None, False, "closed-form", "needs >= 2 workers to grow")
-    lo, hi = inp.J, inp.J
-    while _dynamic_error(inp, n1, hi, switch) > inp.eps:
-        lo, hi = hi, hi * 2
-        if hi > 64 * inp.J:
-            return Alternative("dynamic", (), inp.n, inp.J, None, None, None, False, "closed-form",
-                               f"starting with {n1} workers cannot reach the target error {inp.eps:.3g}: its floor is too high")
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if _dynamic_error(inp, n1, mid, switch) <= inp.eps else (mid, hi)
-    J = hi
+    J = inp.J
     J1 = max(1, int(round(switch * J)))
     J2 = J - J1
     R1 = inp.runtime.expected(n1, sync, n_sync)
@@ -316,11 +308,14 @@ def _alt_dynamic(inp: Inputs, sync: str, n_sync: int | None, switch: float = 0.8
     except InfeasibleError as e:
         return Alternative("dynamic", (), inp.n, J, None, None, None, False, "closed-form", e.message)
     err = _dynamic_error(inp, n1, J, switch)
+    notes = ("the error is the Thm 1 recursion with E[1/y] = 1/workers in each phase",)
+    if err > inp.eps * (1 + 1e-9):
+        notes += (f"its Thm 1 bound {err:.4g} is above the target {inp.eps:.4g}: the paper runs the same J and "
+                  "reaches the same accuracy (Fig. 4); so do our runs (docs/benchmarks.md)",)
     return Alternative("dynamic", (b1,) * n1 + (b2,) * (inp.n - n1), inp.n, J, c1 + c2, t1 + t2, err,
                        t1 + t2 <= inp.deadline * (1 + 1e-9), "closed-form",
-                       f"{n1} workers bid {b1:.4g} for {J1} iterations, then {inp.n} workers re-bid {b2:.4g} for the remaining "
-                       f"{J2} within the remaining deadline (Thm 3 re-solved); {J} iterations reach the same error",
-                       ("the error is the Thm 1 recursion with E[1/y] = 1/workers in each phase",))
+                       f"{n1} workers bid {b1:.4g} for {J1} iterations, then {inp.n} workers re-bid {b2:.4g} for the "
+                       f"remaining {J2} within the remaining deadline (Thm 3 re-solved)", notes)
 
 
 def _alt_on_demand(inp: Inputs, sync: str, n_sync: int | None) -> Alternative:
@@ -417,7 +412,45 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     return Plan(best.strategy, best.bids, best.workers, best.iterations, float(best.expected_cost),
                 float(best.expected_time_s), float(best.expected_error or inp.eps), objective, inp.deadline, why,
                 tuple(alts), inp.measured, inp.assumed, inp.price_source, policies,
-                {"instance": inp.market.instance.name, "eps": inp.eps, "sync": spec.cluster.sync})
+                {"instance": inp.market.instance.name, "eps": inp.eps, "sync": spec.cluster.sync,
+                 "on_demand_price": _on_demand_or_none(inp)})
+
+
+def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
+    """The spec (as plain data, ready for YAML) with the plan carried out: workers, bids, iterations, policies."""
+    d = spec.to_dict()
+    d["target"]["iterations"] = plan.iterations
+    d["target"]["loss"] = None
+    d["deadline"] = plan.deadline_s
+    cl = d["cluster"]
+    cl["workers"] = plan.workers
+    rev = d["market"]["revocation"]
+    if plan.strategy in ("no-interruptions", "one-bid", "two-bids"):
+        cl["bids"] = [float(b) for b in plan.bids]
+        rev["model"] = "bid"
+    elif plan.strategy == "dynamic":
+        n1 = sum(1 for b in plan.bids[: plan.workers // 2])
+        cl["workers"], cl["max_workers"] = n1, plan.workers
+        cl["bids"] = [float(b) for b in plan.bids[:n1]]
+        rev["model"] = "bid"
+        d["policies"] = [p for p in d["policies"] if p["name"] != "dynamic-bids"] + [dict(p) for p in plan.policies]
+    elif plan.strategy == "on-demand":
+        cl["bids"] = None
+        rev["model"] = "none"
+        d["market"]["traces"] = []
+        d["market"]["synthetic"] = {"kind": "constant", "price": float(plan.extra.get("on_demand_price", 0.0)) or 1.0}
+    else:  # fixed-price / preemptible-thm7: the market stays as it is
+        cl["bids"] = None if rev["model"] != "bid" else cl["bids"]
+    if cl.get("max_workers") is not None and cl["max_workers"] < cl["workers"]:
+        cl["max_workers"] = cl["workers"]
+    return d
+
+
+def _on_demand_or_none(inp: Inputs) -> float | None:
+    try:
+        return inp.market.on_demand_price
+    except InputError:
+        return None
 
 
 def dynamic_policy_params(inp: Inputs, spec: JobSpec, iterations: int, switch: float = 0.8) -> dict[str, Any]:

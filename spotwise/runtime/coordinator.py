@@ -286,7 +286,9 @@ class Coordinator:
         actor = self.members.pop(w, None)
         if actor is None:
             return
-        self.kill_wall = time.perf_counter()
+        # recovery latency: from a revocation to the next commit by the survivors (an outage of
+        # the whole cluster is idle time, not a recovery)
+        self.kill_wall = time.perf_counter() if self.members else None
         task = self.tasks.pop(w, None)
         if task is not None:
             self.sampler.release(task.block)
