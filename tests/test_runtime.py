@@ -154,7 +154,8 @@ def test_many_at_once_then_all_workers(ray_session, tmp_path: Path) -> None:
     ev = read_events(out / "events.jsonl")
     assert sum(e["kind"] == "revoke" for e in ev) == 6 + 8
     idle = [e for e in ev if e["kind"] == "idle"]
-    assert idle and idle[0]["t"] == pytest.approx(40, abs=3) and idle[0]["duration"] > 20
+    assert idle and idle[0]["start"] == pytest.approx(40, abs=3) and idle[0]["duration"] > 20
+    assert idle[0]["t"] == pytest.approx(idle[0]["start"] + idle[0]["duration"])
     steps = [e for e in ev if e["kind"] == "step"]
     assert any(e["lost"] > 0 and e["contributions"] < 8 for e in steps), \
         "a step whose workers were revoked mid-way completes with the survivors' whole gradients"

@@ -337,6 +337,8 @@ def _fmt_num(v: float | None) -> str:
 
 
 def _fmt_usd(v: Any) -> str:
+    if v is None:
+        return "-"
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return f"${v:,.4f}" if abs(v) < 100 else f"${v:,.2f}"
     return str(v)
@@ -507,7 +509,7 @@ def _plot_loss_vs_time(run: RunData, path: Path) -> Path:
                  label=f"held-out {run.metric_name or 'metric'}")
         ax2.set_ylabel(f"held-out {run.metric_name or 'metric'}", color="C1")
         ax2.tick_params(axis="y", colors="C1")
-    ax.set_xlim(0, max(run.t_end / div, 1e-9))
+    ax.set_xlim(0, run.t_end / div if run.t_end > 0 else 1.0)
     ax.set_xlabel(f"virtual time ({unit})")
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
@@ -583,9 +585,10 @@ def _plot_workers_price(run: RunData, path: Path) -> Path:
     if run.join_t.size:
         ax.plot(run.join_t / div, np.zeros(run.join_t.size), "^", color="C2", markersize=5, clip_on=False,
                 label=f"join ({run.join_t.size})")
-    ax.set_ylim(bottom=0)
+    top = max([1.0, *(ys.tolist() if ys.size else []), *([float(prov)] if isinstance(prov, (int, float)) else [])])
+    ax.set_ylim(0, top * 1.08)
     ax.yaxis.get_major_locator().set_params(integer=True)
-    ax.set_xlim(0, max(run.t_end / div, 1e-9))
+    ax.set_xlim(0, run.t_end / div if run.t_end > 0 else 1.0)
     ax.set_xlabel(f"virtual time ({unit})")
     ax.set_ylabel("active workers")
     ax.grid(alpha=0.3)

@@ -216,7 +216,7 @@ class ClusterCoordinator(Coordinator):
         if self.members:
             idle = time.monotonic() - self._idle_since
             self.counters.idle_s += idle
-            self.log.emit("idle", t=self.T - idle, duration=idle)
+            self.log.emit("idle", start=self.T - idle, duration=idle)  # t = when the idle period ends
             self._idle_since = None
             return True
         return now - self._idle_since < self.capacity_timeout_s

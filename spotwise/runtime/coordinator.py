@@ -404,7 +404,7 @@ class Coordinator:
             self._drain_market(t)
         if self.T > t0:
             self.counters.idle_s += self.T - t0
-            self.log.emit("idle", t=t0, duration=self.T - t0)
+            self.log.emit("idle", start=t0, duration=self.T - t0)  # t = when the idle period ends
         return True
 
     # ------------------------------------------------------------------ barrier modes
@@ -442,7 +442,8 @@ class Coordinator:
                     self._abort_round()
                     return
                 needed, t_commit = plan()
-        results: dict[int, tuple] = {}
+        results: dict[int, tuple] = self._get_many({w: refs[w] for w in needed})
+        needed = [w for w in needed if w not in results]
         while needed:
             w = needed[0]
             try:
@@ -513,6 +514,16 @@ class Coordinator:
                       source=notice.get("cloud"), action=notice.get("action"))
         if self.step > self.last_ckpt_step:
             self._checkpoint("notice")
+
+    def _get_many(self, refs: dict[int, Any]) -> dict[int, tuple]:
+        """All results in one round trip; ``{}`` if any worker died (then they are fetched one by one)."""
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        try:
+            return dict(zip(refs, ray.get(list(refs.values()))))
+        except (ActorDiedError, RayActorError):
+            return {}
 
     def _get(self, w: int, ref: Any) -> tuple[np.ndarray, float, int, float, dict[str, Any] | None]:
         import ray

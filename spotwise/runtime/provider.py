@@ -94,6 +94,8 @@ class EmulatedProvider(Provider):
         self.worker_args = worker_args
         self.actor_options = {"num_cpus": 0, **(actor_options or {})}
         self._standby_target = max(0, int(standby))
+        #: standby actors start at low CPU priority and are promoted when they join
+        self.low_priority_standby = True
         self._standby: deque[tuple[Any, Any]] = deque()
         self._iter_rng = np.random.default_rng([seed, 7])
         self._available: set[int] = set()
@@ -193,7 +195,10 @@ class EmulatedProvider(Provider):
     def _start_actor(self) -> tuple[Any, Any]:
         from spotwise.runtime.worker import remote_worker_class
 
-        actor = remote_worker_class().options(**self.actor_options).remote(*self.worker_args)
+        opts = dict(self.actor_options)
+        if self.low_priority_standby:
+            opts["runtime_env"] = {"worker_process_setup_hook": "spotwise.runtime.worker.low_priority"}
+        actor = remote_worker_class().options(**opts).remote(*self.worker_args)
         self.spawned += 1
         return actor, actor.ready.remote()
 
@@ -207,6 +212,8 @@ class EmulatedProvider(Provider):
 
         started = [self._start_actor() for _ in range(n)]
         ray.get([ready for _, ready in started])
+        if self.low_priority_standby:
+            ray.get([a.promote.remote() for a, _ in started])
         return [a for a, _ in started]
 
     def acquire(self, slot: int) -> Any:
@@ -217,6 +224,8 @@ class EmulatedProvider(Provider):
         else:
             actor, ready = self._start_actor()
         ray.get(ready)
+        if self.low_priority_standby:
+            ray.get(actor.promote.remote())
         self._fill_standby()
         return actor
 

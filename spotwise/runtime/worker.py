@@ -69,6 +69,14 @@ class GradientWorker:
     def poll_notice(self) -> dict[str, Any] | None:
         return self._notice
 
+    def promote(self) -> int:
+        """Leave standby: back to normal CPU priority (see :func:`low_priority`); returns the nice value."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except OSError:
+            pass  # lowering niceness needs privileges; then the worker just stays nicer
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
     def ready(self) -> dict[str, Any]:
         return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train)}
 
@@ -97,6 +105,20 @@ class GradientWorker:
             pass
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         return {"rss_mib": rss, "peak_rss_mib": peak}
+
+
+def low_priority() -> None:
+    """Ray worker-process setup hook for standby actors: start at low CPU priority.
+
+    A standby actor's start (Python, Ray, torch) takes about a second of CPU; on a small machine
+    that competes with the active workers' gradients and slows every step while it runs.  Started
+    nice, it uses only idle CPU; :meth:`GradientWorker.promote` restores normal priority when the
+    actor becomes a worker.
+    """
+    try:
+        os.nice(15)
+    except OSError:
+        pass
 
 
 _REMOTE: dict[str, Any] = {}
