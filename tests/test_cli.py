@@ -134,3 +134,46 @@ def test_real_traces_through_cli(cli, traces_dir: Path) -> None:
     for s in series:
         prices = [float(r["SpotPrice"]) for r in raw if r["AvailabilityZone"] == s["zone"]]
         assert s["min"] == pytest.approx(min(prices)) and s["max"] == pytest.approx(max(prices))
+
+
+def _spec_with(tmp_path: Path, **workload: object) -> Path:
+    import yaml
+
+    d = yaml.safe_load((REPO / "examples" / "chaos.yaml").read_text())
+    d["workload"].update(workload)
+    p = tmp_path / "job.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def test_run_rejects_a_workload_that_fails_to_import(cli, tmp_path: Path) -> None:
+    code, _, err = cli("run", str(_spec_with(tmp_path, name="no_such_module_xyz:build")), "--out", str(tmp_path / "o"))
+    assert code == 2 and "no_such_module_xyz" in err and "Traceback" not in err
+
+
+def test_run_rejects_a_missing_dataset(cli, tmp_path: Path) -> None:
+    code, _, err = cli("run", str(_spec_with(tmp_path, name="pmf", dataset=str(tmp_path / "missing.csv"))),
+                       "--out", str(tmp_path / "o"))
+    assert code == 2 and "does not exist" in err
+
+
+def test_run_rejects_nsync_with_too_few_workers(cli, tmp_path: Path) -> None:
+    import yaml
+
+    d = yaml.safe_load((REPO / "examples" / "chaos.yaml").read_text())
+    d["cluster"].update({"sync": "n-sync", "sync_n": 12})
+    p = tmp_path / "job.yaml"
+    p.write_text(yaml.safe_dump(d))
+    code, _, err = cli("run", str(p), "--out", str(tmp_path / "o"))
+    assert code == 2 and "needs at least 12 workers" in err
+
+
+def test_plan_rejects_an_infeasible_deadline(cli, tmp_path: Path) -> None:
+    import yaml
+
+    d = yaml.safe_load((REPO / "examples" / "zhang-uniform.yaml").read_text())
+    d["deadline"] = 5
+    p = tmp_path / "job.yaml"
+    p.write_text(yaml.safe_dump(d))
+    code, _, err = cli("plan", str(p), "--pilot-steps", "30")
+    assert code == 2 and "deadline" in err and "Traceback" not in err
