@@ -114,6 +114,9 @@ class RunData:
     t_end: float
     mismatches: list[str] = field(default_factory=list)
 
+    member_t: np.ndarray = field(default_factory=lambda: np.empty(0))  # join/revoke times ...
+    member_active: np.ndarray = field(default_factory=lambda: np.empty(0))  # ... and the active count after each
+
     @property
     def idle_s(self) -> float:
         return float(np.sum(self.idle_end - self.idle_start)) if self.idle_start.size else 0.0
@@ -207,6 +210,8 @@ def load_run(out_dir: str | Path) -> RunData:
         revoke_worker=col("revoke", "worker"),
         revoke_reason=[str(e.get("reason") or "unknown") for e in by.get("revoke", [])],
         join_t=col("join", "t"),
+        member_t=_arr([e["t"] for e in events if e.get("kind") in ("join", "revoke") and "active" in e]),
+        member_active=_arr([e["active"] for e in events if e.get("kind") in ("join", "revoke") and "active" in e]),
         join_worker=col("join", "worker"),
         idle_start=idle_start,
         idle_end=idle_end,
@@ -543,7 +548,17 @@ def _plot_loss_vs_cost(run: RunData, path: Path) -> Path:
 
 
 def _active_timeline(run: RunData) -> tuple[np.ndarray, np.ndarray]:
-    """x, y (for steps-post) of the active-worker count: steps cover [t-duration, t], idle gives 0."""
+    """x, y (for steps-post) of the active-worker count.
+
+    Exact when join/revoke events carry the ``active`` count after them (the runtimes write it):
+    a step function through those changes.  Otherwise reconstructed from the steps (each covers
+    ``[t - duration, t]``) and idle periods (0 active).
+    """
+    if run.member_t.size:
+        order = np.argsort(run.member_t, kind="stable")
+        xs = np.concatenate([[0.0], run.member_t[order], [max(run.t_end, float(run.member_t.max()))]])
+        ys = np.concatenate([[0.0], run.member_active[order], [run.member_active[order][-1]]])
+        return xs, ys
     segs: list[tuple[float, float, float]] = []
     ok = np.isfinite(run.step_t) & np.isfinite(run.step_active)
     start = run.step_t - np.nan_to_num(run.step_duration, nan=0.0)
