@@ -19,6 +19,7 @@ fresh entropy) and is reproducible: the same seed and arguments give the same se
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Literal, Union
 
@@ -57,16 +58,18 @@ def _meta(meta: SeriesMeta | None, ident: str, kind: Literal["price", "availabil
 # ---------------------------------------------------------------------------------------------
 # i.i.d. prices
 # ---------------------------------------------------------------------------------------------
-class PriceDistribution:
+class PriceDistribution(ABC):
     """A price distribution with a known law: ``dist`` is a frozen scipy distribution."""
 
     @property
-    def dist(self) -> stats.rv_continuous:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def dist(self) -> stats.rv_continuous:
+        """The frozen scipy distribution of the price."""
 
     @property
-    def name(self) -> str:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def name(self) -> str:
+        """A short label, e.g. ``uniform(0.2,1)``."""
 
     def cdf(self, p: float | np.ndarray) -> float | np.ndarray:
         """``F(p) = P(price <= p)`` (paper 000 Sec. IV: probability a bid ``p`` is honoured)."""
