@@ -7,13 +7,11 @@ notice rides back on the next gradient and the coordinator writes a checkpoint.
 
 from __future__ import annotations
 
-import threading
 import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from test_notice import FakeMetadata, _handler  # the fake metadata service of the watcher tests
+from test_notice import fake as metadata  # noqa: F401  (the fake metadata service of the watcher tests, as a fixture)
 from test_runtime import make_spec
 
 from spotwise.events import read_events
@@ -22,22 +20,6 @@ from spotwise.runtime.cluster import ClusterCoordinator, ClusterProvider
 from spotwise.runtime.coordinator import worker_args_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture()
-def metadata():
-    state = FakeMetadata()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    yield state
-    with state.cond:
-        state.version += 1
-        state.cond.notify_all()
-    server.shutdown()
-    server.server_close()
 
 
 def test_gcp_preemption_notice_reaches_coordinator(ray_session, metadata, tmp_path: Path) -> None:
