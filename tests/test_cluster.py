@@ -130,7 +130,8 @@ def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> No
     assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, 251))
     assert any(e["kind"] == "idle" for e in events), "the job waited for capacity"
     joins = [e for e in events if e["kind"] == "join"]
-    assert len(joins) >= 8 and joins[-1]["t"] > lost[-1]["t"], "new workers joined on the new node"
+    rejoined = [e for e in joins if e["t"] > lost[-1]["t"]]
+    assert rejoined, "new workers joined on the new node (the job may finish before all four have started)"
 
 
 def test_unreachable_address_exits_2(tmp_path: Path) -> None:
