@@ -307,6 +307,18 @@ class StoragePricing:
 
 
 # ---------------------------------------------------------------------------- the catalog
+
+def _lookup(table: dict[str, Any], name: str, what: str, section: str) -> Any:
+    """``table[name]``, or an InputError with close matches and where to add an entry."""
+    if name in table:
+        return table[name]
+    close = difflib.get_close_matches(name, list(table), n=5, cutoff=0.4)
+    raise InputError(
+        f"unknown {what} {name!r}",
+        (f"did you mean {', '.join(close)}? " if close else "") + f"known: {sorted(table)}; add one under '{section}:' in a user catalog",
+        "catalog",
+    )
+
 class Catalog:
     """An immutable set of instance types, function and storage prices, accelerator profiles.
 
@@ -502,28 +514,14 @@ class Catalog:
 
     def function(self, name: str) -> FunctionPricing:
         """Serverless pricing by name (e.g. ``ibm-functions``)."""
-        if name in self._functions:
-            return self._functions[name]
-        close = difflib.get_close_matches(name, list(self._functions), n=5, cutoff=0.4)
-        raise InputError(
-            f"unknown function pricing {name!r}",
-            (f"did you mean {', '.join(close)}? " if close else "") + f"known: {sorted(self._functions)}; add one under 'functions:' in a user catalog",
-            "catalog",
-        )
+        return _lookup(self._functions, name, "function pricing", "functions")
 
     def functions(self) -> list[FunctionPricing]:
         return [self._functions[k] for k in sorted(self._functions)]
 
     def storage(self, name: str) -> StoragePricing:
         """Object-store pricing by name (e.g. ``aws-s3-standard``)."""
-        if name in self._storage:
-            return self._storage[name]
-        close = difflib.get_close_matches(name, list(self._storage), n=5, cutoff=0.4)
-        raise InputError(
-            f"unknown storage pricing {name!r}",
-            (f"did you mean {', '.join(close)}? " if close else "") + f"known: {sorted(self._storage)}; add one under 'storage:' in a user catalog",
-            "catalog",
-        )
+        return _lookup(self._storage, name, "storage pricing", "storage")
 
     def storages(self) -> list[StoragePricing]:
         return [self._storage[k] for k in sorted(self._storage)]

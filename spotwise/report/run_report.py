@@ -31,6 +31,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.events import EVENTS_FILE, SUMMARY_FILE, RunSummary, read_events, read_summary
+from spotwise.report import fmt_duration
 
 PLOT_FILES = ("loss_vs_time.png", "loss_vs_cost.png", "workers_price.png")
 #: Above this many points a line is thinned for plotting (the data in RunData are never thinned).
@@ -326,15 +327,7 @@ def report_json(run: RunData) -> dict[str, Any]:
 
 
 def _fmt_s(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    if seconds >= 86400:
-        return f"{seconds / 86400:.2f} d"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.2f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.1f} s"
+    return fmt_duration(seconds, digits=2 if seconds is not None and seconds >= 3600 else 1)
 
 
 def _fmt_num(v: float | None) -> str:

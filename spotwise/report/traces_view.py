@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.market.series import StepSeries, iso8601
+from spotwise.report import fmt_duration
 
 
 def series_row(s: StepSeries) -> dict[str, Any]:
@@ -43,18 +44,6 @@ def series_row(s: StepSeries) -> dict[str, Any]:
     return row
 
 
-def _fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds >= 86400:
-        return f"{seconds / 86400:.1f} d"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds:.0f} s"
-
-
 def render_table(rows: list[dict[str, Any]]) -> Any:
     """A rich Table of the rows (prices in $/h; availability as time fraction and MTBP)."""
     from rich.table import Table
@@ -71,7 +60,7 @@ def render_table(rows: list[dict[str, Any]]) -> Any:
             r["id"], r["kind"], r["instance"], r["zone"] or r["region"], str(r["points"]), r["start"], r["end"],
             unit(r["min"]), unit(r["max"]), unit(r["mean"]),
             "-" if price else f"{100 * r['fraction_available']:.1f}%",
-            "-" if price else _fmt_duration(r["mean_time_between_preemptions_s"]),
+            "-" if price else fmt_duration(r["mean_time_between_preemptions_s"]),
         )
     return table
 
