@@ -1,6 +1,6 @@
 """Checkpoints: atomic, checksummed, loaded with ``weights_only=True``.
 
-A checkpoint is ``OUT/checkpoints/step-XXXXXXXX.pt`` (``torch.save`` of a dict of tensors and
+A checkpoint is ``OUT/checkpoints/step-NNNNNNNN.pt`` (the step, 8 digits) (``torch.save`` of a dict of tensors and
 plain data -- no pickled objects, so ``torch.load(weights_only=True)`` reads it) plus an entry in
 ``OUT/checkpoints/manifest.json`` with its step and SHA-256.  Writing: temp file, ``fsync``,
 ``rename``, ``fsync`` of the folder, then the manifest (itself written atomically).  A crash at
