@@ -289,3 +289,22 @@ def test_not_a_run_directory(tmp_path: Path) -> None:
     (tmp_path / "events.jsonl").write_text("not json\n{}\n")
     with pytest.raises(InputError, match="line 1"):
         load_run(tmp_path)
+
+
+def test_provisioned_workers_follow_resize_decisions(tmp_path) -> None:
+    from spotwise.events import EventLog, RunSummary, write_summary
+    from spotwise.report.run_report import _provisioned_timeline, load_run
+
+    clock = {"t": 0.0}
+    with EventLog(tmp_path / "events.jsonl", clock=lambda: clock["t"], meta={"mode": "emulated", "workers": 4}) as log:
+        for step in range(1, 6):
+            clock["t"] = 10.0 * step
+            log.emit("step", step=step, loss=1.0 / step, active=4, lr=0.1, sync="full", duration=10.0, cost=0.01 * step)
+        log.emit("decision", policy="dynamic-bids", decision="Resize(workers=8)", reason="grow", acted=True)
+        clock["t"] = 60.0
+        log.emit("step", step=6, loss=0.1, active=8, lr=0.1, sync="full", duration=10.0, cost=0.07)
+    write_summary(tmp_path, RunSummary(mode="emulated", status="completed", steps=6, final_loss=0.1, final_metric=None,
+                                       metric_name=None, wall_s=1.0, virtual_s=60.0, cost_usd=0.07, cost_breakdown={},
+                                       revocations=0, joins=0, decisions=1, spec={"name": "t"}))
+    xs, ys = _provisioned_timeline(load_run(tmp_path), 4.0)
+    assert list(xs) == [0.0, 50.0, 60.0] and list(ys) == [4.0, 8.0, 8.0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -571,6 +572,20 @@ def _active_timeline(run: RunData) -> tuple[np.ndarray, np.ndarray]:
     return np.array(xs), np.array(ys)
 
 
+def _provisioned_timeline(run: RunData, initial: float) -> tuple[np.ndarray, np.ndarray]:
+    """Provisioned workers over time: the header's count, changed by acted-on ``Resize`` decisions."""
+    xs, ys = [0.0], [initial]
+    for d in run.decisions:
+        m = re.match(r"Resize\(workers=(\d+)\)", str(d.get("decision", "")))
+        t = d.get("t")
+        if m and isinstance(t, (int, float)):
+            xs.append(float(t))
+            ys.append(float(m.group(1)))
+    xs.append(max(run.t_end, xs[-1]))
+    ys.append(ys[-1])
+    return np.array(xs), np.array(ys)
+
+
 def _plot_workers_price(run: RunData, path: Path) -> Path:
     fig = _new_fig()
     ax = fig.add_subplot()
@@ -582,7 +597,9 @@ def _plot_workers_price(run: RunData, path: Path) -> Path:
         _empty(ax, "no steps recorded")
     prov = run.header.get("workers")
     if isinstance(prov, (int, float)) and not isinstance(prov, bool):
-        ax.axhline(prov, color="C0", linestyle=":", linewidth=1, alpha=0.7, label=f"provisioned ({prov:g})")
+        px, py = _provisioned_timeline(run, float(prov))
+        label = f"provisioned ({prov:g})" if len(set(py)) == 1 else f"provisioned ({prov:g} -> {py[-1]:g})"
+        ax.plot(px / div, py, color="C0", linestyle=":", linewidth=1, alpha=0.7, label=label, drawstyle="steps-post")
     if run.idle_start.size:
         bars = [(a / div, (b - a) / div) for a, b in zip(run.idle_start, run.idle_end)]
         ax.broken_barh(bars, (0, 1), transform=ax.get_xaxis_transform(), facecolors="0.6", alpha=0.3,
