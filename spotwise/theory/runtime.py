@@ -173,29 +173,65 @@ class RuntimeModel:
         return rng.choice(self._sorted, size=size, replace=True)
 
     # ------------------------------------------------------------------------------------------
+    def variance(self, y: int, sync: SyncMode = "full", n_sync: int | None = None) -> float:
+        """``Var[R(y)]`` (``delta`` is a constant and adds nothing).
+
+        Exponential ``r ~ Exp(mu)`` (Renyi's representation: the spacings of exponential order
+        statistics are independent ``Exp((y - i) mu)``): full sync ``sum_{i=1}^y 1/(i mu)^2``;
+        N-sync ``sum_{i=0}^{N-1} 1/((y - i) mu)^2``; N-batch (the N-th arrival of a Poisson process of
+        rate ``y mu``, a Gamma(N, y mu) time) ``N/(y mu)^2``.  Empirical: the same exact order-statistic
+        laws as :meth:`expected` (second moment minus squared mean), N-batch by the same seeded bootstrap.
+        Used by :mod:`spotwise.planner.deadline` for the spread of the completion time.
+        """
+        mean = self.expected(y, sync, n_sync) - self.delta  # validates y, sync and n_sync
+        y = int(y)
+        key = ("var", y, sync, n_sync)
+        if key in self._cache:
+            return self._cache[key]
+        if self.kind == "exponential":
+            mu = float(self.mu)  # type: ignore[arg-type]
+            if sync == "full":
+                v = float(np.sum(1.0 / (np.arange(1, y + 1, dtype=float) * mu) ** 2))
+            elif sync == "n-sync":
+                v = float(np.sum(1.0 / ((y - np.arange(int(n_sync), dtype=float)) * mu) ** 2))  # type: ignore[arg-type]
+            else:
+                v = int(n_sync) / (y * mu) ** 2  # type: ignore[arg-type]
+        else:
+            v = max(0.0, self._empirical_moments(y, sync, n_sync)[1] - mean**2)
+        self._cache[key] = v
+        return v
+
+    # ------------------------------------------------------------------------------------------
     def _empirical(self, y: int, sync: SyncMode, n_sync: int | None) -> float:
+        return self._empirical_moments(y, sync, n_sync)[0]
+
+    def _empirical_moments(self, y: int, sync: SyncMode, n_sync: int | None) -> tuple[float, float]:
+        """``(E[R], E[R^2])`` without ``delta`` for the bootstrap model of the samples."""
         s = self._sorted
         m = s.size
         levels = np.arange(m + 1) / m  # F at s_(i): i/m, i = 0..m
         if sync == "full":
-            cdf_max = levels ** y
-            return float(np.sum(s * np.diff(cdf_max)))
+            w = np.diff(levels ** y)
+            return float(np.sum(s * w)), float(np.sum(s * s * w))
         if sync == "n-sync":
             N = int(n_sync)  # type: ignore[arg-type]
-            cdf_n = stats.binom.sf(N - 1, y, levels)  # P(at least N of y draws <= s_(i))
-            return float(np.sum(s * np.diff(cdf_n)))
+            w = np.diff(stats.binom.sf(N - 1, y, levels))  # P(at least N of y draws <= s_(i))
+            return float(np.sum(s * w)), float(np.sum(s * s * w))
         # N-batch: y renewal processes, time of the N-th completion overall (bootstrap).
         N = int(n_sync)  # type: ignore[arg-type]
         rng = np.random.default_rng(self.seed)
         k = N  # one worker can contribute at most N of the N mini-batches
         reps = self.n_boot
         total = 0.0
+        total2 = 0.0
         chunk = max(1, min(reps, 2_000_000 // max(1, y * k)))
         done = 0
         while done < reps:
             r = min(chunk, reps - done)
             draws = rng.choice(s, size=(r, y, k), replace=True)
             finish = np.cumsum(draws, axis=2).reshape(r, y * k)
-            total += float(np.partition(finish, N - 1, axis=1)[:, N - 1].sum())
+            nth = np.partition(finish, N - 1, axis=1)[:, N - 1]
+            total += float(nth.sum())
+            total2 += float((nth * nth).sum())
             done += r
-        return total / reps
+        return total / reps, total2 / reps
