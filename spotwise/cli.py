@@ -197,14 +197,16 @@ def _plan_table(plan: Any) -> Any:
     from rich.table import Table
 
     t = Table(title=f"plan: {plan.strategy} (objective: {plan.objective}, deadline {plan.deadline_s / 3600:.2f} h)")
-    for col in ("strategy", "bids ($/h)", "workers", "iterations", "E\\[cost]", "E\\[time]", "E\\[error]", "method", "note"):
-        t.add_column(col, overflow="fold")
+    for col in ("strategy", "bids ($/h)", "workers", "iterations", "E\\[cost]", "E\\[time]", "P(deadline)", "E\\[error]",
+                "method", "note"):
+        t.add_column(col, overflow="fold", min_width=11 if col == "P(deadline)" else None)
     for a in plan.alternatives:
         bids = ", ".join(f"{b:.3g}" for b in sorted(set(a.bids), reverse=True)) if a.bids else "-"
         style = "bold green" if a.strategy == plan.strategy else (None if a.feasible else "dim")
         t.add_row(a.strategy, bids, str(a.workers), str(a.iterations),
                   "-" if a.expected_cost is None else f"${a.expected_cost:.4g}",
                   "-" if a.expected_time_s is None else f"{a.expected_time_s / 3600:.2f} h",
+                  "-" if a.deadline_probability is None else f"{a.deadline_probability:.2f}",
                   "-" if a.expected_error is None else f"{a.expected_error:.3g}", a.method,
                   a.reason if not a.feasible else (a.reason[:90] + ("..." if len(a.reason) > 90 else "")), style=style)
     return t

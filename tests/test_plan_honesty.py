@@ -23,6 +23,9 @@ from spotwise.theory.bounds import ErrorModel
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 #: floor alpha L M /(2 c mu n) = 0.1 * 1 * 2 / (2 * 0.05 * 8) = 0.25 at n = 8; beta = 0.995
 MODEL = ErrorModel(alpha=0.1, c=1.0, mu=0.05, L=1.0, M=2.0, G1=2.0)
+#: what the demo's 200-step pilot measures (beta = 0.969, G1 = 2.37, floor 0.16 at 8 workers): after the
+#: demo's 300 target iterations the bound sits on the floor of 8 workers, far below the floor of 4
+DEMO_MODEL = ErrorModel(alpha=0.1, c=1.0, mu=0.31, L=1.0, M=7.9, G1=2.37)
 
 
 def demo_dict() -> dict:
@@ -48,7 +51,7 @@ def write_aws_trace(path: Path, records: list[tuple[str, str, float, float]]) ->
 def test_dynamic_strategy_is_never_recommended_above_its_error_target() -> None:
     """A strategy whose own Thm 1 bound exceeds the target is infeasible, with the reason."""
     spec = spec_from_dict(demo_dict())
-    plan = make_plan(spec, error_model=MODEL)
+    plan = make_plan(spec, error_model=DEMO_MODEL)
     eps = plan.extra["eps"]
     for a in plan.alternatives:
         if a.feasible:
@@ -79,7 +82,7 @@ def test_dynamic_does_not_beat_on_demand_on_a_constant_on_demand_price_trace(tmp
     d = demo_dict()
     d["cluster"]["region"] = "us-east-1"
     spec = spec_from_dict(d)
-    plan = make_plan(spec, traces=[str(trace)], error_model=MODEL)
+    plan = make_plan(spec, traces=[str(trace)], error_model=DEMO_MODEL)
     by = {a.strategy: a for a in plan.alternatives}
     od = by["on-demand"].expected_cost
     for a in plan.alternatives:
@@ -293,3 +296,33 @@ def test_pilot_steps_bound_follows_the_target_iterations() -> None:
         make_plan(spec, pilot_steps=301)
     assert "300" in info.value.message
     assert math.isfinite(spec.target.iterations)
+
+
+def test_spot_billing_extra_matches_a_ledger_replay() -> None:
+    """The expected minimum-charge overhead of revoked spot workers equals what a Ledger bills on a replay."""
+    from spotwise.market.series import SeriesMeta, StepSeries
+    from spotwise.planner.plan import _spot_billing_extra
+
+    spec = spec_from_dict(demo_dict())  # uniform [0.03, 0.15] $/h redrawn every 30 s, per-second billing, 60 s minimum
+    inp = gather_inputs(spec, error_model=DEMO_MODEL)
+    bid, t_job, delta = 0.09, 20 * 3600.0, 30.0
+    rng = np.random.default_rng(3)
+    prices = rng.uniform(0.03, 0.15, size=int(t_job / delta))
+    times = np.arange(prices.size) * delta
+    series = StepSeries(times, prices, t_job, SeriesMeta(id="replay", kind="price"))
+    ledger = Ledger(build_market(spec).billing)
+    continuous = 0.0
+    up_prev = False
+    for t, p in zip(times, prices):
+        up = p <= bid
+        if up and not up_prev:
+            ledger.start("w", float(t), series)
+        if not up and up_prev:
+            ledger.stop("w", float(t), reason="revoked")
+        if up:
+            continuous += p * delta / 3600.0
+        up_prev = up
+    total = ledger.close(t_job)
+    want = total - continuous
+    got = _spot_billing_extra(inp, (bid,), t_job)
+    assert got == pytest.approx(want, rel=0.1)

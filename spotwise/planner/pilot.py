@@ -64,12 +64,14 @@ from spotwise.theory.bounds import ErrorModel
 from spotwise.theory.runtime import RuntimeModel
 
 MIN_POINTS = 10
+#: the most steps :func:`run_pilot` runs (the planner caps it lower, at the job's own length)
+MAX_PILOT_STEPS = 100_000
 KS_LEVEL = 0.05
 _KS_BOOT = 300
 _BETA_MAX = 1.0 - 1e-9
 
 __all__ = [
-    "PilotFit", "RuntimeFit", "fit_error_model", "fit_runtime", "pilot_from_run", "run_pilot", "thm1_curve",
+    "PilotFit", "assumed_error_model", "reliability_problems", "MAX_PILOT_STEPS", "MIN_R2", "MIN_FLOOR_FRACTION", "RuntimeFit", "fit_error_model", "fit_runtime", "pilot_from_run", "run_pilot", "thm1_curve",
     "smooth_losses",
 ]
 
@@ -96,6 +98,19 @@ class PilotFit:
     r2_raw: float = float("nan")
     workers: float = 1.0
     smoothing_window: int = 1
+    #: why the fit must not be used (:func:`reliability_problems`); empty for a usable fit
+    problems: tuple[str, ...] = ()
+    #: ``G(w_1) - g_star`` measured directly: the median of the first few raw losses
+    initial_gap: float = float("nan")
+
+    def __post_init__(self) -> None:
+        if not (0.0 < self.beta < 1.0) or self.A < 0 or self.F < 0 or self.n_points < MIN_POINTS:
+            raise ValueError(f"invalid pilot fit: beta={self.beta!r}, A={self.A!r}, F={self.F!r}, n_points={self.n_points!r}")
+
+    @property
+    def reliable(self) -> bool:
+        """True when no reliability check failed (see :func:`reliability_problems`)."""
+        return not self.problems
 
     def curve(self, J: int | np.ndarray) -> float | np.ndarray:
         """The fitted loss after ``J`` updates (``g_star`` included)."""
@@ -200,6 +215,65 @@ def _model_from_fit(alpha: float, beta: float, A: float, F: float, workers: floa
     return ErrorModel(alpha=alpha, c=c, mu=mu, L=L, M=M, G1=A + F, d=d, chi=1.0), F_eff
 
 
+#: r2 (on the smoothed losses) below which the Thm 1 shape does not describe the pilot
+MIN_R2 = 0.5
+#: a floor below this fraction of the initial gap is numerically zero: Thm 1's variance term, Q(eps)
+#: (eq. (22)) and Thm 7's n(J) then divide by ~0 and give absurd plans (e.g. "rounding n up costs 1e17 %")
+MIN_FLOOR_FRACTION = 1e-6
+#: fitted constants within this relative distance of a bound of the fit are "at the bound"
+_AT_BOUND = 1e-6
+#: assumed model when a fit is unusable: contraction per iteration and floor as a fraction of G1
+ASSUMED_BETA = 0.99
+ASSUMED_FLOOR_FRACTION = 0.1
+
+
+def reliability_problems(beta: float, A: float, F: float, r2: float, flat: bool, upper: float) -> tuple[str, ...]:
+    """Checks a Thm 1 fit ``loss - g_star = A beta^J + F`` must pass before the planner uses it.
+
+    * a loss decrease was measured (not the flat fallback);
+    * ``beta`` is not at a bound of the fit (``1e-6`` or ``1 - 1e-9``): no contraction rate identified;
+    * ``A`` and ``F`` are not at the fit's upper bound ``10 max|loss| + 1``;
+    * the floor ``F`` is at least ``MIN_FLOOR_FRACTION`` of the initial gap ``A + F``: a smaller
+      floor is below what the pilot's losses resolve, and every quantity of paper 000 that divides
+      by the variance term (eq. (22) ``Q(eps)``, Thm 7 ``n(J)``) becomes absurd;
+    * ``r2 >= MIN_R2`` on the smoothed losses.
+    """
+    out: list[str] = []
+    if flat:
+        out.append("no loss decrease was measured (flat curve): beta and the floor are not identified")
+        return tuple(out)
+    if beta >= _BETA_MAX * (1 - _AT_BOUND) or beta <= 1e-6 * (1 + _AT_BOUND):
+        out.append(f"beta = {beta:.9g} is at a bound of the fit: the contraction rate is not identified")
+    for name, v in (("A", A), ("F", F)):
+        if v >= upper * (1 - _AT_BOUND):
+            out.append(f"{name} = {v:.4g} is at the fit's upper bound {upper:.4g}")
+    gap = A + F
+    if gap > 0 and F < MIN_FLOOR_FRACTION * gap:
+        out.append(f"the fitted floor F = {F:.3g} is below {MIN_FLOOR_FRACTION:g} of the initial gap {gap:.4g} "
+                   "(numerically zero: Q(eps) and Thm 7's n(J) would divide by it)")
+    if not r2 >= MIN_R2:
+        out.append(f"r2 = {r2:.3f} < {MIN_R2}: the Thm 1 curve does not describe the losses")
+    return tuple(out)
+
+
+def assumed_error_model(fit: PilotFit, lr: float | None = None) -> tuple[ErrorModel, str]:
+    """The error model used instead of an unreliable fit, and a sentence saying what it assumes.
+
+    Paper 000 gives no default constants, so these are stated assumptions, not measurements:
+    ``G1`` = the measured initial gap (median of the first raw losses above ``g_star``; 1 if not
+    positive), contraction ``beta = ASSUMED_BETA`` (the gap halves in about 70 iterations) and a
+    floor ``F = ASSUMED_FLOOR_FRACTION G1`` at the pilot's number of workers, mapped to
+    :class:`ErrorModel` as in the module docstring (``alpha`` = the pilot's step size).
+    """
+    alpha = float(lr if lr is not None else fit.model.alpha)
+    g1 = fit.initial_gap if math.isfinite(fit.initial_gap) and fit.initial_gap > 0 else 1.0
+    F = ASSUMED_FLOOR_FRACTION * g1
+    model, _ = _model_from_fit(alpha, ASSUMED_BETA, g1 - F, F, fit.workers)
+    why = (f"G1 = {g1:.4g} (measured initial loss gap), beta = {ASSUMED_BETA:g} and floor = {ASSUMED_FLOOR_FRACTION:g} G1 "
+           f"at {fit.workers:g} workers (assumed constants, not fitted); alpha = {alpha:g}")
+    return model, why
+
+
 def fit_error_model(losses: np.ndarray, lr: float, workers: float, *, g_star: float = 0.0) -> PilotFit:
     """Fit the Thm 1 shape ``loss_j ~= g_star + A beta^(j-1) + F`` to a pilot's per-step losses.
 
@@ -281,8 +355,13 @@ def fit_error_model(losses: np.ndarray, lr: float, workers: float, *, g_star: fl
                  "paper's assumption, not measured by one pilot")
     notes.append(f"g_star = G* = {g_star:g} is assumed (default 0: the paper's G* >= 0 convention), so "
                  f"G1 = A + F = {A + F:.6g} is the initial gap above it")
+    problems = reliability_problems(beta, float(A), float(F), r2, flat, 10.0 * max(float(np.max(np.abs(y))), 1e-12) + 1.0)
+    if problems:
+        notes.append("UNRELIABLE fit, not to be used: " + "; ".join(problems))
+    initial_gap = float(np.median(raw_f[: max(1, min(5, n))])) - g_star
     return PilotFit(model=model, beta=beta, A=float(A), F=float(F), g_star=float(g_star), r2=float(r2),
-                    n_points=n, notes=notes, r2_raw=float(r2_raw), workers=float(workers), smoothing_window=w)
+                    n_points=n, notes=notes, r2_raw=float(r2_raw), workers=float(workers), smoothing_window=w,
+                    problems=problems, initial_gap=initial_gap)
 
 
 # =============================================================================== runtime model
@@ -490,8 +569,9 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     from spotwise.runtime.sampler import EpochSampler
     from spotwise.workloads.registry import make_workload
 
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < MIN_POINTS:
-        raise InputError(f"a pilot needs at least {MIN_POINTS} steps, got {steps!r}", "use e.g. steps=200", "pilot steps")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not MIN_POINTS <= steps <= MAX_PILOT_STEPS:
+        raise InputError(f"a pilot needs between {MIN_POINTS} and {MAX_PILOT_STEPS} steps, got {steps!r}",
+                         "use e.g. steps=200", "pilot steps")
     seed = int(spec.seed if seed is None else seed)
     wl = spec.workload
     workers = int(spec.cluster.workers)
