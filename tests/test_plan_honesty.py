@@ -257,6 +257,7 @@ def test_plan_falls_back_to_assumed_constants_on_an_unreliable_pilot(monkeypatch
 def test_on_demand_plan_cost_equals_the_ledger_cost(iterations: int) -> None:
     d = zhang_dict()
     d["target"] = {"iterations": iterations}
+    d["market"]["min_charge_s"] = 60.0  # AWS/GCE per-second billing with a 60 s minimum
     spec = spec_from_dict(d)
     plan = make_plan(spec, error_model=MODEL)
     od = next(a for a in plan.alternatives if a.strategy == "on-demand")

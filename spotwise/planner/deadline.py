@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -47,7 +48,15 @@ from scipy import stats
 from spotwise.market.series import StepSeries
 
 _GH_NODES = 96
-MC_SAMPLES = 200_000
+#: Monte Carlo samples for several phases: standard error <= 0.5/sqrt(50000) ~ 0.002
+MC_SAMPLES = 50_000
+
+
+@lru_cache(maxsize=4)
+def _gauss_hermite(nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Probabilists' Gauss-Hermite nodes and normalised weights (weight ``exp(-x^2/2)``)."""
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)
+    return x, w / w.sum()
 
 
 @dataclass(frozen=True)
@@ -106,9 +115,8 @@ def deadline_probability(J: int, run_mean: float, run_var: float, p_up: float, e
         W = np.array([mean_w])
         weights = np.array([1.0])
     else:
-        x, w = np.polynomial.hermite_e.hermegauss(_GH_NODES)  # weight exp(-x^2/2)
+        x, weights = _gauss_hermite(_GH_NODES)
         W = np.maximum(mean_w + sd_w * x, 1e-12)
-        weights = w / w.sum()
     slack = deadline - W
     if ph.p_up >= 1:
         return float(np.sum(weights * (slack >= 0)))

@@ -224,7 +224,7 @@ MIN_FLOOR_FRACTION = 1e-6
 _AT_BOUND = 1e-6
 #: assumed model when a fit is unusable: contraction per iteration and floor as a fraction of G1
 ASSUMED_BETA = 0.99
-ASSUMED_FLOOR_FRACTION = 0.1
+ASSUMED_FLOOR_FRACTION = 0.01
 
 
 def reliability_problems(beta: float, A: float, F: float, r2: float, flat: bool, upper: float) -> tuple[str, ...]:
@@ -260,17 +260,26 @@ def assumed_error_model(fit: PilotFit, lr: float | None = None) -> tuple[ErrorMo
     """The error model used instead of an unreliable fit, and a sentence saying what it assumes.
 
     Paper 000 gives no default constants, so these are stated assumptions, not measurements:
-    ``G1`` = the measured initial gap (median of the first raw losses above ``g_star``; 1 if not
-    positive), contraction ``beta = ASSUMED_BETA`` (the gap halves in about 70 iterations) and a
-    floor ``F = ASSUMED_FLOOR_FRACTION G1`` at the pilot's number of workers, mapped to
-    :class:`ErrorModel` as in the module docstring (``alpha`` = the pilot's step size).
+
+    * ``G1`` = the measured initial gap (median of the first raw losses above ``g_star``; 1 if not
+      positive) -- a direct measurement that needs no fit;
+    * ``beta`` = the fitted contraction if it passed its own checks (measured, not at a bound of the
+      fit, the curve not flat), else ``ASSUMED_BETA`` (the gap halves in about 70 iterations);
+    * floor ``F = ASSUMED_FLOOR_FRACTION G1`` at the pilot's number of workers: a degenerate fit
+      only says the floor is below what the pilot resolves, and 1 % of the initial gap is the
+      stated stand-in;
+
+    mapped to :class:`ErrorModel` as in the module docstring (``alpha`` = the pilot's step size).
     """
     alpha = float(lr if lr is not None else fit.model.alpha)
     g1 = fit.initial_gap if math.isfinite(fit.initial_gap) and fit.initial_gap > 0 else 1.0
+    beta_ok = fit.A > 0 and not any(p.startswith(("beta", "no loss decrease")) for p in fit.problems)
+    beta = fit.beta if beta_ok else ASSUMED_BETA
     F = ASSUMED_FLOOR_FRACTION * g1
-    model, _ = _model_from_fit(alpha, ASSUMED_BETA, g1 - F, F, fit.workers)
-    why = (f"G1 = {g1:.4g} (measured initial loss gap), beta = {ASSUMED_BETA:g} and floor = {ASSUMED_FLOOR_FRACTION:g} G1 "
-           f"at {fit.workers:g} workers (assumed constants, not fitted); alpha = {alpha:g}")
+    model, _ = _model_from_fit(alpha, beta, g1 - F, F, fit.workers)
+    why = (f"G1 = {g1:.4g} (measured initial loss gap), beta = {beta:.5g} ("
+           + ("fitted" if beta_ok else "assumed") + f"), floor = {ASSUMED_FLOOR_FRACTION:g} G1 = {F:.4g} at "
+           f"{fit.workers:g} workers (assumed, not fitted); alpha = {alpha:g}")
     return model, why
 
 
@@ -570,7 +579,7 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     from spotwise.workloads.registry import make_workload
 
     if isinstance(steps, bool) or not isinstance(steps, int) or not MIN_POINTS <= steps <= MAX_PILOT_STEPS:
-        raise InputError(f"a pilot needs between {MIN_POINTS} and {MAX_PILOT_STEPS} steps, got {steps!r}",
+        raise InputError(f"a pilot needs at least {MIN_POINTS} steps and at most {MAX_PILOT_STEPS}, got {steps!r}",
                          "use e.g. steps=200", "pilot steps")
     seed = int(spec.seed if seed is None else seed)
     wl = spec.workload
