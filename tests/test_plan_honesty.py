@@ -327,3 +327,17 @@ def test_spot_billing_extra_matches_a_ledger_replay() -> None:
     want = total - continuous
     got = _spot_billing_extra(inp, (bid,), t_job)
     assert got == pytest.approx(want, rel=0.1)
+
+
+def test_planned_spec_replays_the_trace_from_the_planned_start(tmp_path: Path) -> None:
+    from spotwise.planner.plan import apply_plan
+
+    trace = _two_zone_trace(tmp_path)
+    d = demo_dict()
+    d["market"] = {"traces": [str(trace)], "revocation": {"model": "bid"}, "billing": "per-second"}
+    spec = spec_from_dict(d)
+    plan = make_plan(spec, error_model=DEMO_MODEL)
+    planned = apply_plan(spec, plan)
+    if planned["market"].get("traces"):
+        assert planned["market"]["start"] == plan.extra["plan_start"]
+    spec_from_dict(planned, "planned spec")

@@ -775,6 +775,8 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
         d["market"]["synthetic"] = {"kind": "constant", "price": float(plan.extra.get("on_demand_price", 0.0)) or 1.0}
     else:  # fixed-price / preemptible-thm7: the market stays as it is
         cl["bids"] = None if rev["model"] != "bid" else cl["bids"]
+    if plan.extra.get("plan_start") and d["market"].get("traces") and not d["market"].get("start"):
+        d["market"]["start"] = plan.extra["plan_start"]  # replay the trace from the start the plan assumed
     if cl.get("max_workers") is not None and cl["max_workers"] < cl["workers"]:
         cl["max_workers"] = cl["workers"]
     return d
