@@ -45,7 +45,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +64,7 @@ from spotwise.policies.base import Checkpoint as CheckpointDecision
 from spotwise.policies.base import Decision, Noop, Policy
 from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoint, save_checkpoint
 from spotwise.runtime.provider import EmulatedProvider, Provider
+from spotwise.runtime.raystart import ensure_ray  # noqa: F401  (re-exported: callers import it from here)
 from spotwise.runtime.sampler import Block, EpochSampler
 from spotwise.specload import to_plain
 from spotwise.workloads.params import flat_params, set_flat_params
@@ -115,45 +115,6 @@ class WorkerLost(Exception):
     def __init__(self, worker: int) -> None:
         super().__init__(f"worker {worker} died")
         self.worker = worker
-
-
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Start (or connect to) Ray with the settings the project uses everywhere."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
-    if address:
-        _check_reachable(address)
-        try:
-            ray.init(address=address, **kwargs)
-        except Exception as e:  # ConnectionError and Ray's own variants
-            raise InputError(f"cannot connect to the Ray cluster at {address!r} ({e.__class__.__name__})",
-                             "check the address (ray status on the head node prints it) and that the cluster is up",
-                             "--ray-address") from None
-        return
-    ray.init(num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
-
-
-def _check_reachable(address: str, timeout: float = 3.0) -> None:
-    """Fail fast (exit 2) on a Ray address nothing listens on, instead of Ray's minutes of retries."""
-    import socket
-
-    if address in ("auto", "local") or address.startswith("ray://"):
-        return
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise InputError(f"malformed Ray address {address!r}", "write HOST:PORT, e.g. 127.0.0.1:6379", "--ray-address")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            pass
-    except OSError as e:
-        raise InputError(f"cannot reach the Ray cluster at {address} ({e.strerror or e.__class__.__name__})",
-                         "check the address that `ray start --head` printed and that the head node is up", "--ray-address") from None
 
 
 class Coordinator:

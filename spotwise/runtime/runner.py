@@ -14,7 +14,8 @@ from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
 from spotwise.runtime.checkpoint import load_latest_checkpoint
-from spotwise.runtime.coordinator import Coordinator, ensure_ray, load_run_spec, worker_args_for
+from spotwise.runtime.coordinator import Coordinator, load_run_spec, worker_args_for
+from spotwise.runtime.raystart import ensure_ray
 
 
 def _fmt_t(seconds: float) -> str:
