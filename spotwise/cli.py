@@ -144,16 +144,23 @@ def _summary_table(summary: Any, out: Path) -> Any:
 
     ex = summary.extra
     od = ex.get("on_demand") or {}
+    measured = od.get("basis") == "measured"
     t = Table(title=f"{summary.spec['name']}: {summary.status}", show_header=True)
     t.add_column("", style="bold")
     t.add_column("spot (this run)", justify="right")
-    t.add_column("same job on on-demand", justify="right")
+    t.add_column(f"same samples on {od.get('workers', '?')} on-demand workers" + ("" if measured else " (model estimate)"),
+                 justify="right")
     metric = summary.metric_name or "metric"
-    t.add_row("committed steps", str(summary.steps), str(summary.steps))
-    t.add_row(f"final {metric}", "-" if summary.final_metric is None else f"{summary.final_metric:.4f}", "-")
-    t.add_row("final loss", "-" if summary.final_loss is None else f"{summary.final_loss:.4f}", "")
+
+    def num(v: Any, fmt: str = ".4f") -> str:
+        return "-" if v is None else format(v, fmt)
+
+    t.add_row("samples trained on", str(ex.get("samples", "-")), str(od.get("samples", "-")) if od else "-")
+    t.add_row("committed steps", str(summary.steps), str(od.get("steps", "-")) if od else "-")
+    t.add_row(f"final {metric}", num(summary.final_metric), num(od.get("metric")) if measured else "not trained")
+    t.add_row("final loss", num(summary.final_loss), num(od.get("final_loss")) if measured else "-")
     t.add_row("virtual time", f"{summary.virtual_s / 60:.1f} min", f"{od.get('time_s', 0) / 60:.1f} min" if od else "-")
-    t.add_row("cost", f"${summary.cost_usd:.4f}", f"${od.get('cost_usd', 0):.4f}" if od else "-")
+    t.add_row("cost (coordinator included)", f"${summary.cost_usd:.4f}", f"${od.get('cost_usd', 0):.4f}" if od else "-")
     if od and od.get("cost_usd"):
         t.add_row("saving", f"{100 * (1 - summary.cost_usd / od['cost_usd']):.0f}%", "")
     t.add_row("revocations / joins", f"{summary.revocations} / {summary.joins}", "0 / 0")
@@ -166,11 +173,18 @@ def _summary_table(summary: Any, out: Path) -> Any:
 
 
 def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_address: str | None, overwrite: bool,
-                    notice_source: str = "none", metadata_url: str | None = None) -> None:
+                    notice_source: str = "none", metadata_url: str | None = None, compare: bool = False) -> None:
     from spotwise.runtime.runner import run_job
 
+    if compare and ray_address:
+        raise InputError("--compare-on-demand needs the emulated provider", "drop --ray-address (a baseline on a real "
+                         "cluster would spend real money), or drop --compare-on-demand", "--compare-on-demand")
     summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
                       notice_source=notice_source, metadata_url=metadata_url)
+    if compare:
+        from spotwise.runtime.baseline import compare_on_demand
+
+        summary = compare_on_demand(summary, out, progress=not as_json)
     if as_json:
         print_json(summary.to_dict())
         return
@@ -190,7 +204,7 @@ def demo(
     from spotwise.config import load_spec
 
     job = load_spec(_demo_spec_path())
-    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=None, overwrite=True)
+    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=None, overwrite=True, compare=True)
 
 
 def _plan_table(plan: Any) -> Any:
@@ -279,13 +293,15 @@ def run(
                                       "metadata service for preemption notices (none, aws or gcp)."),
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url", help="Metadata service URL (default: the cloud's "
                                                "link-local address)."),
+    compare_on_demand: bool = typer.Option(False, "--compare-on-demand", help="Afterwards, train the same samples on "
+                                           "on-demand workers (emulated, never revoked) and report both: accuracy, time, cost."),
 ) -> None:
     """Train for real (PyTorch workers on Ray) on the emulated spot market; writes OUT/summary.json, events.jsonl, plots."""
     if resume is not None:
         if spec is not None:
             raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
         _run_and_report(None, resume, resume=True, as_json=as_json, ray_address=ray_address, overwrite=False,
-                        notice_source=notice_source, metadata_url=metadata_url)
+                        notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)
         return
     if spec is None:
         raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
@@ -293,7 +309,7 @@ def run(
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
     job = _check_spec(spec)
     _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite,
-                    notice_source=notice_source, metadata_url=metadata_url)
+                    notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)
 
 
 @app.command()

@@ -129,6 +129,9 @@ class Policy(ABC):
     beyond constructor parameters), so that replaying observations replays decisions."""
 
     name: ClassVar[str]
+    #: True for policies that only make sense on a spot market (they change bids); an on-demand
+    #: baseline of the same job runs without them (:mod:`spotwise.runtime.baseline`)
+    spot_only: ClassVar[bool] = False
 
     @abstractmethod
     def decide(self, obs: Observation) -> list[Decision]:

@@ -42,6 +42,7 @@ def _ppf(price: dict[str, Any], q: float) -> float:
 @dataclass(frozen=True)
 class DynamicBids(Policy):
     name = "dynamic-bids"
+    spot_only = True
     switch_step: int = 1
     workers: int = 2
     iterations: int = 1

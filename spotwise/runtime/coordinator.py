@@ -106,6 +106,8 @@ class Counters:
     aborted_steps: int = 0
     idle_s: float = 0.0
     checkpoints: int = 0
+    #: samples in committed steps (what a like-for-like baseline must process too)
+    samples: int = 0
     recoveries_ms: list[float] = field(default_factory=list)
 
 
@@ -131,6 +133,8 @@ class Coordinator:
         progress: Callable[[dict[str, Any]], None] | None = None,
         mode: str = "emulated",
         stop_after_steps: int | None = None,
+        stop_after_samples: int | None = None,
+        worker_market: str = "spot",
     ) -> None:
         self.spec = spec
         self.out = Path(out_dir)
@@ -138,6 +142,10 @@ class Coordinator:
         self.mode = mode
         self.progress = progress
         self.stop_after_steps = stop_after_steps
+        #: the job is complete once its committed steps hold this many samples (a baseline's target)
+        self.stop_after_samples = stop_after_samples
+        #: how workers are billed: "spot" (volatile capacity) or "on_demand" (a baseline's fixed fleet)
+        self.worker_market = worker_market
         self.market = market or build_market(spec)
         cl = spec.cluster
         self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
@@ -239,7 +247,7 @@ class Coordinator:
     # ================================================================== membership
     def _add_member(self, w: int, actor: Any) -> None:
         self.members[w] = actor
-        self.ledger.start(f"worker-{w}", self.T, self.market.prices, category="worker", market="spot")
+        self.ledger.start(f"worker-{w}", self.T, self.market.prices, category="worker", market=self.worker_market)
         self.counters.joins += 1
         self.log.emit("join", worker=w, active=len(self.members))
 
@@ -328,6 +336,9 @@ class Coordinator:
             return True
         if self.T >= self.market.horizon_s:
             self.status = "no-capacity"
+            return True
+        if self.stop_after_samples is not None and self.counters.samples >= self.stop_after_samples:
+            self.status = "completed"
             return True
         if self.stop_after_steps is not None and self.step >= self.stop_after_steps:
             self.status = "stopped"
@@ -573,6 +584,7 @@ class Coordinator:
             grad += (c.n / total) * c.grad
             loss += (c.n / total) * c.loss
             self.sampler.commit(c.block)
+        self.counters.samples += total
         self.params -= np.float32(self.lr) * grad
         self.step += 1
         self.T += self.commit_overhead_s
@@ -711,23 +723,39 @@ class Coordinator:
             out[key] = merged
         return out
 
-    def on_demand_estimate(self, samples: int = 20000) -> dict[str, float]:
-        """The same committed steps on on-demand workers that are never revoked (same runtime model)."""
+    def on_demand_estimate(self, draws_n: int = 20000) -> dict[str, Any]:
+        """Expected time and cost of the *same work* on ``cluster.workers`` on-demand workers.
+
+        Like for like: the same number of samples as this run committed (not the same number of
+        steps -- a spot step with fewer active workers holds fewer samples), the same runtime
+        model (eq. 14-15 of ``papers/000_3c734f3ffedcac15.txt``), the coordinator included, every
+        instance billed by the market's billing policy.  A model estimate (``basis: "model"``):
+        the demo and ``run --compare-on-demand`` replace it by a measured baseline run, which
+        also reports the baseline's accuracy.
+        """
         rng = np.random.default_rng([self.spec.seed, 99])
         n = self.spec.cluster.workers
         s = self.straggler
-        draws = self.mean_step_s * ((1 - s) + s * rng.exponential(1.0, size=(samples, n)))
+        draws = self.mean_step_s * ((1 - s) + s * rng.exponential(1.0, size=(draws_n, n)))
         if self.sync == "full":
             per = draws.max(axis=1).mean() + self.delta
+            per_step = n
         elif self.sync == "n-sync":
-            per = np.sort(draws, axis=1)[:, min(int(self.sync_n or 1), n) - 1].mean() + self.delta
+            k = min(int(self.sync_n or 1), n)
+            per = np.sort(draws, axis=1)[:, k - 1].mean() + self.delta
+            per_step = k
         else:  # n-batch / async: N mini-batches arrive at rate n / E[r] (paper 000 Sec. III-C)
             need = 1 if self.sync == "async" else int(self.sync_n or 1)
             per = need * draws.mean() / n + self.delta
-        t = per * self.step
+            per_step = need
+        samples = int(self.counters.samples)
+        steps = math.ceil(samples / (per_step * self.batch))
+        t = float(per * steps)
         od = self.market.on_demand_price
-        coord = float(self.market.coordinator.on_demand_per_hour or 0.0)
-        return {"time_s": float(t), "cost_usd": float((n * od + coord) * t / 3600.0), "worker_price_per_hour": od}
+        bill = self.ledger.on_demand_policy
+        cost = n * bill.charge(od, 0.0, t) + bill.charge(float(self.market.coordinator.on_demand_per_hour or 0.0), 0.0, t)
+        return {"basis": "model", "workers": n, "samples": samples, "steps": steps, "time_s": t, "cost_usd": float(cost),
+                "worker_price_per_hour": od, "metric": None}
 
     def _finish(self) -> RunSummary:
         for w in sorted(self.members):
@@ -745,7 +773,7 @@ class Coordinator:
             "deadline_s": self.spec.deadline_s,
             "deadline_met": None if self.spec.deadline_s is None else self.T <= self.spec.deadline_s,
             "idle_s": self.counters.idle_s, "notices": self.counters.notices, "aborted_steps": self.counters.aborted_steps,
-            "checkpoints": self.counters.checkpoints, "epochs": self.sampler.epoch,
+            "checkpoints": self.counters.checkpoints, "epochs": self.sampler.epoch, "samples": self.counters.samples,
             "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
                             "p99": float(np.percentile(rec, 99)) if rec else None},
             "on_demand": self.on_demand_estimate() if self.step else None,
