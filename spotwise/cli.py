@@ -7,13 +7,15 @@ internal failures exit 1 (set ``SPOTWISE_DEBUG=1`` to see the traceback).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -46,10 +48,15 @@ def guarded(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with json_stdout(bool(kwargs.get("as_json"))):
+                return fn(*args, **kwargs)
         except typer.Exit:
             raise
         except InputError as e:
+            details = getattr(e, "details", None)
+            if details:  # e.g. the traceback of a user workload that raised: theirs to read, on stderr
+                sys.stderr.write(details.rstrip("\n") + "\n")
+                sys.stderr.flush()
             err_console.print(f"[bold red]error:[/bold red] {e.message}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
@@ -68,10 +75,73 @@ def guarded(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+#: where print_json writes while a ``--json`` command runs (the real stdout, set aside)
+_json_out: list[Any] = []
+
+
+@contextlib.contextmanager
+def json_stdout(enabled: bool) -> Iterator[None]:
+    """While a ``--json`` command runs, everything but :func:`print_json` goes to stderr.
+
+    Ray's raylet warnings, user code's ``print``/``os.write(1, ...)`` and child processes that
+    inherit fd 1 would otherwise land in the middle of the JSON.  When stdout is a real file
+    descriptor it is duplicated away, fd 1 is pointed at stderr (``os.dup2``) and the JSON is
+    written to the saved descriptor.  fd 1 is restored afterwards, except when Ray was started
+    during the command: its log threads keep printing until the process exits, so fd 1 stays on
+    stderr (the CLI process ends right after).  Where stdout has no descriptor (an in-process test
+    runner), ``sys.stdout`` is swapped for ``sys.stderr`` instead.  Disabled: does nothing.
+    """
+    if not enabled or _json_out:
+        yield
+        return
+    real = sys.stdout
+    try:
+        fd: int | None = real.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        fd = None
+    try:
+        err_fd: int | None = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        err_fd = None
+    if fd is None or err_fd is None:
+        sys.stdout = sys.stderr
+        _json_out.append(real)
+        try:
+            yield
+        finally:
+            _json_out.clear()
+            sys.stdout = real
+        return
+    real.flush()
+    saved = os.dup(fd)
+    out = os.fdopen(saved, "w", encoding="utf-8", closefd=True)
+    ray_before = _ray_running()
+    os.dup2(err_fd, fd)
+    _json_out.append(out)
+    try:
+        yield
+    finally:
+        _json_out.clear()
+        sys.stdout.flush()
+        out.flush()
+        if ray_before or not _ray_running():
+            os.dup2(out.fileno(), fd)
+        out.close()
+
+
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")
+    try:
+        return bool(ray is not None and ray.is_initialized())
+    except Exception:  # noqa: BLE001 - a half-imported Ray counts as not running
+        return False
+
+
 def print_json(obj: Any) -> None:
-    """The one JSON object of a ``--json`` command, on stdout."""
-    sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
-    sys.stdout.flush()
+    """The one JSON object of a ``--json`` command, on stdout (the real one, see :func:`json_stdout`)."""
+    stream = _json_out[0] if _json_out else sys.stdout
+    stream.write(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
+    stream.flush()
 
 
 def _version(value: bool) -> None:
@@ -119,16 +189,29 @@ def traces_show(
 
 
 # ------------------------------------------------------------------- commands of later issues
-def _check_spec(spec: Path) -> Any:
-    """Load the spec and build its market: catches bad fields, unknown instance types and bad traces."""
+def _check_spec(spec: Path, *, import_user_code: bool = False, local_workers: bool = False) -> Any:
+    """Load the spec and build its market: catches bad fields, unknown instance types and bad traces.
+
+    Built-in workloads are built (missing or malformed datasets exit 2 here).  A user workload
+    (``module:function``) is code: it is imported and called only with ``import_user_code`` --
+    by commands about to run it anyway (``run``); validation-only commands leave it alone.
+    ``local_workers``: the job will run on the local emulated provider, so its worker actors must
+    fit this machine's memory (:func:`spotwise.runtime.raystart.check_local_workers`).  Every
+    problem raises :class:`InputError` (exit 2).
+    """
     from spotwise.config import load_spec
     from spotwise.market.world import build_market
 
     from spotwise.workloads.registry import make_workload
 
     job = load_spec(spec)
+    if local_workers:
+        from spotwise.runtime.raystart import check_local_workers
+
+        check_local_workers(job.cluster)
     build_market(job)
-    make_workload(job.workload, job.seed)  # import errors, missing datasets: exit 2 before anything starts
+    if import_user_code or ":" not in job.workload.name:
+        make_workload(job.workload, job.seed)  # import errors, missing datasets: exit 2 before anything starts
     return job
 
 
@@ -197,7 +280,7 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
 @app.command()
 @guarded
 def demo(
-    out: Path = typer.Option(Path("spotwise-demo"), "--out", help="Run directory to write (replaced if it exists)."),
+    out: Path = typer.Option(Path("spotwise-demo"), "--out", help="Run directory to write (an earlier spotwise run there is replaced; other files are kept; a non-spotwise directory is refused)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
 ) -> None:
     """Run the demo: an MLP on digits with 8 spot workers on a synthetic market with revocations."""
@@ -288,7 +371,7 @@ def run(
     resume: Optional[Path] = typer.Option(None, "--resume", help="Resume the run in this directory from its last checkpoint."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing run in --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing spotwise run in --out (only the files spotwise wrote are removed)."),
     notice_source: str = typer.Option("none", "--notice-source", help="With --ray-address: watch each spot node's "
                                       "metadata service for preemption notices (none, aws or gcp)."),
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url", help="Metadata service URL (default: the cloud's "
@@ -307,7 +390,7 @@ def run(
         raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
     if out is None:
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
-    job = _check_spec(spec)
+    job = _check_spec(spec, import_user_code=True, local_workers=not ray_address)
     _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite,
                     notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)
 

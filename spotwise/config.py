@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from spotwise.errors import InputError
+from spotwise.inputfiles import read_input_text
 from spotwise.specload import Duration, build, to_plain
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async"]
@@ -42,6 +43,39 @@ def _positive(value: float | int | None, name: str, fix: str) -> None:
 def _non_negative(value: float | int | None, name: str, fix: str) -> None:
     if value is not None and value < 0:
         raise InputError(f"must be >= 0, got {value!r}", fix, name)
+
+
+#: absolute ceiling on worker counts in a spec (the machine or cluster is checked when a run starts)
+MAX_SPEC_WORKERS = 100_000
+
+#: seeds go to numpy (any non-negative integer) and torch.manual_seed (at most 2**64 - 1)
+MAX_SEED = 2**63 - 1
+
+
+def _seed(value: int, name: str) -> None:
+    """InputError unless ``0 <= value <= MAX_SEED`` (numpy rejects negative seeds, torch huge ones)."""
+    if not 0 <= value <= MAX_SEED:
+        raise InputError(f"must be an integer in [0, 2**63 - 1], got {value!r}", "use a non-negative seed such as 0 or 42", name)
+
+
+#: most price points a synthetic market may hold over its horizon (16 bytes each: 10 M = 160 MB)
+MAX_PRICE_POINTS = 10_000_000
+
+
+def check_price_points(duration_s: float, interval_s: float, where: str = "interval_s") -> int:
+    """Number of price points ``ceil(duration_s / interval_s)`` of an i.i.d. synthetic market.
+
+    Raises :class:`InputError` (naming ``where``) when it exceeds :data:`MAX_PRICE_POINTS`:
+    an ``interval_s`` of 1e-9 over a week would be 6e14 points, petabytes of memory.
+    """
+    n = duration_s / interval_s
+    if not (math.isfinite(n) and n <= MAX_PRICE_POINTS):
+        raise InputError(
+            f"a price every {interval_s:g} s over {duration_s:g} s of market is {n:.3g} price points "
+            f"(at most {MAX_PRICE_POINTS:,} are generated)",
+            f"raise interval_s to at least {duration_s / MAX_PRICE_POINTS:.3g} s (spot prices change every few "
+            "seconds at most; paper 000 redraws every 4 s), or shorten duration_s / the deadline", where)
+    return max(1, math.ceil(n - 1e-9))
 
 
 @dataclass
@@ -127,6 +161,12 @@ class ClusterSpec:
         if not self.instance_type:
             raise InputError("must not be empty", "name an instance type from the catalog, e.g. 'c5.xlarge'", "instance_type")
         _positive(self.workers, "workers", "provision at least one worker")
+        for name in ("workers", "max_workers", "standby", "sync_n"):
+            v = getattr(self, name)
+            if v is not None and v > MAX_SPEC_WORKERS:
+                raise InputError(f"{v} is more workers than spotwise manages (at most {MAX_SPEC_WORKERS:,})",
+                                 f"lower {name}; the local emulated provider holds far fewer (about one per 300 MiB "
+                                 "of memory) and a Ray cluster as many as its 'spot' resources", name)
         if self.max_workers is not None and self.max_workers < self.workers:
             raise InputError(
                 f"max_workers ({self.max_workers}) is below workers ({self.workers})",
@@ -190,6 +230,9 @@ class SyntheticSpec:
         _positive(self.price, "price", "use a positive constant price")
         _positive(self.interval_s, "interval_s", "redraw the price every few seconds, e.g. 4")
         _positive(self.duration_s, "duration_s", "generate at least the job's deadline, e.g. '7d'")
+        if self.kind in ("uniform", "gaussian"):
+            check_price_points(float(self.duration_s), float(self.interval_s))
+        _seed(self.seed, "seed")
         if self.kind == "markov" and self.fit_to is None:
             raise InputError("a markov market needs fit_to", "set market.synthetic.fit_to to a price trace file to fit the regimes to", "fit_to")
         _positive(self.regimes, "regimes", "use at least one regime")
@@ -299,6 +342,7 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not self.name:
             raise InputError("must not be empty", "give the job a name", "name")
+        _seed(self.seed, "seed")
         if self.deadline is not None:
             _positive(self.deadline, "deadline", "use a positive deadline such as '2h'")
         _positive(self.budget_usd, "budget_usd", "use a positive budget in USD, or remove it")
@@ -333,16 +377,18 @@ def spec_from_dict(data: Any, source: str = "spec") -> JobSpec:
 
 
 def load_spec(path: str | Path) -> JobSpec:
-    """Load and validate a YAML job spec.  Relative paths inside it are resolved against its folder."""
+    """Load and validate a YAML job spec.  Relative paths inside it are resolved against its folder.
+
+    Raises :class:`InputError` (exit 2) for a missing, non-regular, oversized or non-UTF-8 file,
+    bad YAML and every invalid field.  Loading never imports a user workload module.
+    """
     p = Path(path)
     if not p.exists():
         raise InputError("file not found", "check the path to the spec (examples are in examples/)", str(p))
     if p.is_dir():
         raise InputError("is a directory, not a spec file", "pass a YAML file such as examples/demo.yaml", str(p))
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read the file ({e.__class__.__name__})", "pass a readable UTF-8 YAML file", str(p)) from None
+    # regular files only (not /dev/zero or a FIFO), at most $SPOTWISE_MAX_FILE_MB, UTF-8
+    text = read_input_text(p, "spec file", "pass a readable UTF-8 YAML file such as examples/demo.yaml")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

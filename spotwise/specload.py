@@ -40,6 +40,10 @@ def parse_duration(value: object, where: str) -> float:
     raise InputError(f"expected a duration, got {value!r}", "write seconds (e.g. 3600) or a string such as '1h', '30m', '90s' or '2d'", where)
 
 
+#: floats above 2**53 are not exact integers; larger ones are refused where an integer is wanted
+_MAX_EXACT_FLOAT_INT = float(2**53)
+
+
 class Duration(float):
     """Type marker for spec fields holding seconds: accepts ``3600`` or ``"1h"``, ``"30m"``, ``"90s"``, ``"2d"``."""
 
@@ -110,7 +114,9 @@ def convert(tp: Any, value: Any, where: str) -> Any:
         raise InputError(f"expected true or false, got {value!r}", "write true or false", where)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
+            # a float is taken only where it is exactly a (not astronomically large) whole number:
+            # 8.0 -> 8, but 1e300 is not "an integer" a user meant (int(1e300) has 301 digits)
+            if isinstance(value, float) and value.is_integer() and abs(value) <= _MAX_EXACT_FLOAT_INT:
                 return int(value)
             raise InputError(f"expected an integer, got {value!r}", "write a whole number such as 8", where)
         return value

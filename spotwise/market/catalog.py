@@ -49,6 +49,7 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from spotwise.errors import InputError
+from spotwise.inputfiles import read_input_text
 
 DEFAULT_CATALOG_PATH = Path(__file__).with_name("data") / "catalog.yaml"
 
@@ -354,13 +355,16 @@ class Catalog:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Catalog":
-        """Read a YAML (``.yaml``/``.yml``) or CSV (``.csv``, instances only) catalog file."""
+        """Read a YAML (``.yaml``/``.yml``) or CSV (``.csv``, instances only) catalog file.
+
+        Raises :class:`InputError` for a missing, non-regular, oversized or non-UTF-8 file, bad
+        YAML/CSV or bad entries.
+        """
         p = Path(path)
         where = str(p)
-        if not p.is_file():
-            raise InputError("catalog file not found", "check the path", where)
         suffix = p.suffix.lower()
-        text = p.read_text(encoding="utf-8")
+        # regular files only, size-capped, UTF-8: a binary file or /dev/zero is an InputError (exit 2)
+        text = read_input_text(p, "catalog file", "a catalog is a YAML or CSV text file; see spotwise/market/data/catalog.yaml")
         if suffix in (".yaml", ".yml"):
             try:
                 data = yaml.safe_load(text)

@@ -43,6 +43,7 @@ from typing import Iterable, Literal, Sequence, Union
 import numpy as np
 
 from spotwise.errors import InputError
+from spotwise.inputfiles import read_input_text
 from spotwise.market.series import SeriesMeta, StepSeries
 
 __all__ = [
@@ -85,21 +86,12 @@ def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
 
 
 def _read_text(path: Path) -> str:
-    """Read a whole file as UTF-8 text (BOM stripped); any failure is an :class:`InputError`."""
-    where = str(path)
-    if not path.exists():
-        raise InputError("file not found", "check the path (relative paths are taken from the current directory)", where)
-    if path.is_dir():
-        raise InputError("is a directory, expected a file", "name a trace file, or pass the directory to load_traces", where)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror or exc})", "check its permissions", where) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError("not a UTF-8 text file", "pass a JSON or CSV trace file, not a binary file", where) from None
-    return text.lstrip("\ufeff")
+    """Read a whole trace file as UTF-8 text (BOM stripped); any failure is an :class:`InputError`.
+
+    Only regular files are read (``/dev/zero``, FIFOs and sockets are refused before opening), and
+    at most ``$SPOTWISE_MAX_FILE_MB`` MiB (default 256) -- see :mod:`spotwise.inputfiles`.
+    """
+    return read_input_text(path, "trace file", "pass a JSON or CSV trace file, not a binary file")
 
 
 def _parse_json(text: str, where: str) -> object:

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from spotwise.config import JobSpec
+from spotwise.config import JobSpec, check_price_points
 from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.catalog import Catalog, InstanceType
@@ -115,7 +115,11 @@ def _to_virtual(s: StepSeries, origin: float, horizon: float) -> StepSeries:
 
 
 def build_prices(spec: JobSpec, horizon_s: float, instance: InstanceType) -> tuple[StepSeries, list[StepSeries]]:
-    """The worker's price series in virtual time, and every loaded trace series (for reuse)."""
+    """The worker's price series in virtual time, and every loaded trace series (for reuse).
+
+    Raises :class:`InputError` for unreadable traces, a missing price, or a synthetic market whose
+    number of price points over the horizon would be absurd (see :func:`check_price_points`).
+    """
     from spotwise.market import synthetic as syn
     from spotwise.market.traces import load_traces
 
@@ -144,6 +148,9 @@ def build_prices(spec: JobSpec, horizon_s: float, instance: InstanceType) -> tup
                       source="synthetic")
     if synth.kind == "constant":
         return _constant(synth.price, duration, instance.name), loaded
+    if synth.kind in ("uniform", "gaussian"):
+        # the horizon (4 x the deadline) may stretch the market beyond duration_s: bound the points
+        check_price_points(duration, float(synth.interval_s), "market.synthetic.interval_s")
     if synth.kind == "uniform":
         dist: syn.PriceDistribution = syn.UniformPrice(low=synth.low, high=synth.high)
         return syn.iid_price_series(dist, duration, synth.interval_s, seed=synth.seed, meta=meta), loaded

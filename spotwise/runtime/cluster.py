@@ -117,8 +117,12 @@ class ClusterProvider(Provider):
                 pass
 
 
-def check_spot_capacity(resource: str = SPOT_RESOURCE) -> float:
-    """Total ``spot`` units in the connected cluster; InputError if there are none."""
+def check_spot_capacity(resource: str = SPOT_RESOURCE, workers: int | None = None) -> float:
+    """Total ``spot`` units in the connected cluster.
+
+    Raises :class:`InputError` if there are none, or if ``workers`` (the job's worker actors, one
+    unit each) exceed them: the run would wait forever for workers the cluster cannot place.
+    """
     import ray
 
     total = float(ray.cluster_resources().get(resource, 0.0))
@@ -127,6 +131,13 @@ def check_spot_capacity(resource: str = SPOT_RESOURCE) -> float:
             f"the Ray cluster has no node with a '{resource}' resource",
             f"start spot workers with: ray start --address ADDR --resources '{{\"{resource}\": 4}}'",
             "--ray-address",
+        )
+    if workers is not None and workers > total:
+        raise InputError(
+            f"the job asks for {workers} workers but the Ray cluster has {total:g} '{resource}' units (one per worker)",
+            f"lower cluster.workers to at most {int(total)}, or add spot nodes: "
+            f"ray start --address ADDR --resources '{{\"{resource}\": N}}'",
+            "cluster.workers",
         )
     return total
 
@@ -137,6 +148,11 @@ class ClusterCoordinator(Coordinator):
     poll_s = 0.02
 
     def __init__(self, *args: Any, startup_timeout_s: float = 120.0, capacity_timeout_s: float = 1800.0, **kw: Any) -> None:
+        """As :class:`Coordinator`; first checks (InputError) that the cluster's ``spot`` units hold
+        ``spec.cluster.workers`` -- before any actor is requested."""
+        spec = args[0] if args else kw.get("spec")
+        if spec is not None:
+            check_spot_capacity(workers=int(spec.cluster.workers))
         self._clock0 = time.monotonic()
         self.startup_timeout_s = startup_timeout_s
         self.capacity_timeout_s = capacity_timeout_s

@@ -28,8 +28,11 @@ else ``"loss"``).  ``sparse_grads`` is True when the model has sparse ``Embeddin
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 import inspect
+import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -51,6 +54,74 @@ FIX_IMPORT = (
     "make the module importable on every worker: install its package in this environment, or add "
     "the folder that contains it to PYTHONPATH (export PYTHONPATH=/path/to/dir:$PYTHONPATH)"
 )
+
+
+_SPOTWISE_DIR = str(Path(__file__).resolve().parents[1])
+
+
+class UserWorkloadError(InputError):
+    """The user's workload code raised: the workload's fault, so exit 2, with its traceback.
+
+    ``details`` holds the traceback of the user's frames (spotwise's own leading frames are cut);
+    the CLI prints it on stderr above the one-line message.  Survives pickling (Ray ships it from
+    a worker actor to the driver).
+    """
+
+    def __init__(self, what: str, fix: str = "", where: str | None = None, details: str = "") -> None:
+        super().__init__(what, fix, where)
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (UserWorkloadError, (self.what, self.fix, self.where, self.details))
+
+
+def user_traceback(exc: BaseException) -> str:
+    """``exc``'s traceback without the leading frames that belong to spotwise itself."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SPOTWISE_DIR):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def blame_workload(name: str, during: str, exc: BaseException) -> UserWorkloadError:
+    """The :class:`UserWorkloadError` for ``exc`` raised by workload ``name`` while ``during``."""
+    if isinstance(exc, UserWorkloadError):
+        return exc
+    return UserWorkloadError(
+        f"the workload {name} raised {type(exc).__name__} {during}: {exc}",
+        "this is an error in the workload's code, not in spotwise: fix it (its traceback is printed above)",
+        "workload.name",
+        details=user_traceback(exc),
+    )
+
+
+def _guard(name: str, during: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with any exception it raises turned into :func:`blame_workload`'s error."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever user code raises is the user's to fix
+            raise blame_workload(name, during, e) from e
+
+    return call
+
+
+class GuardedDataset:
+    """:class:`IndexedDataset` whose ``batch`` blames the user's dataset for its exceptions."""
+
+    def __init__(self, ds: IndexedDataset, name: str) -> None:
+        self.ds = ds
+        self.batch = _guard(name, "while building a batch from its dataset", ds.batch)
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.ds, attr)
 
 
 class MapDatasetAdapter:
@@ -112,12 +183,22 @@ def _wants_seed(fn: Callable[..., Any], params: dict[str, Any]) -> bool:
 
 
 def make_user_workload(spec: Any, seed: int) -> Workload:
-    """Import and call ``spec.name`` = ``module:function`` and adapt its result to a :class:`Workload`."""
+    """Import and call ``spec.name`` = ``module:function`` and adapt its result to a :class:`Workload`.
+
+    This executes the user's code (import and call): only trusted specs should name one.  A module
+    that cannot be found raises :class:`InputError`; an exception raised by the user's code -- at
+    import, in the function, and later in the model factory, loss, dataset or evaluation it
+    returned -- raises :class:`UserWorkloadError` (an InputError carrying the user's traceback).
+    """
     mod_name, _, fn_name = spec.name.partition(":")
     try:
         module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (mod_name == e.name or mod_name.startswith(e.name + ".")):
+            raise InputError(f"cannot import module {mod_name!r}: {type(e).__name__}: {e}", FIX_IMPORT, "workload.name") from None
+        raise blame_workload(spec.name, f"while importing {mod_name}", e) from None
     except Exception as e:  # noqa: BLE001 - any failure while importing user code is the user's to fix
-        raise InputError(f"cannot import module {mod_name!r}: {type(e).__name__}: {e}", FIX_IMPORT, "workload.name") from None
+        raise blame_workload(spec.name, f"while importing {mod_name}", e) from None
     fn = getattr(module, fn_name, None)
     if fn is None or not callable(fn):
         raise InputError(
@@ -136,9 +217,14 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
         pass  # no signature available (builtin); just call it
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        result = fn(**params)
+        try:
+            result = fn(**params)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's function failed: their traceback, exit 2
+            raise blame_workload(spec.name, "when called", e) from None
     if isinstance(result, Workload):
-        return result
+        return _guarded_workload(result, spec.name)
     if not isinstance(result, (tuple, list)) or len(result) not in (3, 4):
         raise InputError(
             f"{spec.name} returned {type(result).__name__}, expected a Workload or a tuple (model_or_factory, loss_fn, dataset[, test_dataset])",
@@ -154,16 +240,20 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
             return copy.deepcopy(snapshot)
 
     elif callable(model_or_factory):
-        build_model = seeded_factory(model_or_factory, seed)
+        build_model = _guard(spec.name, "in its model factory", seeded_factory(model_or_factory, seed))
     else:
         raise InputError(f"{spec.name} returned {type(model_or_factory).__name__} as the model", "return an nn.Module or a function that builds one", "workload.name")
     if not callable(loss_fn):
         raise InputError(f"{spec.name} returned a non-callable loss ({type(loss_fn).__name__})", "return a loss function or torch criterion", "workload.name")
-    train_ds = as_indexed(train, "the training dataset")
-    test_ds = as_indexed(test, "the test dataset") if test is not None else None
-    if len(train_ds) == 0:
+    train_ds: IndexedDataset = GuardedDataset(as_indexed(train, "the training dataset"), spec.name)
+    test_ds: IndexedDataset | None = GuardedDataset(as_indexed(test, "the test dataset"), spec.name) if test is not None else None
+    try:
+        n_train = len(train_ds)
+    except Exception as e:  # noqa: BLE001 - the user's __len__
+        raise blame_workload(spec.name, "in len() of its training dataset", e) from None
+    if n_train == 0:
         raise InputError(f"{spec.name} returned an empty training dataset", "return a dataset with samples", "workload.name")
-    loss = _adapt_loss(loss_fn)
+    loss = _guard(spec.name, "in its loss (or the model's forward pass)", _adapt_loss(loss_fn))
     probe_model = build_model()
     if not isinstance(probe_model, nn.Module):
         raise InputError(f"the model factory of {spec.name} returned {type(probe_model).__name__}", "make it return an nn.Module", "workload.name")
@@ -177,9 +267,25 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
         train=train_ds,
         test=test_ds,
         metric_name="accuracy" if classification else "loss",
-        evaluate=_make_evaluate(loss, classification),
+        evaluate=_guard(spec.name, "while evaluating", _make_evaluate(loss, classification)),
         sparse_grads=sparse,
         info={"n_train": len(train_ds), "n_test": len(test_ds) if test_ds is not None else 0, "source": spec.name},
+    )
+
+
+def _guarded_workload(wl: Workload, name: str) -> Workload:
+    """A user-returned :class:`Workload` whose callables blame the workload for their exceptions."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(wl):
+        return wl
+    return dataclasses.replace(
+        wl,
+        build_model=_guard(name, "in its model factory", wl.build_model),
+        loss=_guard(name, "in its loss (or the model's forward pass)", wl.loss),
+        evaluate=_guard(name, "while evaluating", wl.evaluate),
+        train=GuardedDataset(wl.train, name),
+        test=GuardedDataset(wl.test, name) if wl.test is not None else None,
     )
 
 

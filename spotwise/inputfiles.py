@@ -1,0 +1,130 @@
+"""Reading user-named input files (specs, catalogs, traces) safely.
+
+A path a user passes may name anything: ``/dev/zero`` (endless), a FIFO (blocks until someone
+writes), a terminal, or a multi-gigabyte dump.  :func:`read_input_bytes` refuses everything but
+regular files and reads at most :func:`max_input_bytes` bytes, so a wrong path costs an error
+message, not the machine's memory.  The cap defaults to :data:`DEFAULT_MAX_FILE_MB` MiB per file
+and can be raised with the environment variable :data:`MAX_FILE_ENV` (in MiB, may be fractional).
+
+Every failure raises :class:`~spotwise.errors.InputError` naming the file and saying how to fix it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from pathlib import Path
+
+from spotwise.errors import InputError
+
+#: environment variable holding the per-file size cap in MiB
+MAX_FILE_ENV = "SPOTWISE_MAX_FILE_MB"
+#: default per-file cap (MiB): far above any real trace or spec, far below what parsing can afford
+DEFAULT_MAX_FILE_MB = 256.0
+
+_MIB = 1024 * 1024
+
+
+def max_input_bytes() -> int:
+    """The per-file cap in bytes: ``$SPOTWISE_MAX_FILE_MB`` MiB, else :data:`DEFAULT_MAX_FILE_MB`.
+
+    Raises :class:`InputError` when the variable is set but is not a positive finite number.
+    """
+    raw = os.environ.get(MAX_FILE_ENV)
+    if raw is None or not raw.strip():
+        return int(DEFAULT_MAX_FILE_MB * _MIB)
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if not (mb > 0 and math.isfinite(mb)):
+        raise InputError(f"{MAX_FILE_ENV}={raw!r} is not a positive number of MiB",
+                         f"set it to e.g. {MAX_FILE_ENV}=1024, or unset it for the default of {DEFAULT_MAX_FILE_MB:g} MiB",
+                         MAX_FILE_ENV)
+    return max(1, int(mb * _MIB))
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_input_bytes(path: str | Path, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path`` (``what`` names it in messages, e.g. "trace file").
+
+    Raises :class:`InputError` when the path does not exist, is a directory, is not a regular
+    file (device, FIFO, socket: refused *before* opening, so nothing blocks or streams forever),
+    cannot be read, or is larger than :func:`max_input_bytes` (the message says how to raise it).
+    """
+    p = Path(path)
+    where = str(p)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{what} not found", "check the path (relative paths are taken from the current directory)", where) from None
+    except OSError as exc:
+        raise InputError(f"cannot access the {what} ({exc.strerror or exc.__class__.__name__})", "check the path and its permissions", where) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"is a directory, expected a {what}", f"name a {what} inside it", where)
+    if not stat.S_ISREG(st.st_mode):
+        kind = _kind(st.st_mode)
+        raise InputError(f"not a regular file ({kind})" if kind != "not a regular file" else "not a regular file",
+                         f"pass a {what} on disk; devices, pipes and sockets are not read", where)
+    cap = max_input_bytes()
+    too_big = InputError(
+        f"the {what} is larger than the {cap / _MIB:g} MiB that spotwise reads per file",
+        f"pass a smaller file, or raise the cap with {MAX_FILE_ENV}=<MiB> (e.g. {MAX_FILE_ENV}={max(1024, 4 * math.ceil(cap / _MIB))})",
+        where,
+    )
+    if st.st_size > cap:
+        raise too_big
+    try:
+        # O_NONBLOCK: should the path have been swapped for a FIFO since stat(), open() still returns
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} ({exc.strerror or exc.__class__.__name__})", "check its permissions", where) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError("not a regular file", f"pass a {what} on disk; devices, pipes and sockets are not read", where)
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            try:
+                chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+            except OSError as exc:
+                raise InputError(f"cannot read the {what} ({exc.strerror or exc.__class__.__name__})", "check the file", where) from None
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:  # grew while we read it
+                raise too_big
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_input_text(path: str | Path, what: str = "file", fix: str | None = None) -> str:
+    """:func:`read_input_bytes` decoded as UTF-8 (a leading BOM is dropped).
+
+    Raises :class:`InputError` as :func:`read_input_bytes` does, and for bytes that are not UTF-8
+    text (``fix`` overrides the default hint).
+    """
+    raw = read_input_bytes(path, what)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not a UTF-8 text file (undecodable byte at offset {exc.start})",
+                         fix or f"pass a text {what}, not a binary file", str(path)) from None
+    return text.lstrip("\ufeff")
+
+
+__all__ = ["DEFAULT_MAX_FILE_MB", "MAX_FILE_ENV", "max_input_bytes", "read_input_bytes", "read_input_text"]
