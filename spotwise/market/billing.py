@@ -44,6 +44,20 @@ Running cost
 intervals at their final charge, intervals still open at ``t`` as if the user released them at
 ``t``.  It is non-decreasing in ``t`` except under ``revoked_partial_free``, where a revocation
 refunds the partial period it had been showing.
+
+Checkpoint and resume
+---------------------
+A job that is checkpointed at virtual time ``T`` and resumed later must be billed exactly like
+the job that never stopped (the interrupted wall-clock gap is not virtual time).  So a checkpoint
+must not settle the intervals still open at ``T`` -- settling them would charge a minimum (or a
+started hour) that the uninterrupted job never pays, and the resumed job would then start a new
+interval with a new minimum.  :meth:`Ledger.snapshot` ``(T)`` therefore separates the money that
+is *settled* at ``T`` (stopped intervals at their final charge; other charges as they stood at
+``T``) from the intervals still *open* (instance id, original start, category, market, policy).
+The resuming side adds the settled money to its own totals and calls :meth:`Ledger.reopen` for
+each open interval with the *original* start time, so the minimum charge, the rounding and the
+per-hour periods continue where they were.  A storage charge whose interval extends past ``T`` is
+settled only up to ``T`` (record the rest again after the resume).
 """
 
 from __future__ import annotations
@@ -457,6 +471,57 @@ class Ledger:
         for ch in self._charges:
             by_cat[ch.category] = by_cat.get(ch.category, 0.0) + ch.at(t)
         return {"by_category": by_cat, "by_instance": by_inst, "by_market": by_market}
+
+    def snapshot(self, t: float) -> dict[str, Any]:
+        """The ledger's state at ``t`` for a checkpoint (see "Checkpoint and resume" above).
+
+        Returns ``{"settled": {"total", "by_category", "by_instance", "by_market"}, "open": [...]}``:
+        ``settled`` holds the money of every interval stopped by ``t`` and of every other charge as
+        it stood at ``t``; ``open`` lists each interval running at ``t`` as ``{"instance_id", "t0",
+        "category", "market", "policy"}`` (``policy`` is :meth:`BillingPolicy.to_dict`).  Prices
+        are not included (a series is not serialisable): the resuming side supplies them again.
+        An interval stopped *after* ``t`` counts as open (its stop has not happened at ``t``).
+        """
+        t = _finite(t, "t", "ledger snapshot")
+        by_cat: dict[str, float] = {}
+        by_inst: dict[str, float] = {}
+        by_market: dict[str, float] = {}
+        open_: list[dict[str, Any]] = []
+        for iv in self._intervals:
+            if iv.t0 > t:
+                continue
+            if iv.t1 is None or iv.t1 > t:
+                open_.append({"instance_id": iv.instance_id, "t0": iv.t0, "category": iv.category, "market": iv.market,
+                              "policy": iv.policy.to_dict()})
+                continue
+            assert iv.cost is not None
+            by_cat[iv.category] = by_cat.get(iv.category, 0.0) + iv.cost
+            by_inst[iv.instance_id] = by_inst.get(iv.instance_id, 0.0) + iv.cost
+            by_market[iv.market] = by_market.get(iv.market, 0.0) + iv.cost
+        for ch in self._charges:
+            by_cat[ch.category] = by_cat.get(ch.category, 0.0) + ch.at(t)
+        return {"settled": {"total": sum(by_cat.values()), "by_category": by_cat, "by_instance": by_inst,
+                            "by_market": by_market},
+                "open": open_}
+
+    def reopen(self, entry: dict[str, Any], price: PriceLike) -> None:
+        """Continue an interval listed in :meth:`snapshot`'s ``open`` (after a resume).
+
+        The interval keeps its original start ``entry["t0"]`` and billing policy, so it is charged
+        as if it had never been interrupted.  ``price`` is the same price (constant, series or
+        instance type) it was started with.  Raises :class:`InputError` on a malformed entry or if
+        the instance is already running.
+        """
+        where = "ledger reopen"
+        try:
+            iid, t0 = str(entry["instance_id"]), float(entry["t0"])
+            category, market = str(entry["category"]), str(entry["market"])
+            pol = entry.get("policy")
+            policy = BillingPolicy(**pol) if isinstance(pol, dict) else None
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"malformed open-interval entry {entry!r} ({e})", "pass an entry of Ledger.snapshot()['open']",
+                             where) from None
+        self.start(iid, t0, price, category=category, market=market, policy=policy)
 
     def instance_seconds(self) -> dict[str, float]:
         """Active seconds per instance id, stopped intervals only."""

@@ -20,16 +20,28 @@ Conventions (shared by all models)
 * **Per worker the events alternate**: ``available`` (down -> up), then, if it is revoked inside
   the window, one ``notice`` followed by one ``revoke`` (up -> down), then possibly ``available``
   again, and so on.  Every ``revoke`` is preceded by exactly one ``notice`` (at the same instant
-  when ``notice_s == 0``).  The notice is sent ``notice_s`` seconds before the revocation,
-  clipped to the moment the worker became available (so never before ``t0``): the models know
-  the revocation time in advance (from the trace, or from the drawn lifetime), exactly as the
-  emulated provider needs in order to deliver the notice.
+  when ``notice_s == 0``), which carries the revocation time in ``MarketEvent.revoke_at``.
+* **When the notice comes (no clairvoyance beyond the provider's).**  A notice for a revocation
+  at ``r`` of an interval that began at ``s`` is sent at ``max(r - notice_s, s)``.  ``notice_s``
+  is the real provider's notice time (AWS 120 s, GCP/Azure 30 s, ``papers/002_a246f6afe29b4bfb.txt``
+  Sec. I): the provider decides a revocation and tells the VM that much ahead, so the emulation
+  may reveal the revocation exactly ``notice_s`` early and never earlier.  It may not reveal it
+  before the information exists either: before ``s`` the worker has no capacity (nothing to warn)
+  and, for a timeline computed from ``t0`` (e.g. after a rebid), the bids that decide it were not
+  placed yet -- so a life shorter than ``notice_s`` gets its notice when it starts, and a
+  ``notice_s`` of 0 gives the notice at the revocation instant.  For a bid market the revocation
+  instant ``r`` is the trace's change point where the price rises above the bid (paper 000's
+  model: active iff ``b >= p(t)``), and the notice precedes it by ``notice_s`` as AWS's two-minute
+  warning precedes its interruption.  The models know ``r`` in advance (from the trace, or from the
+  drawn lifetime), exactly as the emulated provider needs in order to deliver the notice.
 * **Window.**  Events lie in ``[t0, t1)``.  A revocation at or after ``t1`` is not reported, nor
   its notice.  Stochastic models are *not* incremental: splitting a window in two and calling
   twice does not give the same history as one call, so call once for the whole horizon.
 * **Sorting.**  Events are sorted by ``(t, worker)``; events of one worker at the same instant
-  keep their causal order (e.g. ``revoke`` then ``available`` when a replacement arrives at
-  once).
+  keep their causal order: ``available < notice < revoke`` within one interval (a capped notice
+  shares the instant of its ``available``; with ``notice_s = 0`` it shares the instant of its
+  ``revoke``), and ``revoke`` then ``available`` when a replacement arrives at once.  A consumer
+  that re-sorts events of several workers (the emulated provider's queue) must keep this order.
 * **Determinism.**  Stochastic models draw from the ``numpy.random.Generator`` passed in.  Each
   worker gets its own child stream (``rng.spawn``), so worker ``i``'s history does not depend on
   how many workers are asked for, and ``active_intervals(i, ..., rng)`` equals the intervals
@@ -140,6 +152,9 @@ class MarketEvent:
     t: float
     worker: int
     kind: EventKind
+    #: for a ``notice``: when the announced revocation happens (``None``: not known); not part of
+    #: the event's identity (equality and hashing ignore it)
+    revoke_at: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.t, bool) or not isinstance(self.t, numbers.Real) or not math.isfinite(float(self.t)):
@@ -152,6 +167,11 @@ class MarketEvent:
             raise InputError(
                 f"unknown event kind {self.kind!r}", f"use one of {', '.join(EVENT_KINDS)}", where="MarketEvent.kind"
             )
+        if self.revoke_at is not None:
+            r = self.revoke_at
+            if isinstance(r, bool) or not isinstance(r, numbers.Real) or not float(r) >= float(self.t):
+                raise InputError(f"revoke_at must be a time >= t ({self.t}), got {r!r}", where="MarketEvent.revoke_at")
+            object.__setattr__(self, "revoke_at", float(r))
 
     def to_dict(self) -> dict[str, object]:
         """The event as an ``events.jsonl``-style record (``t``, ``kind``, ``worker``)."""
@@ -165,15 +185,16 @@ def events_from_intervals(
 
     ``intervals[i]`` must be sorted, non-overlapping ``[start, end)`` pairs inside ``[t0, t1]``.
     An interval ending before ``t1`` ends with a revocation (``notice`` at
-    ``max(end - notice_s, start)``, then ``revoke`` at ``end``); one ending at ``t1`` is merely
-    cut by the window.
+    ``max(end - notice_s, start)`` carrying ``revoke_at=end``, then ``revoke`` at ``end``; see
+    "When the notice comes" in the module docstring); one ending at ``t1`` is merely cut by the
+    window.
     """
     per_worker: list[MarketEvent] = []
     for w, ivs in enumerate(intervals):
         for s, e in ivs:
             per_worker.append(MarketEvent(s, w, "available"))
             if e < t1:
-                per_worker.append(MarketEvent(max(e - notice_s, s), w, "notice"))
+                per_worker.append(MarketEvent(max(e - notice_s, s), w, "notice", revoke_at=e))
                 per_worker.append(MarketEvent(e, w, "revoke"))
     # stable: same (t, worker) keeps causal order
     return sorted(per_worker, key=lambda ev: (ev.t, ev.worker))
@@ -350,7 +371,9 @@ class BidRevocation(RevocationModel):
     bid price exceeds the current spot price ... whenever a worker is active (b >= p_t)",
     Sec. IV, spot price and bidding model); a tie ``b_i == p(t)`` is active.  Revocation
     happens at the change point where the price rises above the bid; the notice comes
-    ``notice_s`` before it (AWS: 120 s).
+    ``notice_s`` before it (AWS: 120 s), but never before the worker's capacity was granted (a
+    run below the bid shorter than ``notice_s`` is noticed when it starts) -- the rule of "When
+    the notice comes" in the module docstring.
 
     * ``persistent=True`` (the paper's assumption, Sec. IV-A before Thm 3): the request resumes
       (``available``) whenever the price falls back to ``<= b_i``.

@@ -54,10 +54,17 @@ import numpy as np
 import torch
 
 from spotwise.config import JobSpec, spec_from_dict
-from spotwise.errors import InputError
+from spotwise.errors import InfeasibleError, InputError
 from spotwise.events import EventLog, RunSummary, write_summary
 from spotwise.market.billing import Ledger
-from spotwise.market.preemption import MarketEvent
+from spotwise.market.preemption import (
+    BernoulliRevocation,
+    BidRevocation,
+    ExponentialLifetime,
+    LifetimeRevocation,
+    MarketEvent,
+    RevocationModel,
+)
 from spotwise.market.world import Market, build_market
 from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
@@ -119,8 +126,31 @@ class WorkerLost(Exception):
         self.worker = worker
 
 
+class NoProgressError(InfeasibleError):
+    """The run was stopped because it cannot commit steps (status ``no-progress``; CLI exit 2).
+
+    ``summary`` is the :class:`RunSummary` the run wrote before stopping (``summary.json``).
+    """
+
+    def __init__(self, what: str, fix: str, summary: RunSummary) -> None:
+        super().__init__(what, fix, "spotwise run")
+        self.summary = summary
+
+
 class Coordinator:
-    """Runs one job to its target; see the module docstring for the semantics."""
+    """Runs one job to its target; see the module docstring for the semantics.
+
+    **No progress** (issue 7 item 17).  A spec whose workers cannot outlive one mini-batch is
+    refused up front (:func:`check_progress_possible`, :class:`InfeasibleError`).  At run time,
+    every worker lost to the market (or a node loss) since the last commit counts as a failed
+    attempt; after ``max(no_progress_attempts, 5 * max_workers, 10 * losses-per-commit so far)``
+    of them without a commit the run stops with status ``no-progress``, writes its summary and
+    checkpoint, and :meth:`run` raises :class:`NoProgressError` saying how to fix the market.
+    Waiting without capacity is not a failed attempt (that ends at the horizon: ``no-capacity``).
+    """
+
+    #: failed attempts (workers lost with no commit) after which a run is declared stuck (at least)
+    no_progress_attempts: int = 50
 
     def __init__(
         self,
@@ -166,6 +196,8 @@ class Coordinator:
         self.params = flat_params(self.model).detach().numpy().astype(np.float32).copy()
         worker_args = worker_args_for(spec)
         standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
+        if provider is None:  # the market model decides capacity: refuse a hopeless one before any actor starts
+            check_progress_possible(spec, self.market)
         self.provider = provider or EmulatedProvider(
             self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, worker_args, standby=standby)
 
@@ -186,6 +218,11 @@ class Coordinator:
         self.last_eval: dict[str, float] = {}
         self.retries = 0
         self.lost_in_step = 0
+        #: workers lost (market / node loss) since the last commit, in total, and commits (this session)
+        self.lost_since_commit = 0
+        self._losses_total = 0
+        self._commits = 0
+        self.stop_message: str | None = None
         self.last_commit_T = 0.0
         self.last_price_T = -1.0
         self.last_ckpt_step = -1
@@ -215,7 +252,7 @@ class Coordinator:
             self._add_member(w, actor)
 
     def _restore(self) -> None:
-        state, path = require_checkpoint(self.out)
+        state, path = require_checkpoint(self.out, expect_shape=self.params.shape)  # falls back past bad ones, warns
         self.step = int(state["step"])
         self.params = state["params"].numpy().astype(np.float32).copy()
         self.lr = float(state["lr"])
@@ -238,15 +275,56 @@ class Coordinator:
             if self.provider.model.is_iteration_driven:
                 self.provider.set_available(set(state["available"]))
                 self.provider.set_rng_state(json.loads(state["iter_rng"]))
-        self.ledger.start("coordinator", self.T, self.market.coordinator, category="coordinator", market="on_demand")
+        reopen = self._reopen_ledger(state)
         self.last_price_T = self.T - 1e-9
         self._emit_prices()
         for w in sorted(w for w in self.provider.available_at_start() if w < self.provisioned):
-            self._add_member(w, self.provider.acquire(w))
+            self._add_member(w, self.provider.acquire(w), reopen=reopen.pop(f"worker-{w}", None))
+        for iid, entry in sorted(reopen.items()):
+            # a worker that was running at the checkpoint but whose capacity is gone at T (its
+            # revocation fell on the checkpoint's instant): billed up to T, as without the restart
+            self.ledger.reopen(entry, self.market.prices)
+            self.ledger.stop(iid, self.T, reason="revoked")
+            self.counters.revocations += 1
+            self.log.emit("revoke", worker=int(iid.split("-")[-1]), reason="market", active=len(self.members))
+
+    def _reopen_ledger(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Continue the checkpoint's billing: settled money carried, open intervals reopened.
+
+        A checkpoint that holds ``ledger = {"settled", "open"}`` (:meth:`Ledger.snapshot`
+        merged with what earlier sessions carried).  The coordinator's interval is reopened here
+        with its original start, so a resume charges no second minimum and restarts no billing
+        hour (issue 7 item 6); the open worker intervals are returned by instance id for
+        :meth:`_add_member`.  An older checkpoint (no ``ledger``) falls back to carrying its running
+        cost and starting new intervals at ``T`` (which over-bills by the restarted minimums).
+        """
+        led = state.get("ledger")
+        if not led:
+            self.ledger.start("coordinator", self.T, self.market.coordinator, category="coordinator", market="on_demand")
+            return {}
+        self.carried_cost = led["settled"]
+        entries = {str(e["instance_id"]): e for e in led["open"]}
+        coord = entries.pop("coordinator", None)
+        if coord is None:
+            self.ledger.start("coordinator", self.T, self.market.coordinator, category="coordinator", market="on_demand")
+        else:
+            self.ledger.reopen(coord, self.market.coordinator)
+        return entries
+
+    def _ledger_state(self) -> dict[str, Any]:
+        """The ledger at ``T`` for a checkpoint: settled money (this and earlier sessions) and open intervals."""
+        snap = self.ledger.snapshot(self.T)
+        return {"settled": _merge_costs(self.carried_cost, snap["settled"]), "open": snap["open"]}
 
     # ================================================================== membership
-    def _add_member(self, w: int, actor: Any) -> None:
+    def _add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None) -> None:
+        """``w`` joins with ``actor``; ``reopen``: its billing interval from the checkpoint (a resume
+        continues it -- the same VM in the same virtual timeline -- and it is not a new join)."""
         self.members[w] = actor
+        if reopen is not None:
+            self.ledger.reopen(reopen, self.market.prices)
+            self.log.emit("join", worker=w, active=len(self.members), resumed=True)
+            return
         self.ledger.start(f"worker-{w}", self.T, self.market.prices, category="worker", market=self.worker_market)
         self.counters.joins += 1
         self.log.emit("join", worker=w, active=len(self.members))
@@ -271,13 +349,35 @@ class Coordinator:
         if reason != "released":
             self.counters.revocations += 1
         self.log.emit("revoke", worker=w, reason=reason, active=len(self.members))
+        if reason != "released":
+            self._note_loss()
+
+    def _no_progress_limit(self) -> int:
+        """Failed attempts without a commit that mark a run as stuck (see the class docstring)."""
+        settled = self._losses_total - self.lost_since_commit
+        per_commit = settled / self._commits if self._commits else 0.0
+        return max(int(self.no_progress_attempts), 5 * self.max_workers, int(math.ceil(10.0 * per_commit)))
+
+    def _note_loss(self) -> None:
+        """A worker was lost: if far too many were lost since the last commit, stop (``no-progress``)."""
+        self.lost_since_commit += 1
+        self._losses_total += 1
+        if self.status != "running" or self.lost_since_commit < self._no_progress_limit():
+            return
+        self.status = "no-progress"
+        self.stop_message = (
+            f"no step committed in {self.lost_since_commit} worker losses since step {self.step} "
+            f"(t={self.last_commit_T:.1f} s; now t={self.T:.1f} s, {self.retries} aborted rounds): workers are revoked "
+            f"before a mini-batch (about {self.mean_step_s:.3g} s of virtual time) completes, so the market makes "
+            f"progress impossible; stopped with status no-progress")
 
     def _handle_market(self, ev: MarketEvent) -> None:
         w = ev.worker
         if ev.kind == "notice":
             if w in self.members:
                 self.counters.notices += 1
-                self.log.emit("notice", worker=w, revoke_at=ev.t + self.market.revocation.notice_s)
+                revoke_at = ev.revoke_at if ev.revoke_at is not None else ev.t + float(self.market.revocation.notice_s or 0.0)
+                self.log.emit("notice", worker=w, revoke_at=revoke_at)
                 if self.step > self.last_ckpt_step:
                     self._checkpoint("notice")
         elif ev.kind == "revoke":
@@ -324,6 +424,8 @@ class Coordinator:
 
     # ================================================================== the loop
     def _done(self) -> bool:
+        if self.status == "no-progress":
+            return True
         tgt = self.spec.target
         if tgt.iterations is not None and self.step >= tgt.iterations:
             self.status = "completed"
@@ -358,7 +460,11 @@ class Coordinator:
                     self._barrier_round()
                 else:
                     self._continuous_tick()
-            return self._finish()
+            summary = self._finish()
+            if self.status == "no-progress":
+                raise NoProgressError(self.stop_message or "no step committed", progress_fix(self.market, self.mean_step_s),
+                                      summary)
+            return summary
         finally:
             self._shutdown()
 
@@ -605,6 +711,10 @@ class Coordinator:
                       staleness=max(c.staleness for c in contribs), recovery_ms=recovery_ms)
         self.retries = 0
         self.lost_in_step = 0
+        self.lost_since_commit = 0
+        self._commits += 1
+        if self.status == "no-progress":  # the round in flight committed after all
+            self.status, self.stop_message = "running", None
         if self.step % self.spec.workload.eval_every == 0:
             self._evaluate()
         self._apply_policies()
@@ -706,6 +816,7 @@ class Coordinator:
             "available": sorted(self.provider.available_at_start()), "provisioned": self.provisioned,
             "sync": self.sync, "sync_n": self.sync_n, "ema_loss": self.ema_loss,
             "counters": {k: v for k, v in self.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
+            "ledger": self._ledger_state(),
         }
         path = save_checkpoint(self.out, self.step, state)
         self.last_ckpt_step = self.step
@@ -758,6 +869,8 @@ class Coordinator:
                 "worker_price_per_hour": od, "metric": None}
 
     def _finish(self) -> RunSummary:
+        if self.step > self.last_ckpt_step:
+            self._checkpoint_quiet()  # before the ledger closes: it holds the open intervals
         for w in sorted(self.members):
             self.ledger.stop(f"worker-{w}", self.T, reason="finished")
         self.ledger.close(self.T)
@@ -766,14 +879,14 @@ class Coordinator:
         self.log.emit("cost", total=cost["total"], breakdown=cost)
         self.log.emit("end", status=self.status)
         self.log.close()
-        if self.step > self.last_ckpt_step:
-            self._checkpoint_quiet()
         rec = self.counters.recoveries_ms
         extra: dict[str, Any] = {
             "deadline_s": self.spec.deadline_s,
-            "deadline_met": None if self.spec.deadline_s is None else self.T <= self.spec.deadline_s,
+            # an unfinished run has not met its deadline, however early it stopped (issue 7 item 9)
+            "deadline_met": None if self.spec.deadline_s is None else (
+                self.status == "completed" and self.T <= self.spec.deadline_s),
             "idle_s": self.counters.idle_s, "notices": self.counters.notices, "aborted_steps": self.counters.aborted_steps,
-            "checkpoints": self.counters.checkpoints, "epochs": self.sampler.epoch, "samples": self.counters.samples,
+            "checkpoints": self.counters.checkpoints, "epochs": self.sampler.epoch, "stop_message": self.stop_message, "samples": self.counters.samples,
             "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
                             "p99": float(np.percentile(rec, 99)) if rec else None},
             "on_demand": self.on_demand_estimate() if self.step else None,
@@ -790,7 +903,11 @@ class Coordinator:
         return summary
 
     def _checkpoint_quiet(self) -> None:
-        """A final checkpoint after the log is closed (so a resume of a finished run is a no-op)."""
+        """A final checkpoint without a log event (so a resume of a finished run is a no-op).
+
+        Taken before the ledger is closed, so it records the intervals still open at ``T`` and a
+        resume continues them (issue 7 item 6) instead of billing them as released.
+        """
         state_log = self.log
         self.log = _NullLog()  # type: ignore[assignment]
         try:
@@ -808,6 +925,96 @@ class Coordinator:
         self.provider.shutdown()
 
 
+#: below this chance that a round commits (more than 1000 attempts per step) a spec is refused
+MIN_ROUND_SUCCESS = 1e-3
+
+
+def mini_batch_survival(model: RevocationModel, mean_step_s: float, straggler: float) -> float | None:
+    """P(a worker that starts a mini-batch is not revoked before it finishes); ``None`` if unknown.
+
+    The mini-batch lasts ``r = m ((1 - s) + s E)``, ``E ~ Exp(1)`` (the coordinator's runtime model,
+    ``papers/000_3c734f3ffedcac15.txt`` eq. 14 for ``s = 1``).  Exponential lifetimes (mean
+    ``mttf``): ``exp(-m (1 - s) / mttf) / (1 + m s / mttf)`` (a lifetime cap is ignored, which
+    only overestimates survival).  Empirical lifetimes ``L`` (paper 002): the mean over the table
+    of ``P(r < L)``.  Bernoulli (per iteration): ``1 - q``.  Bid and trace markets, and scripted
+    ones: ``None`` (their capacity is not a lifetime distribution).
+    """
+    m, s = float(mean_step_s), float(straggler)
+    if isinstance(model, ExponentialLifetime):
+        mttf = float(model.mttf_s)
+        return math.exp(-m * (1.0 - s) / mttf) / (1.0 + m * s / mttf)
+    if isinstance(model, LifetimeRevocation):
+        life = np.minimum(np.asarray(model.lifetimes_s, dtype=float), float(model.cap_s))
+        lo = m * (1.0 - s)
+        if s == 0.0:
+            return float(np.mean(life > m))
+        with np.errstate(over="ignore"):
+            p = np.where(life > lo, 1.0 - np.exp(-(life / m - (1.0 - s)) / s), 0.0)
+        return float(np.mean(p))
+    if isinstance(model, BernoulliRevocation):
+        return 1.0 - float(model.q)
+    return None
+
+
+def progress_fix(market: Market, mean_step_s: float) -> str:
+    """How to make a market in which no step commits usable (the fix half of the error message)."""
+    model = market.revocation
+    m = f"{mean_step_s:.3g} s"
+    if isinstance(model, ExponentialLifetime):
+        return (f"raise market.revocation.mttf_s (now {model.mttf_s:g} s) well above a step's {m} (e.g. >= {10 * mean_step_s:.3g}), "
+                "or shorten workload.step_time_s / use a faster cluster.instance_type")
+    if isinstance(model, LifetimeRevocation):
+        return (f"use a lifetime table (market.revocation.lifetimes) of instances that live longer than a step's {m}, "
+                "or shorten workload.step_time_s / use a faster cluster.instance_type")
+    if isinstance(model, BernoulliRevocation):
+        return f"lower market.revocation.q (now {model.q:g}) well below 1"
+    if isinstance(model, BidRevocation):
+        return f"raise cluster.bids so that workers keep their capacity for more than a step's {m} (see `spotwise plan`)"
+    return f"use a market whose workers live longer than a step's {m}, or shorten workload.step_time_s"
+
+
+def check_progress_possible(spec: JobSpec, market: Market) -> None:
+    """Refuse a spec whose workers cannot outlive a mini-batch (issue 7 item 17, up-front half).
+
+    A round commits when at least one of ``max_workers`` workers finishes its mini-batch before
+    it is revoked: ``1 - (1 - p)^n`` with ``p`` from :func:`mini_batch_survival`.  Below
+    :data:`MIN_ROUND_SUCCESS` (more than 1000 attempts per step on average) the run could not make
+    progress, so this raises :class:`InfeasibleError` (CLI exit 2) naming the parameter to change.
+    Markets whose survival is not a known distribution pass (the runtime detection covers them).
+    """
+    cl = spec.cluster
+    m = market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
+    p = mini_batch_survival(market.revocation, m, float(cl.straggler))
+    if p is None:
+        return
+    n = max(cl.workers, cl.max_workers or cl.workers)
+    p_round = 1.0 - (1.0 - p) ** n
+    if p_round >= MIN_ROUND_SUCCESS:
+        return
+    model = market.revocation
+    if isinstance(model, ExponentialLifetime):
+        life = f"a mean worker lifetime of mttf_s={model.mttf_s:g} s"
+    elif isinstance(model, LifetimeRevocation):
+        life = f"worker lifetimes of {model.capped_mean_s:.3g} s on average"
+    else:
+        life = f"a per-iteration revocation probability q={getattr(model, 'q', float('nan')):g}"
+    odds = f"about 1 in {1.0 / p_round:.3g}" if p_round > 0 else "never"
+    raise InfeasibleError(
+        f"the market makes progress impossible: {life} against about {m:.3g} s of virtual time per mini-batch; "
+        f"a round of {n} worker(s) commits {odds}", progress_fix(market, m), "market.revocation")
+
+
+def _merge_costs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Sum two cost breakdowns (``total`` plus the ``by_*`` maps)."""
+    out: dict[str, Any] = {"total": float(a.get("total", 0.0)) + float(b.get("total", 0.0))}
+    for key in ("by_category", "by_market", "by_instance"):
+        merged = {k: float(v) for k, v in a.get(key, {}).items()}
+        for k, v in b.get(key, {}).items():
+            merged[k] = merged.get(k, 0.0) + float(v)
+        out[key] = merged
+    return out
+
+
 class _NullLog:
     def emit(self, *a: Any, **k: Any) -> None:
         return None
@@ -819,12 +1026,32 @@ def worker_args_for(spec: JobSpec, notices: dict[str, Any] | None = None) -> tup
 
 
 def load_run_spec(out_dir: str | Path) -> JobSpec:
-    """The spec a run directory was started with (for ``--resume``)."""
+    """The spec a run directory was started with (for ``--resume``).
+
+    InputError (exit 2) when ``spec.json`` is missing, unreadable, not UTF-8 (binary), not JSON
+    (truncated), not one object, or not a valid job spec -- naming the file and how to fix it.
+    """
     path = Path(out_dir) / SPEC_FILE
     if not path.exists():
         raise InputError("not a spotwise run directory (no spec.json)", "pass the --out directory of an earlier `spotwise run`",
                          str(out_dir))
-    return spec_from_dict(json.loads(path.read_text()), str(path))
+    fix = "restore spec.json from a backup, or start the run again with `spotwise run SPEC --out DIR`"
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("spec.json is not UTF-8 text (binary or corrupted)", fix, str(path)) from None
+    except ValueError as e:  # JSONDecodeError: truncated or not JSON
+        raise InputError(f"spec.json is not valid JSON (truncated or corrupted: {e})", fix, str(path)) from None
+    except OSError as e:
+        raise InputError(f"spec.json cannot be read ({e.strerror or e})", "check the file's permissions", str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("spec.json must hold one JSON object (the job spec)", fix, str(path))
+    try:
+        return spec_from_dict(data, str(path))
+    except InputError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as e:  # a hand-edited spec of the wrong shape
+        raise InputError(f"spec.json is not a valid job spec ({e.__class__.__name__}: {e})", fix, str(path)) from None
 
 
 def has_checkpoint(out_dir: str | Path) -> bool:

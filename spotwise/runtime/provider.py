@@ -15,6 +15,15 @@ The coordinator (:mod:`spotwise.runtime.coordinator`) talks to one :class:`Provi
 Market events are :class:`spotwise.market.preemption.MarketEvent` values (``notice``, ``revoke``,
 ``available``) per slot.  Time-driven models are expanded once over the horizon; iteration-driven
 ones (Bernoulli, paper 000 Remark 2) are sampled by :meth:`Provider.iteration_events` at each step.
+
+**Order of events at one instant** (one causal order, the models' own: see "Sorting" and "When
+the notice comes" in :mod:`spotwise.market.preemption`): ``available < notice < revoke``, so a
+notice capped at the moment capacity was granted reaches a worker that is already a member, and a
+notice with ``notice_s = 0`` arrives before the revocation it announces.  The one exception is a
+replacement granted at the very instant its slot was revoked: that ``available`` (and anything
+of the new interval at the same instant) comes after the revocation.  No notice is swallowed:
+the initial state and a rebid apply only ``available`` events silently; notices at that instant
+stay queued for the coordinator.
 """
 
 from __future__ import annotations
@@ -101,6 +110,10 @@ class EmulatedProvider(Provider):
         self._available: set[int] = set()
         self._events: list[tuple[float, int, int, MarketEvent]] = []
         self._seq = 0
+        #: per slot, while pushing a timeline in the model's causal order: (start, rank offset) of
+        #: its current interval, and the time of its last revocation
+        self._push_up: dict[int, tuple[float, int]] = {}
+        self._push_revoked: dict[int, float] = {}
         self.spawned = 0
         self.killed = 0
         if model.is_iteration_driven:
@@ -109,17 +122,36 @@ class EmulatedProvider(Provider):
             evs = model.events(self.slots, 0.0, self.horizon, np.random.default_rng([seed, 11]))
             for ev in evs:
                 self._push(ev)
-            # events at t = 0 describe the initial state
-            while self._events and self._events[0][0] <= 0.0:
-                ev = self.pop_event()
-                self._apply(ev)
+            # capacity at t = 0 is the initial state; notices at t = 0 stay queued for the coordinator
+            self._apply_available_until(0.0)
         self._fill_standby()
 
     # ------------------------------------------------------------------ market timeline
     def _push(self, ev: MarketEvent) -> None:
-        order = {"revoke": 0, "notice": 1, "available": 2}[ev.kind]
-        heapq.heappush(self._events, (ev.t, order, self._seq, ev))
+        """Queue ``ev``; events must be pushed in the model's causal order per slot.
+
+        The queue key is ``(t, rank, seq)``: ``available`` 0, ``notice`` 1, ``revoke`` 2, plus 3
+        for the events of an interval that starts at the instant its slot was revoked (a
+        zero-delay replacement comes after the revocation it replaces).
+        """
+        w = ev.worker
+        if ev.kind == "available":
+            offset = 3 if self._push_revoked.get(w) == ev.t else 0
+            self._push_up[w] = (ev.t, offset)
+            rank = offset
+        else:
+            start, offset = self._push_up.get(w, (None, 0))
+            rank = (1 if ev.kind == "notice" else 2) + (offset if start == ev.t else 0)
+            if ev.kind == "revoke":
+                self._push_up.pop(w, None)
+                self._push_revoked[w] = ev.t
+        heapq.heappush(self._events, (ev.t, rank, self._seq, ev))
         self._seq += 1
+
+    def _apply_available_until(self, t: float) -> None:
+        """Apply the ``available`` events at or before ``t`` silently (the state at ``t``)."""
+        while self._events and self._events[0][0] <= t and self._events[0][3].kind == "available":
+            self._apply(heapq.heappop(self._events)[3])
 
     def _apply(self, ev: MarketEvent) -> None:
         if ev.kind == "available":
@@ -160,10 +192,12 @@ class EmulatedProvider(Provider):
                                    notice_s=self.model.notice_s)
         self._events = []
         self._available = set()
+        self._push_up, self._push_revoked = {}, {}
         for ev in self.model.events(self.slots, t, self.horizon):
             self._push(ev)
-        while self._events and self._events[0][0] <= t:
-            self._apply(heapq.heappop(self._events)[3])
+        # the new timeline starts at t: capacity at t is applied now, notices at t (capped at the
+        # rebid, the earliest the new bids exist) stay queued for the coordinator
+        self._apply_available_until(t)
 
     def set_available(self, slots: set[int]) -> None:
         """Restore the iteration-driven availability state (from a checkpoint)."""
@@ -177,7 +211,7 @@ class EmulatedProvider(Provider):
         nxt = self.model.step(avail, self._iter_rng)  # type: ignore[attr-defined]
         out: list[MarketEvent] = []
         for w in np.nonzero(avail & ~nxt)[0]:
-            out.append(MarketEvent(t, int(w), "notice"))
+            out.append(MarketEvent(t, int(w), "notice", revoke_at=t))
             out.append(MarketEvent(t, int(w), "revoke"))
         for w in np.nonzero(~avail & nxt)[0]:
             out.append(MarketEvent(t, int(w), "available"))
