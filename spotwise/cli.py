@@ -262,12 +262,13 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
     if compare and ray_address:
         raise InputError("--compare-on-demand needs the emulated provider", "drop --ray-address (a baseline on a real "
                          "cluster would spend real money), or drop --compare-on-demand", "--compare-on-demand")
-    summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
-                      notice_source=notice_source, metadata_url=metadata_url)
+    after: Callable[[Any], Any] | None = None  # runs while run_job still holds the run directory's lock
     if compare:
         from spotwise.runtime.baseline import compare_on_demand
 
-        summary = compare_on_demand(summary, out, progress=not as_json)
+        after = functools.partial(compare_on_demand, out_dir=out, progress=not as_json)
+    summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
+                      notice_source=notice_source, metadata_url=metadata_url, after=after)
     if as_json:
         print_json(summary.to_dict())
         return

@@ -12,7 +12,11 @@ Every ``run`` and ``simulate`` writes, into its output directory ``OUT``:
 
 Failure behaviour: the writer appends and flushes each line, so a ``kill -9`` loses at most the
 line being written; the reader tolerates (and reports) a truncated *last* line but rejects a
-malformed line anywhere else, naming its line number.
+malformed line anywhere else, naming its line number.  Files that are binary, not UTF-8, truncated
+or of the wrong shape are user input: :class:`~spotwise.errors.InputError` (exit 2) naming the file
+and how to fix it, never a ``UnicodeDecodeError``.  A full disk while writing (ENOSPC/EDQUOT) is a
+:class:`~spotwise.rundir.DiskFullError` (exit 2) naming the folder; an atomic write never leaves
+its temp file behind.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from spotwise.errors import InputError
+from spotwise.rundir import disk_full_error, is_disk_full
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.jsonl"
@@ -59,7 +64,7 @@ def _validate_event(obj: Any, where: str) -> dict[str, Any]:
         if key not in obj:
             raise InputError(f"event lacks {key!r}", "every event needs t, wall and kind", where)
     kind = obj["kind"]
-    if kind not in EVENT_FIELDS:
+    if not isinstance(kind, str) or kind not in EVENT_FIELDS:
         raise InputError(f"unknown event kind {kind!r}", f"valid kinds are {', '.join(EVENT_FIELDS)}", where)
     missing = [f for f in EVENT_FIELDS[kind] if f not in obj]
     if missing:
@@ -114,10 +119,19 @@ class EventLog:
             existing = read_events(self.path)
             last_wall = existing[-1]["wall"] if existing else 0.0
             self._wall0 -= float(last_wall or 0.0)
-            self._fh = open(self.path, "a", encoding="utf-8")
+            self._fh = self._open("a")
         else:
-            self._fh = open(self.path, "w", encoding="utf-8")
+            self._fh = self._open("w")
             self.emit("header", schema=SCHEMA_VERSION, **(meta or {}))
+
+    def _open(self, mode: str) -> Any:
+        try:
+            return open(self.path, mode, encoding="utf-8")
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full_error(self.path, e) from None
+            raise InputError(f"cannot write the event log ({e.strerror or e})", "choose a writable --out",
+                             str(self.path)) from None
 
     def emit(self, kind: str, *, t: float | None = None, **fields: Any) -> dict[str, Any]:
         """Append one event; ``t`` defaults to the virtual clock.  Returns the event written."""
@@ -126,16 +140,31 @@ class EventLog:
         _validate_event(event, f"{self.path}: new {kind} event")
         line = json.dumps(event, separators=(",", ":"), allow_nan=False)
         with self._lock:
-            self._fh.write(line + "\n")
-            self._fh.flush()
-            if self._fsync:
-                os.fsync(self._fh.fileno())
+            try:
+                self._fh.write(line + "\n")
+                self._fh.flush()
+                if self._fsync:
+                    os.fsync(self._fh.fileno())
+            except OSError as e:
+                if is_disk_full(e):
+                    raise disk_full_error(self.path, e) from None
+                raise
         return event
 
     def close(self) -> None:
+        """Flush and close; on a full disk the file is still closed, then DiskFullError is raised."""
         with self._lock:
             if not self._fh.closed:
-                self._fh.flush()
+                try:
+                    self._fh.flush()
+                except OSError as e:
+                    try:
+                        self._fh.close()
+                    except OSError:
+                        pass
+                    if is_disk_full(e):
+                        raise disk_full_error(self.path, e) from None
+                    raise
                 self._fh.close()
 
     def __enter__(self) -> "EventLog":
@@ -146,26 +175,42 @@ class EventLog:
 
 
 def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield validated events; a truncated final line (crash mid-write) is skipped."""
+    """Yield validated events; a truncated final line (crash mid-write) is skipped.
+
+    Raises InputError (naming ``events.jsonl`` and the line) for a missing or unreadable file, a
+    line that is not UTF-8 or not JSON (other than a torn last line), or an invalid event.
+    """
     p = Path(path)
     if not p.exists():
         raise InputError("event log not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(p))
-    with open(p, encoding="utf-8") as fh:
-        lines = fh.readlines()
-    for i, line in enumerate(lines, start=1):
+    try:
+        with open(p, "rb") as fh:
+            lines = fh.readlines()
+    except OSError as e:
+        raise InputError(f"cannot read the event log ({e.strerror or e})", "check the file's permissions", str(p)) from None
+    for i, raw in enumerate(lines, start=1):
+        torn = i == len(lines) and not raw.endswith(b"\n")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            if torn:
+                return  # torn last write, cut inside a multi-byte character
+            raise InputError(f"line {i} is not UTF-8 text (binary or corrupted)",
+                             "the log is corrupt; rerun the job or truncate it before this line", str(p)) from None
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) and not line.endswith("\n"):
+        except ValueError:  # JSONDecodeError, and numbers too large to parse
+            if torn:
                 return  # torn last write: everything before it is intact
-            raise InputError(f"line {i} is not valid JSON", "the log is corrupt; rerun the job or truncate it before this line", str(p)) from None
+            raise InputError(f"line {i} is not valid JSON",
+                             "the log is corrupt; rerun the job or truncate it before this line", str(p)) from None
         ev = _validate_event(obj, f"{p}:{i}")
         if i == 1 or ev["kind"] == "header":
             if ev["kind"] != "header":
                 raise InputError("the first event is not a header", "this is not a spotwise event log", str(p))
-            if ev["schema"] != SCHEMA_VERSION:
+            if ev["schema"] != SCHEMA_VERSION or isinstance(ev["schema"], bool):
                 raise InputError(
                     f"schema version {ev['schema']} is not supported (this spotwise reads {SCHEMA_VERSION})",
                     "read it with the spotwise version that wrote it", str(p),
@@ -216,15 +261,25 @@ class RunSummary:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically: temp file in the same folder, fsync, rename, fsync dir."""
+    """Write ``text`` to ``path`` atomically: temp file in the same folder, fsync, rename, fsync dir.
+
+    On any failure the temp file is removed and ``path`` keeps its old content; a full disk raises
+    :class:`~spotwise.rundir.DiskFullError` (exit 2), other errors propagate.
+    """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, p)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException as e:  # never leave the temp file behind; a full disk is the user's to fix
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(e):
+            raise disk_full_error(p, e) from None  # type: ignore[arg-type]
+        raise
     dfd = os.open(p.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -244,9 +299,15 @@ def read_summary(out_dir: str | Path) -> RunSummary:
     if not path.exists():
         raise InputError("summary.json not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(path))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        raise InputError("summary.json is not valid JSON", "rerun the job to regenerate it", str(path)) from None
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("summary.json is not UTF-8 text (binary or corrupted)", "rerun the job to regenerate it",
+                         str(path)) from None
+    except ValueError:  # JSONDecodeError: truncated or not JSON
+        raise InputError("summary.json is not valid JSON (truncated or corrupted)", "rerun the job to regenerate it",
+                         str(path)) from None
+    except OSError as e:
+        raise InputError(f"summary.json cannot be read ({e.strerror or e})", "check the file's permissions", str(path)) from None
     if not isinstance(data, dict):
         raise InputError("summary.json must hold one JSON object", "rerun the job to regenerate it", str(path))
     if data.get("schema") != SCHEMA_VERSION:
@@ -256,7 +317,36 @@ def read_summary(out_dir: str | Path) -> RunSummary:
     unknown = set(data) - known
     if unknown:
         raise InputError(f"unknown summary fields {sorted(unknown)}", "read it with the spotwise version that wrote it", str(path))
+    wrong = _summary_type_errors(data)
+    if wrong:
+        raise InputError(f"invalid summary: {'; '.join(wrong)}", "rerun the job to regenerate it", str(path))
     try:
         return RunSummary(**data)
     except (TypeError, ValueError) as e:
         raise InputError(f"invalid summary: {e}", "rerun the job to regenerate it", str(path)) from None
+
+
+def _summary_type_errors(data: dict[str, Any]) -> list[str]:
+    """Fields of a summary.json object whose JSON type is wrong (so readers never trip over them)."""
+    numbers = ("wall_s", "virtual_s", "cost_usd")
+    optional_numbers = ("final_loss", "final_metric")
+    counts = ("steps", "revocations", "joins", "decisions")
+    objects = ("cost_breakdown", "spec", "extra")
+    out: list[str] = []
+    for k in numbers + optional_numbers + counts:
+        v = data.get(k)
+        if v is None and k in optional_numbers:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (k in counts and not float(v).is_integer()):
+            out.append(f"{k} must be a {'count' if k in counts else 'number'}, got {v!r:.60}")
+    for k in objects:
+        if k in data and not isinstance(data[k], dict):
+            out.append(f"{k} must be an object")
+    for k in ("mode", "status"):
+        if not isinstance(data.get(k), str):
+            out.append(f"{k} must be a string")
+    if data.get("metric_name") is not None and not isinstance(data["metric_name"], str):
+        out.append("metric_name must be a string or null")
+    if data.get("plan") is not None and not isinstance(data["plan"], dict):
+        out.append("plan must be an object or null")
+    return out

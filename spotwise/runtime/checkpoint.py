@@ -1,29 +1,58 @@
-"""Checkpoints: atomic, checksummed, loaded with ``weights_only=True``.
+"""Checkpoints: atomic, checksummed, loaded with ``weights_only=True``, confined to their folder.
 
 A checkpoint is ``OUT/checkpoints/step-NNNNNNNN.pt`` (the step, 8 digits) (``torch.save`` of a dict of tensors and
 plain data -- no pickled objects, so ``torch.load(weights_only=True)`` reads it) plus an entry in
 ``OUT/checkpoints/manifest.json`` with its step and SHA-256.  Writing: temp file, ``fsync``,
 ``rename``, ``fsync`` of the folder, then the manifest (itself written atomically).  A crash at
 any point leaves either the old or the new checkpoint visible, never half of one.  Loading picks
-the newest checkpoint whose checksum verifies and falls back to older ones (the last ``keep``
-are kept).
+the newest checkpoint whose checksum verifies *and* whose content is usable (required keys, a
+finite ``params`` tensor of the model's shape) and falls back to older ones, saying so through a
+``warn`` callback (stderr by default); the last ``keep`` are kept.
+
+Failure behaviour (all :class:`~spotwise.errors.InputError`, exit 2 through the CLI):
+
+* the manifest is untrusted input: it must be UTF-8 JSON ``{"checkpoints": [...]}`` whose every
+  ``file`` is a plain name ``step-NNNNNNNN.pt`` (matching its ``step``) that resolves inside
+  ``OUT/checkpoints``.  Anything else -- an absolute path, ``../``, a symlink leading out, binary
+  or truncated JSON -- is refused, naming the manifest and the bad entry; nothing outside the
+  folder is ever read, and the keep-N rotation never unlinks a name that breaks the rule;
+* a full disk (ENOSPC/EDQUOT) while writing a checkpoint or the manifest is a
+  :class:`~spotwise.rundir.DiskFullError` naming the folder; the temp file is removed first, so no
+  ``.tmp-PID`` file is ever left behind and the previous checkpoint stays the newest;
+* no checkpoint that verifies and validates: :func:`require_checkpoint` raises.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
 from spotwise.errors import InputError
 from spotwise.events import atomic_write_text
+from spotwise.rundir import disk_full_error, is_disk_full
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "manifest.json"
+#: The only names a manifest entry may carry (and the only files the rotation may remove).
+CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
+#: Keys every checkpoint state written by the coordinator carries (format 1).
+REQUIRED_KEYS = ("format", "step", "params", "lr", "T", "sampler", "dur_rng", "iter_rng", "available",
+                 "provisioned", "sync", "sync_n", "ema_loss", "counters", "cost")
+
+Warn = Callable[[str], None]
+
+
+def _stderr_warning(message: str) -> None:
+    sys.stderr.write(f"warning: {message}\n")
+    sys.stderr.flush()
 
 
 def _sha256(path: Path) -> str:
@@ -34,59 +63,196 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _bad_manifest(path: Path, what: str) -> InputError:
+    return InputError(f"{what}", "restore checkpoints/manifest.json from a backup, or delete it and start the run again "
+                      "(spotwise writes only step-NNNNNNNN.pt names inside the checkpoints folder)", str(path))
+
+
+def _check_entry(folder: Path, manifest: Path, entry: Any, index: int) -> dict[str, Any]:
+    """One manifest entry, validated: a dict with a safe ``file``, an int ``step``, a ``sha256`` string."""
+    if not isinstance(entry, dict):
+        raise _bad_manifest(manifest, f"entry {index} is not an object: {entry!r:.80}")
+    name = entry.get("file")
+    m = CHECKPOINT_NAME.match(name) if isinstance(name, str) else None
+    if m is None:
+        raise _bad_manifest(manifest, f"entry {index} names {name!r:.200}, not a checkpoint file of this folder "
+                            "(only step-NNNNNNNN.pt inside checkpoints/ may be read or removed)")
+    step = entry.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step != int(m.group(1)):
+        raise _bad_manifest(manifest, f"entry {index} ({name}) has step {step!r}, which does not match its file name")
+    if not isinstance(entry.get("sha256"), str):
+        raise _bad_manifest(manifest, f"entry {index} ({name}) lacks its sha256")
+    path = folder / name
+    if path.is_symlink() and path.resolve().parent != folder.resolve():
+        raise _bad_manifest(manifest, f"entry {index} ({name}) is a symlink leading out of the checkpoints folder")
+    return {"file": name, "step": step, "sha256": entry["sha256"]}
+
+
 def _read_manifest(folder: Path) -> list[dict[str, Any]]:
+    """The manifest's validated entries (``[]`` when there is none yet); InputError if it is unusable."""
     path = folder / MANIFEST
     if not path.exists():
         return []
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return []
-    return list(data.get("checkpoints", [])) if isinstance(data, dict) else []
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _bad_manifest(path, "manifest.json is not UTF-8 text (binary or corrupted)") from None
+    except ValueError as e:  # JSONDecodeError: truncated or not JSON
+        raise _bad_manifest(path, f"manifest.json is not valid JSON (truncated or corrupted: {e})") from None
+    except OSError as e:
+        raise _bad_manifest(path, f"manifest.json cannot be read ({e.strerror or e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("checkpoints", []), list):
+        raise _bad_manifest(path, 'manifest.json must be an object {"checkpoints": [...]}')
+    return [_check_entry(folder, path, e, i) for i, e in enumerate(data.get("checkpoints", []))]
+
+
+def _unlink_checkpoint(folder: Path, name: str) -> None:
+    """Remove ``folder/name`` -- only a ``step-NNNNNNNN.pt`` name; a symlink is unlinked, never followed."""
+    if not CHECKPOINT_NAME.match(name):  # unreachable after _check_entry; kept as the last line of defence
+        return
+    try:
+        (folder / name).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(folder: Path) -> None:
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep: int = 3) -> Path:
-    """Write ``state`` as the checkpoint of ``step``; returns its path."""
+    """Write ``state`` as the checkpoint of ``step``; returns its path.
+
+    Entries of a later step than ``step`` (left over from before a resume fell back to an older
+    checkpoint) are dropped: the run has moved on from an earlier point.  Raises
+    :class:`~spotwise.rundir.DiskFullError` on a full disk (the temp file removed, the manifest
+    unchanged) and InputError on an unusable manifest; other write errors propagate unchanged,
+    always after the temp file is removed.
+    """
     folder = Path(out_dir) / CHECKPOINT_DIR
     folder.mkdir(parents=True, exist_ok=True)
+    entries = _read_manifest(folder)  # validate before writing anything
     path = folder / f"step-{int(step):08d}.pt"
     tmp = folder / f".{path.name}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(folder)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(e):
+            raise disk_full_error(path, e,  # type: ignore[arg-type]
+                                  f"free space on the disk holding {folder}, then `spotwise run --resume "
+                                  f"{Path(out_dir)}` continues from the last checkpoint") from None
+        raise
     digest = _sha256(path)
-    entries = [e for e in _read_manifest(folder) if e.get("file") != path.name]
+    entries = [e for e in entries if e["file"] != path.name]
+    stale = [e for e in entries if e["step"] > int(step)]
+    entries = [e for e in entries if e["step"] < int(step)]
     entries.append({"file": path.name, "step": int(step), "sha256": digest})
     entries.sort(key=lambda e: e["step"])
-    for old in entries[:-keep] if keep > 0 else []:
-        try:
-            (folder / old["file"]).unlink()
-        except FileNotFoundError:
-            pass
+    dropped = stale + (entries[:-keep] if keep > 0 else [])
     entries = entries[-keep:] if keep > 0 else entries
     atomic_write_text(folder / MANIFEST, json.dumps({"checkpoints": entries}, indent=1) + "\n")
+    for old in dropped:  # after the manifest no longer names them
+        _unlink_checkpoint(folder, old["file"])
     return path
 
 
-def load_latest_checkpoint(out_dir: str | Path) -> tuple[dict[str, Any], Path] | None:
-    """The newest checkpoint whose checksum verifies, or ``None`` if there is none."""
-    folder = Path(out_dir) / CHECKPOINT_DIR
-    for entry in reversed(_read_manifest(folder)):
-        path = folder / str(entry.get("file", ""))
-        if not path.is_file() or _sha256(path) != entry.get("sha256"):
-            continue  # torn or corrupted: fall back to the previous one
-        try:
-            state = torch.load(path, weights_only=True, map_location="cpu")
-        except Exception:  # a checkpoint that fails to unpickle is as bad as a wrong checksum
-            continue
-        return state, path
+def _is_number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(float(v))
+
+
+def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int | None = None) -> str | None:
+    """What is wrong with a loaded checkpoint ``state`` (``None`` when it is usable).
+
+    Checks the keys of :data:`REQUIRED_KEYS`, ``format`` 1, the ``step`` (matching ``step`` if
+    given), a finite floating-point ``params`` tensor of shape ``expect_shape`` (if given), finite
+    ``lr``/``T``/``ema_loss`` and the types of the plain-data fields.
+    """
+    if not isinstance(state, dict):
+        return f"it holds a {type(state).__name__}, not a checkpoint dictionary"
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        return f"it lacks {', '.join(missing)}"
+    if state["format"] != 1:
+        return f"unknown checkpoint format {state['format']!r}"
+    s = state["step"]
+    if isinstance(s, bool) or not isinstance(s, int) or s < 0 or (step is not None and s != step):
+        return f"its step {s!r} does not match the manifest ({step})"
+    p = state["params"]
+    if not isinstance(p, torch.Tensor) or not p.is_floating_point():
+        return "params is not a floating-point tensor"
+    if expect_shape is not None and tuple(p.shape) != tuple(expect_shape):
+        return f"params has shape {tuple(p.shape)}, the model needs {tuple(expect_shape)}"
+    if not bool(torch.isfinite(p).all()):
+        return "params holds NaN or infinite values"
+    for key in ("lr", "T"):
+        if not _is_number(state[key]) or state[key] < 0:
+            return f"{key} is {state[key]!r}, not a finite number >= 0"
+    if state["ema_loss"] is not None and not _is_number(state["ema_loss"]):
+        return f"ema_loss is {state['ema_loss']!r}, not a finite number"
+    if isinstance(state["provisioned"], bool) or not isinstance(state["provisioned"], int) or state["provisioned"] < 0:
+        return f"provisioned is {state['provisioned']!r}, not a count"
+    if state["sync_n"] is not None and (isinstance(state["sync_n"], bool) or not isinstance(state["sync_n"], int)):
+        return f"sync_n is {state['sync_n']!r}, not an integer"
+    kinds = {"sampler": dict, "counters": dict, "cost": dict, "available": list, "sync": str, "dur_rng": str, "iter_rng": str}
+    for key, typ in kinds.items():
+        if not isinstance(state[key], typ):
+            return f"{key} is a {type(state[key]).__name__}, not a {typ.__name__}"
     return None
 
 
-def require_checkpoint(out_dir: str | Path) -> tuple[dict[str, Any], Path]:
-    found = load_latest_checkpoint(out_dir)
+def load_latest_checkpoint(
+    out_dir: str | Path, expect_shape: Sequence[int] | None = None, warn: Warn | None = None,
+) -> tuple[dict[str, Any], Path] | None:
+    """The newest checkpoint that verifies (checksum) and validates (:func:`check_state`), or ``None``.
+
+    Every newer checkpoint skipped on the way is reported through ``warn`` (one message naming the
+    file, the reason and the step fallen back to); ``warn=None`` is silent.  Raises InputError for
+    an unusable manifest (see the module docstring); never reads a file outside the folder.
+    """
+    folder = Path(out_dir) / CHECKPOINT_DIR
+    skipped: list[str] = []
+    for entry in reversed(_read_manifest(folder)):
+        path = folder / entry["file"]
+        problem: str | None
+        state: Any = None
+        if not path.is_file():
+            problem = "the file is missing"
+        elif _sha256(path) != entry["sha256"]:
+            problem = "its checksum does not match the manifest (torn or corrupted)"
+        else:
+            try:
+                state = torch.load(path, weights_only=True, map_location="cpu")
+                problem = check_state(state, expect_shape, entry["step"])
+            except Exception as e:  # fails to unpickle: as bad as a wrong checksum
+                problem = f"it cannot be loaded ({e.__class__.__name__})"
+        if problem is not None:
+            skipped.append(f"{path.name}: {problem}")
+            continue
+        if skipped and warn is not None:
+            for s in skipped:
+                warn(f"checkpoint {s}; falling back to step {entry['step']} ({path.name})")
+        return state, path
+    if skipped and warn is not None:
+        for s in skipped:
+            warn(f"checkpoint {s}; no older checkpoint to fall back to")
+    return None
+
+
+def require_checkpoint(
+    out_dir: str | Path, expect_shape: Sequence[int] | None = None, warn: Warn | None = _stderr_warning,
+) -> tuple[dict[str, Any], Path]:
+    """Like :func:`load_latest_checkpoint` (warning on stderr by default), but InputError if none is usable."""
+    found = load_latest_checkpoint(out_dir, expect_shape, warn)
     if found is None:
         raise InputError("no valid checkpoint in this run directory", "resume a directory written by `spotwise run` "
                          "that got past its first checkpoint, or start a new run", str(out_dir))

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,6 +15,7 @@ from spotwise.market.world import build_market
 from spotwise.runtime.checkpoint import load_latest_checkpoint
 from spotwise.runtime.coordinator import Coordinator, load_run_spec, worker_args_for
 from spotwise.runtime.raystart import ensure_ray
+from spotwise.rundir import open_run_dir
 
 
 def _fmt_t(seconds: float) -> str:
@@ -62,27 +62,45 @@ def run_job(
     overwrite: bool = False,
     notice_source: str = "none",
     metadata_url: str | None = None,
+    after: Callable[[RunSummary], RunSummary] | None = None,
 ) -> RunSummary:
-    """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary."""
+    """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary.
+
+    ``after`` (e.g. the on-demand comparison) runs on the summary while the directory is still
+    locked; its result is returned.
+
+    The run directory is prepared and locked before Ray starts (:func:`spotwise.rundir.open_run_dir`)
+    and stays locked until the run (and its report) is done.  InputError (exit 2) for a bad flag,
+    an ``--out`` that is a file or unwritable, a directory that holds a run (without
+    ``overwrite``) or is not a spotwise run directory (with it), a directory another spotwise
+    process holds, and -- on resume -- a missing/corrupt ``spec.json`` or manifest or no usable
+    checkpoint; :class:`~spotwise.rundir.DiskFullError` (exit 2) when the disk fills up.
+    ``overwrite`` removes only the files an earlier run wrote; the user's own files stay.
+    """
     out = Path(out_dir)
-    if resume:
-        spec = load_run_spec(out)
-        if load_latest_checkpoint(out) is None:
-            raise InputError("the run directory has no valid checkpoint to resume from",
-                             "start it again with `spotwise run SPEC --out DIR` (it died before its first checkpoint)", str(out))
-    else:
-        assert spec is not None
-        if out.exists() and (out / "events.jsonl").exists():
-            if not overwrite:
-                raise InputError("the output directory already holds a run",
-                                 "pass another --out, or --resume it to continue that run", str(out))
-            shutil.rmtree(out)
-    market = build_market(spec)
     if notice_source not in ("none", "aws", "gcp"):
         raise InputError(f"unknown notice source {notice_source!r}", "use --notice-source none, aws or gcp", "--notice-source")
     if notice_source != "none" and not ray_address:
         raise InputError("--notice-source needs --ray-address", "the emulated provider takes notices from the market model",
                          "--notice-source")
+    if not resume and spec is None:
+        raise InputError("no spec given", "pass a spec, or resume a run directory", "spotwise run")
+    with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
+        summary = _run_locked(spec, out, resume=resume, ray_address=ray_address, progress=progress, plots=plots,
+                              notice_source=notice_source, metadata_url=metadata_url)
+        return after(summary) if after is not None else summary
+
+
+def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: str | None, progress: bool,
+                plots: bool | None, notice_source: str, metadata_url: str | None) -> RunSummary:
+    """:func:`run_job` once the run directory is prepared and locked."""
+    if resume:
+        spec = load_run_spec(out)
+        if load_latest_checkpoint(out) is None:
+            raise InputError("the run directory has no valid checkpoint to resume from",
+                             "start it again with `spotwise run SPEC --out DIR` (it died before its first checkpoint)", str(out))
+    assert spec is not None
+    market = build_market(spec)
     ensure_ray(ray_address)
     with RunProgress(spec.target.iterations, progress) as bar:
         callback = bar.update if progress else None

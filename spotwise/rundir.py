@@ -1,0 +1,264 @@
+"""Run directories: a marker that says spotwise made them, an exclusive lock, and safe removal.
+
+A run directory ``OUT`` holds only names spotwise knows (:data:`KNOWN_NAMES`): ``events.jsonl``,
+``summary.json``, ``spec.json``, ``checkpoints/``, ``report/``, ``on-demand/`` (the measured
+on-demand baseline), the marker :data:`MARKER` (JSON with
+the spotwise version that created it) and the lock file :data:`LOCK_FILE`, plus the ``.NAME.tmp-PID``
+files of interrupted atomic writes.  Anything else in it belongs to the user and is never removed.
+
+* :func:`open_run_dir` validates ``OUT`` (an existing file, an unwritable parent, a full disk are
+  :class:`~spotwise.errors.InputError`, exit 2), takes the lock and, for ``--overwrite``, removes
+  spotwise's names -- only in a directory that carries the marker (or, for runs written before the
+  marker existed, holds nothing but spotwise's names).  Any other non-empty directory is refused.
+* :func:`lock_run_dir` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on ``OUT/.spotwise.lock``; a lock
+  held by another process (or another open of the file in this one) is an InputError naming the
+  holder's pid.  The lock is released when the returned :class:`RunDirLock` is closed (or the
+  process dies: the kernel drops ``flock`` locks with the last descriptor).
+* Removal never follows a symlink: a spotwise name that is a symlink is unlinked, its target kept.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Literal
+
+from spotwise import __version__
+from spotwise.errors import InputError
+
+MARKER = ".spotwise-run"
+LOCK_FILE = ".spotwise.lock"
+#: Names spotwise writes into a run directory (besides the marker and the lock file).
+RUN_FILES = ("events.jsonl", "summary.json", "spec.json", "checkpoints", "report", "on-demand")
+KNOWN_NAMES = frozenset(RUN_FILES) | {MARKER, LOCK_FILE}
+#: Leftovers of an interrupted atomic write of one of spotwise's files (``.summary.json.tmp-123``).
+_TMP_RE = re.compile(r"^\.(?:events\.jsonl|summary\.json|spec\.json|spotwise-run)\.tmp-\d+$")
+#: errno values that mean "no space left" (ENOSPC; EDQUOT: the user's quota is exhausted).
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+Mode = Literal["new", "overwrite", "resume"]
+
+
+class DiskFullError(InputError):
+    """Writing ``where`` failed because its disk (or the user's quota) is full -- the user's to fix (exit 2)."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is an ``OSError`` for a full disk or an exhausted quota."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full_error(path: str | Path, exc: OSError, fix: str = "") -> DiskFullError:
+    """The exit-2 error for a write to ``path`` that failed with ENOSPC/EDQUOT."""
+    p = Path(path)
+    return DiskFullError(
+        f"the disk is full: could not write {p.name} in {p.parent} ({exc.strerror or exc})",
+        fix or "free space on that disk (or choose another --out) and run again", str(p.parent))
+
+
+def _is_spotwise_name(name: str) -> bool:
+    return name in KNOWN_NAMES or bool(_TMP_RE.match(name))
+
+
+def is_spotwise_run_dir(path: str | Path) -> bool:
+    """True if ``path`` carries the marker, or (a run written before the marker existed) is a
+    directory holding an ``events.jsonl`` or ``spec.json`` and nothing but spotwise's names."""
+    d = Path(path)
+    if (d / MARKER).is_file() and not (d / MARKER).is_symlink():
+        return True
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    return bool(names) and all(_is_spotwise_name(n) for n in names) and \
+        any((d / n).is_file() and not (d / n).is_symlink() for n in ("events.jsonl", "spec.json"))
+
+
+def _remove_entry(p: Path) -> None:
+    """Remove one name without following a symlink out of the directory."""
+    if p.is_symlink() or not p.is_dir():
+        p.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(p)  # rmtree does not follow symlinks found inside the tree
+
+
+def remove_run_files(path: str | Path) -> list[str]:
+    """Remove spotwise's names (not the marker or the lock) from the run directory ``path``;
+    returns the names removed.  Raises InputError if ``path`` is not a spotwise run directory;
+    user files are left in place."""
+    d = Path(path)
+    if not is_spotwise_run_dir(d):
+        raise InputError("not a spotwise run directory (no .spotwise-run marker); refusing to delete anything in it",
+                         "choose an empty or new --out", str(d))
+    removed: list[str] = []
+    for name in sorted(os.listdir(d)):
+        if name in (MARKER, LOCK_FILE) or not _is_spotwise_name(name):
+            continue
+        try:
+            _remove_entry(d / name)
+        except OSError as e:
+            raise InputError(f"cannot remove {name} from the old run ({e.strerror or e})",
+                             "check the directory's permissions, or choose another --out", str(d)) from None
+        removed.append(name)
+    return removed
+
+
+def _write_marker(d: Path) -> None:
+    path = d / MARKER
+    if path.is_file() and not path.is_symlink():
+        return
+    tmp = d / f"{MARKER}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps({"spotwise": __version__, "kind": "run-directory"}) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if is_disk_full(e):
+            raise disk_full_error(path, e) from None
+        raise InputError(f"cannot write into the output directory ({e.strerror or e})",
+                         "choose a writable --out", str(d)) from None
+
+
+class RunDirLock:
+    """An exclusive ``flock`` on ``DIR/.spotwise.lock``; a context manager; :meth:`release` is idempotent."""
+
+    def __init__(self, directory: Path, fd: int) -> None:
+        self.directory = directory
+        self._fd: int | None = fd
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Drop the lock (the lock file stays: removing it would let two processes lock different files)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> "RunDirLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:  # pragma: no cover - safety net; callers use ``with``
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def lock_run_dir(path: str | Path) -> RunDirLock:
+    """Take the exclusive lock of the existing directory ``path``.
+
+    Raises InputError (exit 2) if another process holds it ("in use by another spotwise process
+    (pid N)"), or if the lock file cannot be created (unwritable directory, full disk).
+    """
+    d = Path(path)
+    lock_path = d / LOCK_FILE
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as e:
+        if is_disk_full(e):
+            raise disk_full_error(lock_path, e) from None
+        raise InputError(f"cannot create the lock file {LOCK_FILE} ({e.strerror or e})",
+                         "choose a writable --out", str(d)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        try:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        except OSError:
+            holder = "unknown"
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise InputError(f"run directory is in use by another spotwise process (pid {holder})",
+                             "wait for it to finish (or stop it), or choose another --out", str(d)) from None
+        raise InputError(f"cannot lock the run directory ({e.strerror or e})",
+                         "use a local file system that supports flock, or choose another --out", str(d)) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+    except OSError:
+        pass  # the pid is informational; the lock itself is held
+    return RunDirLock(d, fd)
+
+
+def _check_out(d: Path) -> None:
+    """``--out`` must be (or become) a writable directory; InputError otherwise."""
+    if d.exists() and not d.is_dir():
+        raise InputError("--out is not a directory (a file of that name exists)",
+                         "pass a directory that does not exist yet, or an empty one", str(d))
+    if not d.exists():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if is_disk_full(e):
+                raise disk_full_error(d, e) from None
+            raise InputError(f"cannot create the --out directory ({e.strerror or e})",
+                             "choose a path you can write to", str(d)) from None
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise InputError("the --out directory is not writable", "choose a directory you can write to", str(d))
+
+
+def open_run_dir(path: str | Path, mode: Mode) -> RunDirLock:
+    """Prepare ``path`` for a run and return its held lock (use it as a context manager).
+
+    ``new``: create the directory if needed; refuse (InputError) if it already holds a run or
+    spotwise-named files it did not write (other user files are fine: the run adds its own).
+    ``overwrite``: like ``new``, but a spotwise run directory's own files are removed first (user
+    files stay); a non-empty directory that is not a spotwise run directory is refused.
+    ``resume``: the directory must exist and hold a ``spec.json``; nothing is removed.
+    Every refusal happens before anything is written or deleted, and is an InputError (exit 2).
+    """
+    d = Path(path)
+    if mode == "resume":
+        if not d.is_dir():
+            raise InputError("the run directory does not exist" if not d.exists() else "--resume needs a directory",
+                             "pass the --out directory of an earlier `spotwise run`", str(d))
+        if not (d / "spec.json").is_file():  # checked before the lock file is created in someone else's folder
+            raise InputError("not a spotwise run directory (no spec.json)",
+                             "pass the --out directory of an earlier `spotwise run`", str(d))
+        return lock_run_dir(d)
+    _check_out(d)
+    _refuse_unsafe(d, mode)  # before the lock file is created: a refused directory is left untouched
+    lock = lock_run_dir(d)
+    try:
+        if _refuse_unsafe(d, mode):  # again under the lock: another process may have written meanwhile
+            remove_run_files(d)
+        _write_marker(d)
+    except BaseException:
+        lock.release()
+        raise
+    return lock
+
+
+def _refuse_unsafe(d: Path, mode: Mode) -> bool:
+    """Raise InputError if a ``new``/``overwrite`` run may not use ``d``; True if an old run must be removed."""
+    names = [n for n in sorted(os.listdir(d)) if n != LOCK_FILE]
+    ours = [n for n in names if _is_spotwise_name(n) and n != MARKER]
+    if not names:
+        return False
+    marked = is_spotwise_run_dir(d)
+    if mode == "overwrite" and not marked:
+        what = f"it holds {', '.join(ours)} but " if ours else ""
+        raise InputError(f"not a spotwise run directory ({what}no {MARKER} marker); refusing to delete anything in it",
+                         "choose an empty or new --out", str(d))
+    if not ours:
+        return False  # a marked directory after an overwrite, or user files only (a new run adds its own)
+    if not marked:
+        raise InputError(f"not a spotwise run directory, but it holds {', '.join(ours)}; refusing to mix a run "
+                         "with files spotwise did not write", "choose an empty or new --out", str(d))
+    if mode != "overwrite":
+        raise InputError("the output directory already holds a run",
+                         "pass another --out, --overwrite to replace it, or --resume it to continue that run", str(d))
+    return True
