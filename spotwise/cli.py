@@ -267,8 +267,15 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
         from spotwise.runtime.baseline import compare_on_demand
 
         after = functools.partial(compare_on_demand, out_dir=out, progress=not as_json)
-    summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
-                      notice_source=notice_source, metadata_url=metadata_url, after=after)
+    from spotwise.runtime.coordinator import NoProgressError
+
+    try:
+        summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
+                          notice_source=notice_source, metadata_url=metadata_url, after=after)
+    except NoProgressError as e:
+        if as_json:  # the run's summary is still the one JSON object; the message goes to stderr, exit 2
+            print_json(e.summary.to_dict())
+        raise
     if as_json:
         print_json(summary.to_dict())
         return

@@ -301,6 +301,34 @@ def test_item17_runtime_no_progress_is_stopped(ray_session, tmp_path: Path) -> N
     assert ends and ends[-1]["status"] == "no-progress"
 
 
+def test_item17_stuck_run_on_the_cli_exits_2_with_its_summary_and_report(ray_session, tmp_path: Path, cli,
+                                                                          monkeypatch) -> None:
+    """The CLI edge of a stuck run: exit 2, the one JSON object is the run's summary, the report is written."""
+    import json
+
+    import spotwise.runtime.runner as runner
+
+    real_build = runner.build_market
+
+    def stuck_market(spec):  # capacity for 10 ms of every second, steps of ~1 s
+        rev = ScriptedRevocation(tuple(outage(k + 0.01, k + 1.0, [0]) for k in range(400)))
+        return dataclasses.replace(real_build(spec, horizon_s=400.0), revocation=rev)
+
+    monkeypatch.setattr(runner, "build_market", stuck_market)
+    monkeypatch.setattr(runner.Coordinator, "no_progress_attempts", 6)  # each attempt starts a new actor
+    d = copy.deepcopy(BASE)
+    d["cluster"].update(workers=1, standby=1)
+    d["outputs"]["plots"] = True
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(d))
+    out = tmp_path / "run"
+    code, stdout, stderr = cli("run", str(path), "--out", str(out), "--json")
+    assert code == 2, stderr
+    assert "no step committed" in stderr and "internal error" not in stderr
+    assert json.loads(stdout)["status"] == "no-progress"
+    assert (out / "report" / "index.html").is_file()
+
+
 def test_item17_hopeless_lifetime_refused_up_front(ray_session, tmp_path: Path, cli) -> None:
     """mttf_s: 1e-9 with ~1 s steps: refused before any worker starts, CLI exit 2 naming mttf_s."""
     d = copy.deepcopy(BASE)

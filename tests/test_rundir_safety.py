@@ -364,6 +364,7 @@ def test_item15_resume_falls_back_past_a_wrong_shape_checkpoint_and_says_so(cli,
     assert "step-00000010.pt" in err and "falling back" in err
     restore = [e for e in _events(run_copy) if e["kind"] == "restore"]
     assert [r["step"] for r in restore] == [5]
+    assert len(restore[0]["skipped"]) == 1 and "step-00000010.pt" in restore[0]["skipped"][0], "the log says so too"
     assert json.loads(stdout)["steps"] == 10
 
 

@@ -50,7 +50,7 @@ REQUIRED_KEYS = ("format", "step", "params", "lr", "T", "sampler", "dur_rng", "i
 Warn = Callable[[str], None]
 
 
-def _stderr_warning(message: str) -> None:
+def warn_on_stderr(message: str) -> None:
     sys.stderr.write(f"warning: {message}\n")
     sys.stderr.flush()
 
@@ -249,7 +249,7 @@ def load_latest_checkpoint(
 
 
 def require_checkpoint(
-    out_dir: str | Path, expect_shape: Sequence[int] | None = None, warn: Warn | None = _stderr_warning,
+    out_dir: str | Path, expect_shape: Sequence[int] | None = None, warn: Warn | None = warn_on_stderr,
 ) -> tuple[dict[str, Any], Path]:
     """Like :func:`load_latest_checkpoint` (warning on stderr by default), but InputError if none is usable."""
     found = load_latest_checkpoint(out_dir, expect_shape, warn)

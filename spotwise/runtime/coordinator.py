@@ -69,7 +69,7 @@ from spotwise.market.world import Market, build_market
 from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
 from spotwise.policies.base import Decision, Noop, Policy
-from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoint, save_checkpoint
+from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoint, save_checkpoint, warn_on_stderr
 from spotwise.runtime.provider import EmulatedProvider, Provider
 from spotwise.runtime.raystart import ensure_ray  # noqa: F401  (re-exported: callers import it from here)
 from spotwise.runtime.sampler import Block, EpochSampler
@@ -252,7 +252,13 @@ class Coordinator:
             self._add_member(w, actor)
 
     def _restore(self) -> None:
-        state, path = require_checkpoint(self.out, expect_shape=self.params.shape)  # falls back past bad ones, warns
+        skipped: list[str] = []
+
+        def warn(msg: str) -> None:  # on stderr, and into the restore event
+            skipped.append(msg)
+            warn_on_stderr(msg)
+
+        state, path = require_checkpoint(self.out, expect_shape=self.params.shape, warn=warn)  # falls back past bad ones
         self.step = int(state["step"])
         self.params = state["params"].numpy().astype(np.float32).copy()
         self.lr = float(state["lr"])
@@ -269,7 +275,7 @@ class Coordinator:
         self.carried_cost = state["cost"]
         self.last_ckpt_step = self.step
         self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T, resume=True)
-        self.log.emit("restore", step=self.step, path=str(path))
+        self.log.emit("restore", step=self.step, path=str(path), skipped=skipped)
         if isinstance(self.provider, EmulatedProvider):
             self.provider.fast_forward(self.T)
             if self.provider.model.is_iteration_driven:

@@ -13,8 +13,8 @@ from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
 from spotwise.runtime.checkpoint import load_latest_checkpoint
-from spotwise.runtime.coordinator import Coordinator, load_run_spec, worker_args_for
-from spotwise.runtime.raystart import ensure_ray
+from spotwise.runtime.coordinator import Coordinator, NoProgressError, load_run_spec, worker_args_for
+from spotwise.runtime.raystart import check_local_workers, ensure_ray
 from spotwise.rundir import open_run_dir
 
 
@@ -100,6 +100,8 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
             raise InputError("the run directory has no valid checkpoint to resume from",
                              "start it again with `spotwise run SPEC --out DIR` (it died before its first checkpoint)", str(out))
     assert spec is not None
+    if not ray_address:
+        check_local_workers(spec.cluster)  # a resumed run too: this machine may be smaller than the last
     market = build_market(spec)
     ensure_ray(ray_address)
     with RunProgress(spec.target.iterations, progress) as bar:
@@ -107,7 +109,7 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
         if ray_address:
             from spotwise.runtime.cluster import ClusterCoordinator, ClusterProvider, check_spot_capacity
 
-            check_spot_capacity()
+            check_spot_capacity(workers=spec.cluster.workers)
             notices = None
             if notice_source != "none":
                 notices = {"cloud": notice_source, **({"base_url": metadata_url} if metadata_url else {})}
@@ -116,12 +118,18 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
                                                     progress=callback)
         else:
             coord = Coordinator(spec, out, market=market, resume=resume, progress=callback)
-        summary = coord.run()
-    if plots if plots is not None else spec.outputs.plots:
         try:
-            from spotwise.report.run_report import write_report
-
-            write_report(out)
-        except ImportError:  # pragma: no cover - report module ships with the package
-            pass
+            summary = coord.run()
+        except NoProgressError:
+            # the run wrote its summary and log before giving up: the report shows what happened
+            _write_plots(out, spec, plots)
+            raise
+    _write_plots(out, spec, plots)
     return summary
+
+
+def _write_plots(out: Path, spec: JobSpec, plots: bool | None) -> None:
+    if plots if plots is not None else spec.outputs.plots:
+        from spotwise.report.run_report import write_report
+
+        write_report(out)
