@@ -16,7 +16,7 @@ simulating on the trace.)
 
 | paper 000 | function |
 | --- | --- |
-| Thm 3 (uniform bid) | :func:`optimal_uniform_bid` |
+| Thm 3 (uniform bid) | :func:`optimal_uniform_bid` (the bid itself: :func:`thm3_bid`) |
 | Thm 4 (two bids, fixed J) | :func:`optimal_two_bids` |
 | Corollary 2 (co-optimise J and two bids) | :func:`optimal_two_bids_with_iterations` |
 | Thm 5 (N-sync, exponential runtimes) | :func:`optimal_nsync_bids` |
@@ -144,10 +144,50 @@ def _deadline_infeasible(deadline: float, min_deadline: float, detail: str) -> I
     )
 
 
-def _bid_at_level(prices: PriceModel, level: float) -> float:
-    """``F^-1(level)`` clipped to the finite bid range."""
-    b = float(prices.ppf(min(max(level, 0.0), 1.0)))
+def bid_at_level(prices: PriceModel, level: float) -> float:
+    """The smallest bid ``b`` with ``F(b) >= level`` (``level`` clipped to ``[0, 1]``), within the
+    finite bid range (``prices.upper``); for a trace, one of its price levels (a quantile that round-off
+    put just below the level is moved up to the next level)."""
+    q = min(max(float(level), 0.0), 1.0)
+    b = float(prices.ppf(q))
+    levels = prices.levels()
+    if levels is not None and prices.cdf(b) < q - 1e-12:
+        ok = levels[np.asarray(prices.cdf(levels)) >= q - 1e-12]
+        b = float(ok.min()) if ok.size else prices.upper
     return min(b, prices.upper) if math.isfinite(b) else prices.upper
+
+
+@dataclass(frozen=True)
+class Thm3Bid:
+    """Paper 000 Thm 3's uniform bid for ``J`` iterations of mean time ``E[R]`` within ``theta``.
+
+    ``level = F(b*) = J E[R] / theta`` (``inf`` when no time is left); above 1 the deadline is
+    shorter than the uninterrupted runtime ``J E[R]`` and no bid meets it (:attr:`feasible` is
+    False; ``bid`` is then the top of the price range, never interrupted).
+    """
+
+    level: float
+    bid: float
+
+    @property
+    def feasible(self) -> bool:
+        return self.level <= 1.0 + _TOL
+
+
+def thm3_bid(prices: PriceModel | Callable[[float], float], iterations: float, mean_round_s: float,
+             deadline_s: float) -> Thm3Bid:
+    """``b* = F^-1(J E[R] / theta)`` (``papers/000_3c734f3ffedcac15.txt`` Thm 3): the one place it is computed.
+
+    ``prices`` is a :class:`PriceModel` (inverted by :func:`bid_at_level`) or any quantile function
+    ``q -> F^-1(q)`` on ``[0, 1]`` (the dynamic-bids policy's price description).  Used by
+    :func:`optimal_uniform_bid` (and the uniform starting points of Thm 5-6), the planner's
+    one-bid and dynamic strategies, and the dynamic-bids policy (``J`` and ``theta`` the remaining
+    iterations and time).  Pure: no validation beyond ``deadline_s <= 0`` meaning no time left.
+    """
+    level = iterations * mean_round_s / deadline_s if deadline_s > 0 else math.inf
+    q = min(max(level, 0.0), 1.0)
+    bid = bid_at_level(prices, q) if isinstance(prices, PriceModel) else float(prices(q))
+    return Thm3Bid(float(level), bid)
 
 
 def _candidate_bids(prices: PriceModel, size: int = 512) -> np.ndarray:
@@ -192,14 +232,14 @@ def optimal_uniform_bid(prices: PriceModel, runtime: RuntimeModel, model: ErrorM
     inv_y = _inv_y(sync, n, n_sync)
     J = iterations_for_error(eps, model, inv_y=inv_y)
     R = runtime.expected(n, sync, n_sync)
-    level = J * R / deadline
-    if level > 1.0 + _TOL:
+    thm3 = thm3_bid(prices, J, R, deadline)
+    if not thm3.feasible:
         raise _deadline_infeasible(deadline, J * R, f"J E[R(n)] = {J} x {R:.6g}s")
     notes: list[str] = []
     if runtime.kind == "empirical":
         notes.append("E[R(n)] estimated from the empirical runtime samples; Thm 3 holds for any runtime law")
     if prices.iid:
-        b = _bid_at_level(prices, level)
+        b = thm3.bid
         method: Method = "closed-form"
     else:
         notes.append("prices come from a trace (not i.i.d.): Thm 3's closed form does not apply; minimised "
@@ -282,8 +322,8 @@ def optimal_two_bids(prices: PriceModel, runtime: RuntimeModel, model: ErrorMode
         status, reason = "trivial", (f"Q(eps)={Q:.6g} = 1/n: every iteration needs all {n} workers; both bids are equal "
                                      "(the uniform bid of Thm 3)")
     if prices.iid:
-        bh = _bid_at_level(prices, Fh)
-        bl = -math.inf if gamma <= 0.0 else (bh if gamma >= 1.0 - _GAMMA_TOL else _bid_at_level(prices, gamma * Fh))
+        bh = bid_at_level(prices, Fh)
+        bl = -math.inf if gamma <= 0.0 else (bh if gamma >= 1.0 - _GAMMA_TOL else bid_at_level(prices, gamma * Fh))
         method: Method = "closed-form"
     else:
         notes.append("prices come from a trace (not i.i.d.): Thm 4's closed form does not apply; minimised the same "
@@ -472,8 +512,8 @@ def optimal_nsync_bids(prices: PriceModel, runtime: RuntimeModel, model: ErrorMo
     Rtab = runtime_table(n, lambda y, s, k: runtime.expected(y, s, k, approx=approx), "n-sync", N)
     Rtab[:N + 1] = np.inf  # y <= N never happens: N+1 workers share the top bid
     Rn = float(Rtab[n])
-    level = J * Rn / deadline
-    if level > 1.0 + _TOL:
+    thm3 = thm3_bid(prices, J, Rn, deadline)
+    if not thm3.feasible:
         raise _deadline_infeasible(deadline, J * Rn, f"J E[R(n)] = {J} x {Rn:.6g}s (N-sync, N={N})")
     ys = np.arange(N + 1, n + 1)
     yR = ys * Rtab[N + 1:]
@@ -482,7 +522,7 @@ def optimal_nsync_bids(prices: PriceModel, runtime: RuntimeModel, model: ErrorMo
     notes: list[str] = []
     if approx:
         notes.append("E[R(y)] uses the paper's approximation log(y/(y-N))/lambda")
-    b_uniform = _bid_at_level(prices, level)
+    b_uniform = thm3.bid
     if closed:
         bids = np.full(n, b_uniform)
         method: Method = "closed-form"
@@ -495,8 +535,6 @@ def optimal_nsync_bids(prices: PriceModel, runtime: RuntimeModel, model: ErrorMo
             notes.append("y E[R(y)] increases with y (server time delta > 0): the proof of Thm 5 (eq. (39)) fails")
         notes.append("minimised the same objective (35) s.t. (36) numerically over the n-N free bids "
                      "(single and (top, i) pair moves on bid grids from the uniform bid; a local optimum)")
-        if prices.kind == "empirical":
-            b_uniform = float(prices.ppf(min(1.0, level)))
 
         def to_bids(X: np.ndarray) -> np.ndarray:
             top = X[:, :1]
@@ -531,12 +569,12 @@ def optimal_nbatch_bids(prices: PriceModel, runtime: RuntimeModel, model: ErrorM
     J = iterations_for_error(eps, model, inv_y=1.0 / N)
     Rtab = runtime_table(n, runtime.expected, "n-batch", N)
     Rn = float(Rtab[n])
-    level = J * Rn / deadline
-    if level > 1.0 + _TOL:
+    thm3 = thm3_bid(prices, J, Rn, deadline)
+    if not thm3.feasible:
         raise _deadline_infeasible(deadline, J * Rn, f"J E[R(n)] = J N/(n lambda) = {J} x {Rn:.6g}s")
     closed = prices.iid and runtime.kind == "exponential" and runtime.delta == 0.0
     notes: list[str] = []
-    b_uniform = _bid_at_level(prices, level)
+    b_uniform = thm3.bid
     if closed:
         bids = np.full(n, b_uniform)
         method: Method = "closed-form"
@@ -785,7 +823,7 @@ def optimal_growth_rate(model: ErrorModel, *, eps: float, deadline: float, runti
 
 
 __all__ = [
-    "BidPlan", "WorkerPlan", "GrowthPlan",
+    "BidPlan", "WorkerPlan", "GrowthPlan", "Thm3Bid", "thm3_bid", "bid_at_level",
     "optimal_uniform_bid", "optimal_two_bids", "optimal_two_bids_with_iterations", "optimal_nsync_bids",
     "optimal_nbatch_bids", "optimal_workers_and_iterations", "optimal_growth_rate", "growth_objective", "growth_time",
 ]

@@ -67,7 +67,7 @@ from spotwise.planner.deadline import Phase, effective_epoch, phases_deadline_pr
 from spotwise.planner.prices import MIN_TRACE_POINTS, PriceModel
 from spotwise.theory.bounds import ErrorModel, error_bound, iterations_for_error
 from spotwise.theory.cost import expected_cost_uniform, expected_time_uniform
-from spotwise.theory.runtime import RuntimeModel
+from spotwise.theory.runtime import MiniBatchTimeLaw, RuntimeModel
 
 Objective = Literal["cost", "time"]
 SECONDS_PER_HOUR = 3600.0
@@ -182,7 +182,7 @@ def runtime_model(spec: JobSpec, market: Market, samples: int = 20000) -> tuple[
     if s >= 1.0:
         return RuntimeModel.exponential(1.0 / m, delta), f"mini-batch time Exp(mean {m:.3g} s) + Delta {delta:g} s (eq. 14)"
     rng = np.random.default_rng([spec.seed, 17])
-    draws = m * ((1 - s) + s * rng.exponential(1.0, size=samples))
+    draws = np.asarray(MiniBatchTimeLaw(m, s).draw(rng, samples))
     return (RuntimeModel.empirical(draws, delta),
             f"mini-batch time {m:.3g} s x ((1 - {s:g}) + {s:g} Exp(1)) + Delta {delta:g} s, empirical law")
 
@@ -453,26 +453,17 @@ def _spot_billing_extra(inp: Inputs, bids: tuple[float, ...], t_job: float) -> f
 # ------------------------------------------------------------------------------------ strategies
 def _uniform(inp: Inputs, n: int, J: int, deadline: float, sync: str, n_sync: int | None) -> tuple[float, float, float]:
     """(bid, E[time], E[worker cost USD, Lemma 2]) of the Thm 3 bid for J iterations within ``deadline``."""
+    from spotwise.planner.bidding import thm3_bid
+
     assert inp.prices is not None
     R = inp.runtime.expected(n, sync, n_sync)
-    level = J * R / deadline
-    if level > 1.0 + 1e-12:
+    thm3 = thm3_bid(inp.prices, J, R, deadline)
+    if not thm3.feasible:
         raise InfeasibleError(f"the deadline {deadline:.0f} s is shorter than the uninterrupted runtime {J * R:.0f} s",
                               f"allow at least {J * R:.0f} s, or use fewer iterations or faster instances", "deadline")
-    b = _bid_at(inp.prices, min(level, 1.0))
+    b = thm3.bid
     F = float(inp.prices.cdf(b))
     return b, float(expected_time_uniform(J, R, F)), float(expected_cost_uniform(J, n, R, inp.prices, b)) / SECONDS_PER_HOUR
-
-
-def _bid_at(prices: PriceModel, level: float) -> float:
-    """Smallest bid with ``F(b) >= level`` (for traces: a price level of the trace)."""
-    b = float(prices.ppf(level))
-    if prices.cdf(b) < level - 1e-12:
-        levels = prices.levels()
-        if levels is not None:
-            ok = [v for v in levels if prices.cdf(v) >= level - 1e-12]
-            b = float(min(ok)) if ok else float(prices.upper)
-    return b
 
 
 def _p_meet(inp: Inputs, phases: list[Phase]) -> float:

@@ -3,7 +3,8 @@
 The job starts with part of its workers; after ``switch_step`` committed iterations it adds the
 rest and re-optimises the bid "by subtracting the consumed time from the original deadline theta
 and taking J to be the number of remaining iterations".  The new bid is Thm 3's uniform bid for
-the remaining work: ``b = F^-1(J_rem E[R(n)] / theta_rem)`` (the paper re-solves Thm 4's two bids;
+the remaining work: ``b = F^-1(J_rem E[R(n)] / theta_rem)``, computed by
+:func:`spotwise.planner.bidding.thm3_bid` like every other Thm 3 bid (the paper re-solves Thm 4's two bids;
 with all workers re-bid at once, Thm 3 is the uniform special case).  If the remaining deadline is
 already too short, the bid is the top of the price range (never interrupted again).
 
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.planner.bidding import thm3_bid
 from spotwise.policies.base import Decision, Observation, Policy, Rebid, Resize
 
 
@@ -62,8 +64,7 @@ class DynamicBids(Policy):
             return []
         j_rem = max(1, self.iterations - obs.step)
         t_rem = self.deadline_s - obs.t
-        level = j_rem * self.mean_round_s / t_rem if t_rem > 0 else float("inf")
-        bid = _ppf(self.price, min(level, 1.0))
+        bid = thm3_bid(lambda q: _ppf(self.price, q), j_rem, self.mean_round_s, t_rem).bid
         why = (f"iteration {obs.step}: grow to {self.workers} workers and re-bid F^-1({j_rem} x {self.mean_round_s:.3g} s"
                f" / {max(t_rem, 0):.0f} s) = {bid:.4g} (paper 000 Sec. VI-A dynamic strategy, Thm 3)")
         return [Rebid(reason=why, bids=(bid,) * self.workers), Resize(reason=why, workers=self.workers)]

@@ -252,11 +252,8 @@ class ClusterCoordinator(Coordinator):
         by_ref = {ref: w for w, ref in refs.items()}
         results: dict[int, tuple] = {}
 
-        def need() -> int:
-            return len(blocks) if self.sync == "full" else min(int(self.sync_n or 1), len(blocks))
-
         pending = list(by_ref)
-        while pending and len(results) < need():
+        while pending and len(results) < self.sync_strategy.needed(len(blocks)):
             done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
             for ref in done:
                 w = by_ref[ref]

@@ -73,14 +73,15 @@ from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoi
 from spotwise.runtime.provider import EmulatedProvider, Provider
 from spotwise.runtime.raystart import ensure_ray  # noqa: F401  (re-exported: callers import it from here)
 from spotwise.runtime.sampler import Block, EpochSampler
+from spotwise.runtime.sync import SyncStrategy, make_sync
 from spotwise.specload import to_plain
+from spotwise.theory.runtime import MiniBatchTimeLaw
 from spotwise.workloads.params import flat_params, set_flat_params
 from spotwise.workloads.registry import make_workload
 
 log = logging.getLogger(__name__)
 
 SPEC_FILE = "spec.json"
-BARRIER_MODES = ("full", "n-sync")
 INLINE_PARAM_BYTES = 96 * 1024
 
 
@@ -187,6 +188,8 @@ class Coordinator:
         self.commit_overhead_s = self.delta
         self.mean_step_s = self.market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
         self.straggler = float(cl.straggler)
+        #: the law of one worker mini-batch's virtual time (module docstring)
+        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
         self.policies: list[Policy] = make_policies(spec.policies)
         self.base_lr = float(spec.workload.lr)
 
@@ -411,9 +414,13 @@ class Coordinator:
             self._handle_market(ev)
 
     # ================================================================== time and money
+    @property
+    def sync_strategy(self) -> SyncStrategy:
+        """The strategy of the current ``sync``/``sync_n`` (which checkpoints, events and SwitchSync use)."""
+        return make_sync(self.sync, self.sync_n)
+
     def _draw(self) -> float:
-        s = self.straggler
-        return self.mean_step_s * ((1.0 - s) + s * float(self.dur_rng.exponential(1.0)))
+        return float(self.time_law.draw(self.dur_rng))
 
     def _emit_prices(self) -> None:
         prices = self.market.prices
@@ -462,7 +469,7 @@ class Coordinator:
                         self.status = "no-capacity"
                         break
                     continue
-                if self.sync in BARRIER_MODES:
+                if self.sync_strategy.barrier:
                     self._barrier_round()
                 else:
                     self._continuous_tick()
@@ -506,7 +513,7 @@ class Coordinator:
 
         def plan() -> tuple[list[int], float]:
             order = sorted(blocks, key=lambda w: (finish[w], w))
-            n = len(order) if self.sync == "full" else min(int(self.sync_n or 1), len(order))
+            n = self.sync_strategy.needed(len(order))
             return order[:n], finish[order[n - 1]]
 
         needed, t_commit = plan()
@@ -663,8 +670,7 @@ class Coordinator:
             return
         self._worker_notice(task.worker, notice)
         self.buffer.append(Contribution(task.worker, task.block, grad, loss, n, self.step - task.version))
-        need = 1 if self.sync == "async" else int(self.sync_n or 1)
-        if len(self.buffer) >= need:
+        if len(self.buffer) >= self.sync_strategy.needed(max(1, len(self.members))):
             contribs, self.buffer = self.buffer, []
             self._commit(contribs)
             self._iteration_market()
@@ -840,7 +846,7 @@ class Coordinator:
             out[key] = merged
         return out
 
-    def on_demand_estimate(self, draws_n: int = 20000) -> dict[str, Any]:
+    def on_demand_estimate(self) -> dict[str, Any]:
         """Expected time and cost of the *same work* on ``cluster.workers`` on-demand workers.
 
         Like for like: the same number of samples as this run committed (not the same number of
@@ -848,25 +854,15 @@ class Coordinator:
         model (eq. 14-15 of ``papers/000_3c734f3ffedcac15.txt``), the coordinator included, every
         instance billed by the market's billing policy.  A model estimate (``basis: "model"``):
         the demo and ``run --compare-on-demand`` replace it by a measured baseline run, which
-        also reports the baseline's accuracy.
+        also reports the baseline's accuracy.  The time of a step is the sync strategy's
+        closed-form expectation under the run's mini-batch time law
+        (:meth:`~spotwise.runtime.sync.SyncStrategy.expected_round_s`).
         """
-        rng = np.random.default_rng([self.spec.seed, 99])
         n = self.spec.cluster.workers
-        s = self.straggler
-        draws = self.mean_step_s * ((1 - s) + s * rng.exponential(1.0, size=(draws_n, n)))
-        if self.sync == "full":
-            per = draws.max(axis=1).mean() + self.delta
-            per_step = n
-        elif self.sync == "n-sync":
-            k = min(int(self.sync_n or 1), n)
-            per = np.sort(draws, axis=1)[:, k - 1].mean() + self.delta
-            per_step = k
-        else:  # n-batch / async: N mini-batches arrive at rate n / E[r] (paper 000 Sec. III-C)
-            need = 1 if self.sync == "async" else int(self.sync_n or 1)
-            per = need * draws.mean() / n + self.delta
-            per_step = need
+        strategy = self.sync_strategy
+        per = strategy.expected_round_s(self.time_law, n, self.delta)
         samples = int(self.counters.samples)
-        steps = math.ceil(samples / (per_step * self.batch))
+        steps = math.ceil(samples / strategy.samples_per_step(n, self.batch))
         t = float(per * steps)
         od = self.market.on_demand_price
         bill = self.ledger.on_demand_policy

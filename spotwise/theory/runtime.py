@@ -1,4 +1,8 @@
-"""Per-iteration runtime ``R(y)`` of synchronous SGD with ``y`` active workers.
+"""Per-iteration runtime ``R(y)`` of synchronous SGD with ``y`` active workers, and the mini-batch time law.
+
+:class:`MiniBatchTimeLaw` (``r = m ((1 - s) + s Exp(1))``) is the one law of a worker mini-batch's
+time: the emulated runtime draws from it, :mod:`spotwise.runtime.sync` takes its step-time
+expectations from it, and the exponential :class:`RuntimeModel` below is its ``s = 1`` case.
 
 ``papers/000_3c734f3ffedcac15.txt`` Sec. III-C.  Each active worker ``k`` needs a random time
 ``r_k`` for one mini-batch (i.i.d. across workers and mini-batches); ``Delta`` is the parameter
@@ -53,14 +57,85 @@ def harmonic(k: int | np.ndarray) -> float | np.ndarray:
 def expected_max_exponential(y: int, mu: float) -> float:
     """``E[max(r_1..r_y)] = H_y / mu`` for i.i.d. ``r_k ~ Exp(mu)`` (paper 000 eq. (14))."""
     _check_y(y)
-    return float(harmonic(y)) / mu
+    return MiniBatchTimeLaw.exponential(mu).order_stat_mean(int(y), int(y))
 
 
 def expected_order_stat_exponential(y: int, n_sync: int, mu: float) -> float:
     """``E[r_(N)] = (H_y - H_{y-N}) / mu``: N-th smallest of ``y`` i.i.d. ``Exp(mu)`` (eq. (15))."""
     _check_y(y)
     _check_n_sync(y, n_sync)
-    return float(sum(1.0 / ((y - i) * mu) for i in range(n_sync)))
+    return MiniBatchTimeLaw.exponential(mu).order_stat_mean(int(n_sync), int(y))
+
+
+@dataclass(frozen=True)
+class MiniBatchTimeLaw:
+    """The time of one worker mini-batch: ``r = m ((1 - s) + s E)``, ``E ~ Exp(1)`` i.i.d.
+
+    ``m = mean_s`` is the mean (the coordinator's ``step_time_s / throughput``) and ``s =
+    straggler`` in ``[0, 1]`` the share of it that is random: ``s = 1`` is the exponential runtime
+    ``Exp(1/m)`` of ``papers/000_3c734f3ffedcac15.txt`` Sec. III-C (eq. 14-15), ``s = 0`` a fixed
+    time.  This is the one place the law lives: the emulated runtime draws from it
+    (:meth:`draw`), and the sync strategies (:mod:`spotwise.runtime.sync`), the on-demand estimate
+    and the exponential :class:`RuntimeModel` take their expectations from it.
+
+    Order statistics have a closed form (Renyi: the spacings of ``n`` i.i.d. ``Exp(1)`` are
+    independent ``Exp(n - i)``): the ``k``-th smallest of ``n`` draws has mean
+    ``m (1 - s) + m s (H_n - H_{n-k})`` and variance ``(m s)^2 sum_{i=0}^{k-1} 1/(n - i)^2``;
+    ``k = n`` is eq. (14)'s ``max``, ``k = N`` eq. (15)'s ``r_(N)``.
+    """
+
+    mean_s: float
+    straggler: float = 1.0
+
+    def __post_init__(self) -> None:
+        where = "mini-batch time law"
+        if not (math.isfinite(self.mean_s) and self.mean_s >= 0):
+            raise InputError(f"the mean mini-batch time must be a finite number >= 0, got {self.mean_s!r}", where=where)
+        if not (math.isfinite(self.straggler) and 0.0 <= self.straggler <= 1.0):
+            raise InputError(f"the straggler coefficient must lie in [0, 1], got {self.straggler!r}", where=where)
+
+    @classmethod
+    def exponential(cls, mu: float) -> "MiniBatchTimeLaw":
+        """``r ~ Exp(mu)`` (rate ``mu``, mean ``1/mu``): the law of paper 000 eq. (14)-(15)."""
+        if not (math.isfinite(mu) and mu > 0):
+            raise InputError(f"an exponential runtime needs a rate mu > 0, got {mu!r}", where="mini-batch time law")
+        return cls(1.0 / float(mu), 1.0)
+
+    @property
+    def mean(self) -> float:
+        """``E[r] = m``."""
+        return float(self.mean_s)
+
+    @property
+    def variance(self) -> float:
+        """``Var[r] = (m s)^2``."""
+        return (float(self.mean_s) * float(self.straggler)) ** 2
+
+    def draw(self, rng: np.random.Generator, size: int | tuple[int, ...] | None = None) -> float | np.ndarray:
+        """Mini-batch times: one float for ``size=None`` (one ``rng.exponential(1.0)`` call either way)."""
+        m, s = float(self.mean_s), float(self.straggler)
+        if size is None:
+            return m * ((1.0 - s) + s * float(rng.exponential(1.0)))
+        return m * ((1.0 - s) + s * rng.exponential(1.0, size=size))
+
+    def order_stat_mean(self, k: int, n: int) -> float:
+        """``E[r_(k)]`` of ``n`` i.i.d. draws: ``m (1 - s) + m s sum_{i=0}^{k-1} 1/(n - i)`` (eq. 14-15)."""
+        inv = self._spacings(k, n)
+        m, s = float(self.mean_s), float(self.straggler)
+        return m * (1.0 - s) + m * s * float(np.sum(inv))
+
+    def order_stat_variance(self, k: int, n: int) -> float:
+        """``Var[r_(k)]`` of ``n`` i.i.d. draws: ``(m s)^2 sum_{i=0}^{k-1} 1/(n - i)^2``."""
+        inv = self._spacings(k, n)
+        return (float(self.mean_s) * float(self.straggler)) ** 2 * float(np.sum(inv * inv))
+
+    @staticmethod
+    def _spacings(k: int, n: int) -> np.ndarray:
+        """``1/(n - i)`` for ``i = 0..k-1``: the means of the ``Exp(1)`` spacings up to the ``k``-th."""
+        if int(n) != n or n < 1 or int(k) != k or not 1 <= k <= n:
+            raise InputError(f"order statistic k={k!r} of n={n!r} draws needs integers 1 <= k <= n",
+                             where="mini-batch time law")
+        return 1.0 / (int(n) - np.arange(int(k), dtype=float))
 
 
 def _check_y(y: int) -> None:
@@ -144,16 +219,17 @@ class RuntimeModel:
             return self._cache[key]
         if self.kind == "exponential":
             mu = float(self.mu)  # type: ignore[arg-type]
+            law = self.law
             if sync == "full":
-                r = math.log(y) / mu if approx else float(harmonic(y)) / mu
+                r = math.log(y) / mu if approx else law.order_stat_mean(y, y)
             elif sync == "n-sync":
                 N = int(n_sync)  # type: ignore[arg-type]
                 if approx:
                     r = math.inf if y == N else math.log(y / (y - N)) / mu
                 else:
-                    r = expected_order_stat_exponential(y, N, mu)
+                    r = law.order_stat_mean(N, y)
             else:
-                r = int(n_sync) / (y * mu)  # type: ignore[arg-type]
+                r = int(n_sync) * law.mean / y  # type: ignore[arg-type]
         else:
             if approx:
                 raise InputError("approx=True is only defined for exponential runtimes", where="runtime model")
@@ -162,14 +238,21 @@ class RuntimeModel:
         self._cache[key] = out
         return out
 
+    @property
+    def law(self) -> MiniBatchTimeLaw:
+        """The exponential model's mini-batch time law (``Exp(mu)``: mean ``1/mu``, straggler 1)."""
+        if self.kind != "exponential":
+            raise InputError("an empirical runtime model has no closed-form mini-batch time law", where="runtime model")
+        return MiniBatchTimeLaw.exponential(float(self.mu))  # type: ignore[arg-type]
+
     def mean(self) -> float:
         """Mean time of one mini-batch (without ``delta``)."""
-        return 1.0 / float(self.mu) if self.kind == "exponential" else float(self._sorted.mean())
+        return self.law.mean if self.kind == "exponential" else float(self._sorted.mean())
 
     def sample(self, size: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
         """Mini-batch times (for Monte Carlo checks and the simulator)."""
         if self.kind == "exponential":
-            return rng.exponential(1.0 / float(self.mu), size)  # type: ignore[arg-type]
+            return np.asarray(self.law.draw(rng, size))
         return rng.choice(self._sorted, size=size, replace=True)
 
     # ------------------------------------------------------------------------------------------
@@ -189,13 +272,13 @@ class RuntimeModel:
         if key in self._cache:
             return self._cache[key]
         if self.kind == "exponential":
-            mu = float(self.mu)  # type: ignore[arg-type]
+            law = self.law
             if sync == "full":
-                v = float(np.sum(1.0 / (np.arange(1, y + 1, dtype=float) * mu) ** 2))
+                v = law.order_stat_variance(y, y)
             elif sync == "n-sync":
-                v = float(np.sum(1.0 / ((y - np.arange(int(n_sync), dtype=float)) * mu) ** 2))  # type: ignore[arg-type]
+                v = law.order_stat_variance(int(n_sync), y)  # type: ignore[arg-type]
             else:
-                v = int(n_sync) / (y * mu) ** 2  # type: ignore[arg-type]
+                v = int(n_sync) * law.variance / y**2  # type: ignore[arg-type]
         else:
             v = max(0.0, self._empirical_moments(y, sync, n_sync)[1] - mean**2)
         self._cache[key] = v

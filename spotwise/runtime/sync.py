@@ -1,0 +1,188 @@
+"""Synchronisation strategies as objects: one rule per mode for the controller, the planner and the simulator.
+
+``papers/000_3c734f3ffedcac15.txt`` Sec. III (eq. 14-15, N-batch in Sec. III-C) and
+``papers/002_a246f6afe29b4bfb.txt`` Sec. II.  Each strategy says
+
+* ``barrier`` -- whether workers wait for the step (``full``, ``n-sync``: one block per active
+  worker per round) or never wait (``n-batch``, ``async``: every finished mini-batch is buffered
+  and the worker starts the next one at once);
+* :meth:`SyncStrategy.needed` -- how many contributions a step needs given the active workers
+  (the one implementation of that rule: the coordinator's rounds and buffer, the cluster
+  coordinator and the on-demand estimate all ask it);
+* :meth:`SyncStrategy.samples_per_step` -- the samples a step of full mini-batches holds;
+* :meth:`SyncStrategy.expected_round_s` -- the expected time of one committed step under a
+  :class:`~spotwise.theory.runtime.MiniBatchTimeLaw` (eq. 14: ``E[max_k r_k]``; eq. 15:
+  ``E[r_(N)]``; N-batch / async: ``N`` mini-batches arriving at rate ``active / E[r]``), plus the
+  commit overhead ``Delta``.
+
+Build one with :func:`make_sync` (the names of ``cluster.sync``).  The objects are frozen and
+cheap; :func:`make_sync` caches them, so asking for the strategy every round costs nothing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spotwise.errors import InputError
+from spotwise.theory.runtime import MiniBatchTimeLaw
+
+_WHERE = "sync"
+
+
+def _check_active(active: int) -> int:
+    if int(active) != active or active < 1:
+        raise InputError(f"a step needs at least one active worker, got active={active!r}", where=_WHERE)
+    return int(active)
+
+
+def _check_overhead(overhead_s: float) -> float:
+    if not (math.isfinite(overhead_s) and overhead_s >= 0):
+        raise InputError(f"the commit overhead must be a finite number of seconds >= 0, got {overhead_s!r}",
+                         where=_WHERE)
+    return float(overhead_s)
+
+
+class SyncStrategy(ABC):
+    """One synchronisation mode (see the module docstring); subclasses are frozen dataclasses."""
+
+    #: the ``cluster.sync`` name
+    name: ClassVar[str]
+    #: True: workers wait for the step (rounds); False: they never wait (continuous)
+    barrier: ClassVar[bool]
+
+    @property
+    @abstractmethod
+    def n(self) -> int | None:
+        """The mode's ``N`` (``None`` for ``full``, which waits for every active worker)."""
+
+    @abstractmethod
+    def needed(self, active: int) -> int:
+        """Contributions (mini-batch gradients) a step needs when ``active`` workers take part."""
+
+    def samples_per_step(self, active: int, batch: int) -> int:
+        """Samples in a step of full mini-batches of ``batch`` samples: ``needed(active) * batch``."""
+        if int(batch) != batch or batch < 1:
+            raise InputError(f"the batch size must be an integer >= 1, got {batch!r}", where=_WHERE)
+        return self.needed(active) * int(batch)
+
+    def expected_round_s(self, time_law: MiniBatchTimeLaw, active: int, overhead_s: float = 0.0) -> float:
+        """``E[R(active)]``: expected time of one committed step, commit overhead ``Delta`` included.
+
+        Barrier modes (paper 000 eq. 14-15): the step waits for the ``k = needed(active)`` fastest of
+        ``active`` mini-batches started together, ``E[r_(k)] + Delta`` (``k = active``: the ``max``).
+        Continuous modes (Sec. III-C): ``active`` workers finish mini-batches at rate
+        ``active / E[r]``, so ``k`` of them take ``k E[r] / active``; for ``r ~ Exp`` that is the
+        mean of every step (superposed Poisson processes, ``N / (y mu)``), for any law the
+        long-run mean time per step (renewal reward).
+        """
+        y = _check_active(active)
+        k = self.needed(y)
+        r = time_law.order_stat_mean(k, y) if self.barrier else k * time_law.mean / y
+        return r + _check_overhead(overhead_s)
+
+    def describe(self) -> str:
+        return self.name if self.n is None else f"{self.name} (N={self.n})"
+
+
+@dataclass(frozen=True)
+class FullSync(SyncStrategy):
+    """Fully synchronous: every active worker's mini-batch, ``R = max_k r_k + Delta`` (paper 000 eq. 14)."""
+
+    name: ClassVar[str] = "full"
+    barrier: ClassVar[bool] = True
+
+    @property
+    def n(self) -> int | None:
+        return None
+
+    def needed(self, active: int) -> int:
+        return _check_active(active)
+
+
+@dataclass(frozen=True)
+class _WithN(SyncStrategy):
+    """A mode with a free ``N`` (``cluster.sync_n``), an integer >= 1."""
+
+    N: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.N, bool) or not isinstance(self.N, int) or self.N < 1:
+            raise InputError(f"sync mode {self.name!r} needs N = sync_n, an integer >= 1, got {self.N!r}",
+                             "set cluster.sync_n (the N of the mode), e.g. half the workers", "sync_n")
+
+    @property
+    def n(self) -> int | None:
+        return self.N
+
+
+@dataclass(frozen=True)
+class NSync(_WithN):
+    """N-synchronous: the first ``N`` finished workers, ``R = r_(N) + Delta`` (paper 000 eq. 15);
+    with fewer than ``N`` active workers, all of them (then ``R`` is their ``max``)."""
+
+    name: ClassVar[str] = "n-sync"
+    barrier: ClassVar[bool] = True
+
+    def needed(self, active: int) -> int:
+        return min(self.N, _check_active(active))
+
+
+@dataclass(frozen=True)
+class NBatchSync(_WithN):
+    """N-batch-synchronous: workers never wait; ``N`` buffered mini-batches, possibly several from one
+    fast worker (gradients may be stale)."""
+
+    name: ClassVar[str] = "n-batch"
+    barrier: ClassVar[bool] = False
+
+    def needed(self, active: int) -> int:
+        _check_active(active)
+        return self.N
+
+
+@dataclass(frozen=True)
+class AsyncSync(SyncStrategy):
+    """The asynchronous parameter server: every finished mini-batch is applied at once (``N = 1``)."""
+
+    name: ClassVar[str] = "async"
+    barrier: ClassVar[bool] = False
+
+    @property
+    def n(self) -> int | None:
+        return 1
+
+    def needed(self, active: int) -> int:
+        _check_active(active)
+        return 1
+
+
+#: every mode, by its ``cluster.sync`` name
+SYNC_STRATEGIES: dict[str, type[SyncStrategy]] = {
+    c.name: c for c in (FullSync, NSync, NBatchSync, AsyncSync)
+}
+
+
+@functools.lru_cache(maxsize=64)
+def make_sync(name: str, n: int | None = None) -> SyncStrategy:
+    """The strategy for ``cluster.sync = name`` with ``cluster.sync_n = n``.
+
+    ``n-sync`` and ``n-batch`` need ``n``; ``full`` and ``async`` have no free ``N`` and ignore it.
+    Raises :class:`InputError` for an unknown name ("unknown sync mode 'X' -- valid names are full,
+    n-sync, n-batch, async", with a "did you mean" for a near miss) or a bad ``n``.
+    """
+    cls = SYNC_STRATEGIES.get(name)
+    if cls is None:
+        close = difflib.get_close_matches(str(name), list(SYNC_STRATEGIES), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise InputError(f"unknown sync mode {name!r}", f"{hint}valid names are {', '.join(SYNC_STRATEGIES)}", "sync")
+    if issubclass(cls, _WithN):
+        return cls(n)  # type: ignore[arg-type]
+    return cls()
+
+
+__all__ = ["SyncStrategy", "FullSync", "NSync", "NBatchSync", "AsyncSync", "SYNC_STRATEGIES", "make_sync"]
