@@ -198,7 +198,7 @@ def test_item8_provider_delivers_every_notice_in_causal_order(notice_s: float) -
     """
     prices = _flipping_prices()
     model = BidRevocation(prices, 0.07, notice_s=notice_s)
-    prov = EmulatedProvider(model, 3, 2000.0, seed=1, worker_args=(), standby=0)
+    prov = EmulatedProvider(model, 3, 2000.0, seed=1)
     initial = prov.available_at_start()
     evs = [MarketEvent(0.0, w, "available") for w in sorted(initial)]
     order: list[MarketEvent] = []
@@ -219,7 +219,7 @@ def test_item8_provider_delivers_every_notice_in_causal_order(notice_s: float) -
 def test_item8_zero_delay_replacement_stays_causal() -> None:
     """A replacement at the revocation instant (mttr 0) comes after the revocation it replaces."""
     model = ExponentialLifetime(mttf_s=50.0, mttr_s=0.0, notice_s=10.0)
-    prov = EmulatedProvider(model, 2, 1000.0, seed=2, worker_args=(), standby=0)
+    prov = EmulatedProvider(model, 2, 1000.0, seed=2)
     evs = [MarketEvent(0.0, w, "available") for w in sorted(prov.available_at_start())]
     while prov.peek_time() is not None:
         evs.append(prov.pop_event())

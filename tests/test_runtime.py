@@ -161,7 +161,7 @@ def test_many_at_once_then_all_workers(ray_session, tmp_path: Path) -> None:
         "a step whose workers were revoked mid-way completes with the survivors' whole gradients"
     assert summary.extra["aborted_steps"] >= 1, "a step none of whose workers survived is aborted and retried"
     # killed actors are really gone, joiners are new processes
-    assert coord.provider.killed >= 14  # type: ignore[attr-defined]
+    assert coord.compute.killed >= 14  # type: ignore[attr-defined]
 
 
 def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:

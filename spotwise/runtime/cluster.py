@@ -248,7 +248,7 @@ class ClusterCoordinator(Coordinator):
         if not blocks:
             return
         params = self._params_arg()
-        refs = {w: self.members[w].compute.remote(params, blocks[w].indices) for w in blocks}
+        refs = {w: self.compute.submit(self.members[w], params, blocks[w].indices) for w in blocks}
         by_ref = {ref: w for w, ref in refs.items()}
         results: dict[int, tuple] = {}
 

@@ -34,6 +34,12 @@ is a new actor given the current parameters (Spotnik's in-place membership chang
 **Data.** :class:`~spotwise.runtime.sampler.EpochSampler` guarantees that within an epoch every
 sample contributes to exactly one committed step, whatever the revocations.
 
+**Data plane.** The coordinator never calls Ray itself: worker processes and their calls belong
+to a :class:`~spotwise.runtime.compute.Compute` (Ray actors by default; in-process workers with
+:class:`~spotwise.runtime.compute.LocalCompute`, which runs this whole control logic without Ray),
+and capacity to a :class:`~spotwise.runtime.provider.Provider` with explicit capabilities (bids,
+per-iteration revocations, the market state a checkpoint keeps).
+
 **Checkpoints** every ``outputs.checkpoint_every`` steps and on every revocation notice; a killed
 coordinator resumes from the newest valid checkpoint (``spotwise run --resume OUT``), so a loss of
 everything loses at most the steps since that checkpoint.  A loss of every *worker* loses nothing:
@@ -70,6 +76,7 @@ from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, Switc
 from spotwise.policies.base import Checkpoint as CheckpointDecision
 from spotwise.policies.base import Decision, Noop, Policy
 from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoint, save_checkpoint, warn_on_stderr
+from spotwise.runtime.compute import Compute, RayCompute, WorkerLost
 from spotwise.runtime.provider import EmulatedProvider, Provider
 from spotwise.runtime.raystart import ensure_ray  # noqa: F401  (re-exported: callers import it from here)
 from spotwise.runtime.sampler import Block, EpochSampler
@@ -82,7 +89,6 @@ from spotwise.workloads.registry import make_workload
 log = logging.getLogger(__name__)
 
 SPEC_FILE = "spec.json"
-INLINE_PARAM_BYTES = 96 * 1024
 
 
 @dataclass
@@ -119,13 +125,6 @@ class Counters:
     recoveries_ms: list[float] = field(default_factory=list)
 
 
-class WorkerLost(Exception):
-    """A worker actor died without the market saying so (node loss on a real cluster)."""
-
-    def __init__(self, worker: int) -> None:
-        super().__init__(f"worker {worker} died")
-        self.worker = worker
-
 
 class NoProgressError(InfeasibleError):
     """The run was stopped because it cannot commit steps (status ``no-progress``; CLI exit 2).
@@ -160,6 +159,7 @@ class Coordinator:
         *,
         market: Market | None = None,
         provider: Provider | None = None,
+        compute: Compute | None = None,
         resume: bool = False,
         progress: Callable[[dict[str, Any]], None] | None = None,
         mode: str = "emulated",
@@ -201,8 +201,10 @@ class Coordinator:
         standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
         if provider is None:  # the market model decides capacity: refuse a hopeless one before any actor starts
             check_progress_possible(spec, self.market)
+        #: the data plane: worker processes and their calls (Ray actors unless the caller gives another)
+        self.compute: Compute = compute or RayCompute(worker_args, standby=standby if provider is None else 0)
         self.provider = provider or EmulatedProvider(
-            self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, worker_args, standby=standby)
+            self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, compute=self.compute)
 
         self.T = 0.0
         self.step = 0
@@ -249,8 +251,7 @@ class Coordinator:
         self.ledger.start("coordinator", 0.0, self.market.coordinator, category="coordinator", market="on_demand")
         self._emit_prices()
         initial = sorted(w for w in self.provider.available_at_start() if w < self.provisioned)
-        actors = self.provider.warm_up(len(initial)) if isinstance(self.provider, EmulatedProvider) else \
-            [self.provider.acquire(w) for w in initial]
+        actors = self.provider.warm_up(initial)
         for w, actor in zip(initial, actors):
             self._add_member(w, actor)
 
@@ -279,11 +280,7 @@ class Coordinator:
         self.last_ckpt_step = self.step
         self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T, resume=True)
         self.log.emit("restore", step=self.step, path=str(path), skipped=skipped)
-        if isinstance(self.provider, EmulatedProvider):
-            self.provider.fast_forward(self.T)
-            if self.provider.model.is_iteration_driven:
-                self.provider.set_available(set(state["available"]))
-                self.provider.set_rng_state(json.loads(state["iter_rng"]))
+        self.provider.resume_market(self.T, state)
         reopen = self._reopen_ledger(state)
         self.last_price_T = self.T - 1e-9
         self._emit_prices()
@@ -484,8 +481,7 @@ class Coordinator:
     def _idle(self) -> bool:
         """No active worker: let virtual time pass to the next capacity change (billed: coordinator)."""
         t0 = self.T
-        model = getattr(self.provider, "model", None)
-        if model is not None and model.is_iteration_driven:
+        if self.provider.iteration_driven:
             self.T += self.mean_step_s
             self._iteration_market()
         else:
@@ -509,7 +505,7 @@ class Coordinator:
             return
         params = self._params_arg()
         finish = {w: t0 + self._draw() for w in blocks}
-        refs = {w: self.members[w].compute.remote(params, blocks[w].indices) for w in blocks}
+        refs = {w: self.compute.submit(self.members[w], params, blocks[w].indices) for w in blocks}
 
         def plan() -> tuple[list[int], float]:
             order = sorted(blocks, key=lambda w: (finish[w], w))
@@ -566,12 +562,8 @@ class Coordinator:
         return blocks
 
     def _params_arg(self) -> Any:
-        """The parameters as a call argument: inline for small models (Ray ships arguments under
-        100 KiB with the call itself, the fastest path), via the object store (one copy shared by
-        all workers on a node) for larger ones."""
-        import ray
-
-        return self.params if self.params.nbytes <= INLINE_PARAM_BYTES else ray.put(self.params)
+        """The parameters as a call argument of this round (:meth:`Compute.share`)."""
+        return self.compute.share(self.params)
 
     def _lose_contribution(self, w: int, blocks: dict[int, Block], refs: dict[int, Any], finish: dict[int, float]) -> None:
         """A worker of the current round is gone: its gradient will never arrive.
@@ -608,40 +600,25 @@ class Coordinator:
 
     def _get_many(self, refs: dict[int, Any]) -> dict[int, tuple]:
         """All results in one round trip; ``{}`` if any worker died (then they are fetched one by one)."""
-        import ray
-        from ray.exceptions import ActorDiedError, RayActorError
-
-        try:
-            return dict(zip(refs, ray.get(list(refs.values()))))
-        except (ActorDiedError, RayActorError):
-            return {}
+        return self.compute.gather(refs)
 
     def _get(self, w: int, ref: Any) -> tuple[np.ndarray, float, int, float, dict[str, Any] | None]:
-        import ray
-        from ray.exceptions import ActorDiedError, RayActorError
-
-        try:
-            return ray.get(ref)
-        except (ActorDiedError, RayActorError):
-            raise WorkerLost(w) from None
+        """One result; :class:`WorkerLost` if its worker died."""
+        return self.compute.result(w, ref)
 
     # ------------------------------------------------------------------ continuous modes
     def _start_task(self, w: int) -> None:
-        import ray
-
         b = self.sampler.reserve(self.batch)
         if b is None:
             self.waiting.add(w)
             return
         self.waiting.discard(w)
-        ref = self.members[w].compute.remote(self._params_ref(), b.indices)  # one shared copy per step
+        ref = self.compute.submit(self.members[w], self._params_ref(), b.indices)  # one shared copy per step
         self.tasks[w] = Task(w, b, self.step, self.T, self.T + self._draw(), ref)
 
     def _params_ref(self) -> Any:
-        import ray
-
         if getattr(self, "_pref_step", None) != self.step:
-            self._pref = ray.put(self.params)
+            self._pref = self.compute.share(self.params)
             self._pref_step = self.step
         return self._pref
 
@@ -777,12 +754,11 @@ class Coordinator:
         elif isinstance(d, Resize):
             self._resize(min(d.workers, self.max_workers))
         elif isinstance(d, Rebid):
-            rebid = getattr(self.provider, "rebid", None)
-            if rebid is None:
-                acted = False  # a real cluster has no bids to change
+            if not self.provider.supports_bids:
+                acted = False  # a real cluster or an on-demand fleet has no bids to change
             else:
                 bids = tuple(d.bids) + (d.bids[-1],) * (self.max_workers - len(d.bids))
-                rebid(bids[: self.max_workers], self.T)
+                self.provider.rebid(bids[: self.max_workers], self.T)
                 self._reconcile()
         elif isinstance(d, SwitchSync):
             self.sync, self.sync_n = d.sync, d.sync_n
@@ -820,12 +796,10 @@ class Coordinator:
     # ================================================================== checkpoints
     def _checkpoint(self, why: str) -> None:
         cost = self._cost_breakdown(final=False)
-        iter_driven = isinstance(self.provider, EmulatedProvider) and self.provider.model.is_iteration_driven
         state = {
             "format": 1, "step": self.step, "params": torch.from_numpy(self.params.copy()), "lr": self.lr, "T": self.T,
             "sampler": self.sampler.state(), "dur_rng": json.dumps(self.dur_rng.bit_generator.state),
-            "iter_rng": json.dumps(self.provider.rng_state()) if iter_driven else "",  # type: ignore[attr-defined]
-            "available": sorted(self.provider.available_at_start()), "provisioned": self.provisioned,
+            **self.provider.market_state(), "provisioned": self.provisioned,
             "sync": self.sync, "sync_n": self.sync_n, "ema_loss": self.ema_loss,
             "counters": {k: v for k, v in self.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
             "ledger": self._ledger_state(),

@@ -4,9 +4,10 @@ The coordinator (:mod:`spotwise.runtime.coordinator`) talks to one :class:`Provi
 
 * :class:`EmulatedProvider` (the default) -- the market (trace replay or synthetic prices) and
   the revocation model decide, on the *virtual* clock, when each worker slot has capacity; the
-  workers themselves are real Ray actors on this machine.  A revocation really kills the actor
-  (``ray.kill``), and a joining worker is a *new* actor (taken from a pool of freshly started
-  standby actors so that process start-up does not stall training) which receives the current
+  workers themselves come from a compute data plane (:mod:`spotwise.runtime.compute`): real Ray
+  actors on this machine by default, in-process workers without Ray for tests.  A revocation
+  really kills the worker, and a joining worker is a *new* one (from a pool of freshly started
+  standby actors, so that process start-up does not stall training) handed the current
   parameters.
 * :class:`ClusterProvider` -- an existing Ray cluster: workers are placed on nodes carrying a
   ``spot`` resource; capacity is whatever the cluster has; a lost node shows up as a dead actor
@@ -29,16 +30,16 @@ stay queued for the coordinator.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
-import time
 from abc import ABC, abstractmethod
-from collections import deque
 from typing import Any
 
 import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.preemption import MarketEvent, RevocationModel
+from spotwise.runtime.compute import Compute
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +74,46 @@ class Provider(ABC):
     def kill(self, slot: int, actor: Any) -> None:
         """Terminate ``slot``'s actor (revocation or release)."""
 
+    def warm_up(self, slots: list[int]) -> list[Any]:
+        """Workers for ``slots`` at the start of a run, one per slot (started together where possible)."""
+        return [self.acquire(w) for w in slots]
+
+    # ------------------------------------------------------------------ capabilities
+    @property
+    def supports_bids(self) -> bool:
+        """Whether :meth:`rebid` can change bids (a bid-driven market; a real cluster has none)."""
+        return False
+
+    @property
+    def iteration_driven(self) -> bool:
+        """Whether revocations are drawn per iteration (:meth:`iteration_events`) rather than scheduled."""
+        return False
+
+    def rebid(self, bids: tuple[float, ...], t: float) -> None:
+        """Replace the bids from time ``t`` on; only where :attr:`supports_bids`."""
+        raise InputError("this capacity has no bids to change", "use a bid-driven market (market.revocation.model: bid)",
+                         "policies")
+
+    def market_state(self) -> dict[str, Any]:
+        """What a checkpoint must hold to resume this provider's market where it was
+        (``available``: the slots with capacity; ``iter_rng``: the per-iteration generator, JSON)."""
+        return {"available": sorted(self.available_at_start()), "iter_rng": ""}
+
+    def resume_market(self, t: float, state: dict[str, Any]) -> None:
+        """Continue the market at virtual time ``t`` from a checkpoint's :meth:`market_state`."""
+
     def shutdown(self) -> None:
         """Release every resource the provider holds."""
 
 
 class EmulatedProvider(Provider):
-    """Market-driven capacity on a virtual clock, with real Ray actors.
+    """Market-driven capacity on a virtual clock; the workers come from a compute data plane.
 
     ``model`` is expanded for ``slots`` slots over ``[0, horizon)`` with a generator seeded by
-    ``seed`` (so a resumed run sees the same market).  ``standby`` fresh actors are kept starting
-    in the background; :meth:`acquire` hands one out and starts a replacement.
+    ``seed`` (so a resumed run sees the same market).  Workers are started, handed out and killed
+    by ``compute`` (:class:`~spotwise.runtime.compute.RayCompute`: real Ray actors with a standby
+    pool; :class:`~spotwise.runtime.compute.LocalCompute`: in-process workers, no Ray).  Without
+    ``compute`` the provider is a market timeline only (``acquire`` raises).
     """
 
     clock = "virtual"
@@ -93,19 +124,12 @@ class EmulatedProvider(Provider):
         slots: int,
         horizon: float,
         seed: int,
-        worker_args: tuple[Any, ...],
-        standby: int = 2,
-        actor_options: dict[str, Any] | None = None,
+        compute: Compute | None = None,
     ) -> None:
         self.model = model
         self.slots = int(slots)
         self.horizon = float(horizon)
-        self.worker_args = worker_args
-        self.actor_options = {"num_cpus": 0, **(actor_options or {})}
-        self._standby_target = max(0, int(standby))
-        #: standby actors start at low CPU priority and are promoted when they join
-        self.low_priority_standby = True
-        self._standby: deque[tuple[Any, Any]] = deque()
+        self.compute = compute
         self._iter_rng = np.random.default_rng([seed, 7])
         self._available: set[int] = set()
         self._events: list[tuple[float, int, int, MarketEvent]] = []
@@ -114,8 +138,6 @@ class EmulatedProvider(Provider):
         #: its current interval, and the time of its last revocation
         self._push_up: dict[int, tuple[float, int]] = {}
         self._push_revoked: dict[int, float] = {}
-        self.spawned = 0
-        self.killed = 0
         if model.is_iteration_driven:
             self._available = set(range(self.slots))
         else:
@@ -124,7 +146,6 @@ class EmulatedProvider(Provider):
                 self._push(ev)
             # capacity at t = 0 is the initial state; notices at t = 0 stay queued for the coordinator
             self._apply_available_until(0.0)
-        self._fill_standby()
 
     # ------------------------------------------------------------------ market timeline
     def _push(self, ev: MarketEvent) -> None:
@@ -174,6 +195,26 @@ class EmulatedProvider(Provider):
 
     def available_at_start(self) -> set[int]:
         return set(self._available)
+
+    @property
+    def supports_bids(self) -> bool:
+        from spotwise.market.preemption import BidRevocation
+
+        return isinstance(self.model, BidRevocation)
+
+    @property
+    def iteration_driven(self) -> bool:
+        return bool(self.model.is_iteration_driven)
+
+    def market_state(self) -> dict[str, Any]:
+        return {"available": sorted(self._available),
+                "iter_rng": json.dumps(self.rng_state()) if self.iteration_driven else ""}
+
+    def resume_market(self, t: float, state: dict[str, Any]) -> None:
+        self.fast_forward(t)
+        if self.iteration_driven:
+            self.set_available(set(state["available"]))
+            self.set_rng_state(json.loads(state["iter_rng"]))
 
     def rebid(self, bids: tuple[float, ...], t: float) -> None:
         """Replace the bids from time ``t`` on (persistent requests re-placed at the new prices).
@@ -225,56 +266,22 @@ class EmulatedProvider(Provider):
     def set_rng_state(self, state: dict[str, Any]) -> None:
         self._iter_rng.bit_generator.state = state
 
-    # ------------------------------------------------------------------ actors
-    def _start_actor(self) -> tuple[Any, Any]:
-        from spotwise.runtime.worker import remote_worker_class
+    # ------------------------------------------------------------------ workers (from the compute data plane)
+    def _workers(self) -> Compute:
+        if self.compute is None:
+            raise RuntimeError("this provider has no compute data plane: it is a market timeline only")
+        return self.compute
 
-        opts = dict(self.actor_options)
-        if self.low_priority_standby:
-            opts["runtime_env"] = {"worker_process_setup_hook": "spotwise.runtime.worker.low_priority"}
-        actor = remote_worker_class().options(**opts).remote(*self.worker_args)
-        self.spawned += 1
-        return actor, actor.ready.remote()
-
-    def _fill_standby(self) -> None:
-        while len(self._standby) < self._standby_target:
-            self._standby.append(self._start_actor())
-
-    def warm_up(self, n: int) -> list[Any]:
-        """Start ``n`` actors at once and wait for all (the initial workers)."""
-        import ray
-
-        started = [self._start_actor() for _ in range(n)]
-        ray.get([ready for _, ready in started])
-        if self.low_priority_standby:
-            ray.get([a.promote.remote() for a, _ in started])
-        return [a for a, _ in started]
+    def warm_up(self, slots: list[int]) -> list[Any]:
+        """Start the initial fleet's workers at once and wait for all."""
+        return self._workers().warm_up(len(slots))
 
     def acquire(self, slot: int) -> Any:
-        import ray
-
-        if self._standby:
-            actor, ready = self._standby.popleft()
-        else:
-            actor, ready = self._start_actor()
-        ray.get(ready)
-        if self.low_priority_standby:
-            ray.get(actor.promote.remote())
-        self._fill_standby()
-        return actor
+        return self._workers().acquire()
 
     def kill(self, slot: int, actor: Any) -> None:
-        import ray
-
-        ray.kill(actor, no_restart=True)
-        self.killed += 1
+        self._workers().kill(actor)
 
     def shutdown(self) -> None:
-        import ray
-
-        while self._standby:
-            actor, _ = self._standby.popleft()
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # pragma: no cover - best effort at shutdown
-                pass
+        if self.compute is not None:
+            self.compute.shutdown()
