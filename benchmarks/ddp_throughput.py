@@ -58,7 +58,7 @@ def spotwise_once(n: int, steps: int, warmup: int, batch: int, workload: str, tm
     # reserves one block per worker; blocks are short / missing at an epoch's end)
     from spotwise.runtime.sampler import EpochSampler
 
-    sampler = EpochSampler(len(coord.workload.train), spec.seed)
+    sampler = EpochSampler(coord.state.n_train, spec.seed)
     samples = 0
     for step in range(len(walls)):
         blocks = []

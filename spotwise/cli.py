@@ -38,10 +38,6 @@ app.add_typer(traces_app, name="traces")
 err_console = Console(stderr=True)
 
 
-class NotAvailableYet(InputError):
-    """A command whose implementation lands with a later issue (exit 2, says so plainly)."""
-
-
 def guarded(fn: F) -> F:
     """Map spotwise errors to the exit-code contract: InputError -> 2, anything else -> 1."""
 
@@ -249,7 +245,7 @@ def _summary_table(summary: Any, out: Path) -> Any:
     t.add_row("revocations / joins", f"{summary.revocations} / {summary.joins}", "0 / 0")
     t.add_row("idle (no worker)", f"{ex.get('idle_s', 0) / 60:.1f} min", "0")
     rec = ex.get("recovery_ms") or {}
-    if rec.get("median") is not None:
+    if rec.get("median") is not None and summary.mode != "simulate":  # no processes to recover in a simulation
         t.add_row("recovery (wall)", f"median {rec['median']:.0f} ms, p99 {rec['p99']:.0f} ms", "")
     t.add_row("wall time", f"{summary.wall_s:.1f} s", "")
     return t
@@ -407,15 +403,45 @@ def run(
 @guarded
 def simulate(
     spec: Path = typer.Argument(..., help="Job spec (YAML)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write (summary.json, events.jsonl, report/)."),
+    pilot: Optional[Path] = typer.Option(None, "--pilot", help="A run directory of this job whose losses calibrate "
+                                         "the loss model (default: an in-process pilot of a built-in workload)."),
+    pilot_steps: int = typer.Option(200, "--pilot-steps", help="Steps of the in-process pilot when no --pilot is given."),
+    train_size: Optional[int] = typer.Option(None, "--train-size", help="Training samples of a module:function "
+                                             "workload (simulate never imports it)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier run in --out (its files only)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
 ) -> None:
-    """Simulate a job on a market model in virtual time (the spec is validated now)."""
-    _check_spec(spec)
-    raise NotAvailableYet(
-        "`spotwise simulate` is not available yet: the discrete-event simulator has not landed (the spec itself is valid)",
-        "see the README's status section",
-    )
+    """Simulate a job on its market in virtual time: the run's control logic, modelled compute and loss (no Ray)."""
+    from spotwise.rundir import open_run_dir
+    from spotwise.runtime.runner import RunProgress
+    from spotwise.sim.simulate import simulate_job
+
+    if pilot_steps < 10:
+        raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
+    job = _check_spec(spec)  # the spec's own errors first
+    if out is None:
+        raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
+    with open_run_dir(out, "overwrite" if overwrite else "new"):
+        with RunProgress(job.target.iterations, not as_json) as bar:
+            summary, measured, assumed = simulate_job(job, out, pilot_dir=str(pilot) if pilot else None,
+                                                      pilot_steps=pilot_steps, train_size=train_size,
+                                                      progress=bar.update if not as_json else None)
+        if job.outputs.plots:
+            from spotwise.report.run_report import write_report
+
+            write_report(out)
+    if as_json:
+        print_json(summary.to_dict())
+        return
+    console = Console()
+    console.print(_summary_table(summary, out))
+    for m in measured:
+        console.print(f"loss model, measured: {m}")
+    for a in assumed:
+        console.print(f"loss model, assumed: {a}")
+    console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}"
+                  + (f"; report: {out / 'report' / 'index.html'}" if job.outputs.plots else ""))
 
 
 @app.command()

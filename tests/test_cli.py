@@ -95,9 +95,9 @@ def test_empty_aws_dump_says_so(cli, tmp_path: Path) -> None:
     assert code == 2 and "no price or availability records" in err
 
 
-def test_simulate_says_it_is_not_available(cli) -> None:
+def test_simulate_needs_an_output_directory(cli) -> None:
     code, out, err = cli("simulate", str(REPO / "examples" / "demo.yaml"))
-    assert code == 2 and "not available yet" in err and out == ""
+    assert code == 2 and "--out" in err and out == ""
 
 
 def test_report_of_a_non_run_directory_exits_2(cli, tmp_path: Path) -> None:
@@ -105,10 +105,11 @@ def test_report_of_a_non_run_directory_exits_2(cli, tmp_path: Path) -> None:
     assert code == 2 and "not a run directory" in err
 
 
-def test_spec_errors_exit_2_before_not_available(cli, tmp_path: Path) -> None:
+def test_spec_errors_exit_2_before_simulating(cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text((REPO / "examples" / "demo.yaml").read_text().replace("c5.xlarge", "c5.xlarg"))
-    code, _, err = cli("simulate", str(bad))
+    code, _, err = cli("simulate", str(bad), "--out", str(tmp_path / "sim"))
+    assert not (tmp_path / "sim").exists(), "nothing is written for a bad spec"
     assert code == 2 and "unknown instance type 'c5.xlarg'" in err and "did you mean c5.xlarge" in err
 
 

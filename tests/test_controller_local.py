@@ -115,7 +115,7 @@ def test_sampler_guarantee_under_random_revocations_without_ray(tmp_path: Path) 
     rev = ScriptedRevocation(random_outages(6, horizon=80, count=10, seed=3, fraction=0.5, duration=(1, 8)))
     coord, summary = run_local(spec, tmp_path / "run", revocation=rev)
     assert summary.steps == 60 and summary.revocations > 3
-    n_train = len(coord.workload.train)
+    n_train = coord.state.n_train
     per_epoch = summary.extra["samples"]
     # 60 steps of at most 6 x 8 samples cross at most a few epochs; every full epoch holds each sample once
     assert coord.sampler.epoch >= 1 and per_epoch >= n_train

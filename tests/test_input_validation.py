@@ -126,8 +126,8 @@ def test_item5_simulate_does_not_import_user_module(cli, tmp_path: Path, monkeyp
     mod, marker = _sidefx_module(tmp_path, monkeypatch)
     d = _chaos()
     d["workload"]["name"] = f"{mod}:build"
-    code, out, err = cli("simulate", str(_write_spec(tmp_path, d)))
-    assert code == 2 and "not available yet" in err
+    code, out, err = cli("simulate", str(_write_spec(tmp_path, d)), "--out", str(tmp_path / "sim"))
+    assert code == 2 and "does not import a module:function workload" in err
     assert not marker.exists(), "simulate imported the user's workload module while only validating the spec"
     assert mod not in sys.modules
 

@@ -303,9 +303,12 @@ def check_pilot_steps(spec: JobSpec, pilot_steps: int) -> None:
                          f"use e.g. --pilot-steps {DEFAULT_PILOT_STEPS} (the default), or pass --pilot RUN_DIR", "--pilot-steps")
 
 
-def _error_model(spec: JobSpec, pilot_dir: str | None, pilot_steps: int
-                 ) -> tuple[ErrorModel, float, list[str], list[str], str, tuple[str, ...]]:
-    """The Thm 1 constants: the pilot's fit if it passes the reliability checks, else the assumed model."""
+def error_model_for(spec: JobSpec, pilot_dir: str | None, pilot_steps: int
+                    ) -> tuple[ErrorModel, float, list[str], list[str], str, tuple[str, ...]]:
+    """The Thm 1 constants: the pilot's fit if it passes the reliability checks, else the assumed model.
+
+    Returns ``(model, G*, measured notes, assumed notes, source "pilot"|"assumed", the fit's problems)``.
+    """
     from spotwise.planner import pilot as pl
 
     if pilot_dir is not None:
@@ -338,7 +341,7 @@ def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str
     assumed: list[str] = [f"runtime: {rt_src} (modelled from the catalog, not measured)"]
     err_source, problems = "caller", ()
     if error_model is None:
-        error_model, g_star, m, a, err_source, problems = _error_model(spec, pilot_dir, pilot_steps)
+        error_model, g_star, m, a, err_source, problems = error_model_for(spec, pilot_dir, pilot_steps)
         measured += m
         assumed += a
     else:

@@ -80,10 +80,10 @@ from spotwise.runtime.compute import Compute, RayCompute, WorkerLost
 from spotwise.runtime.provider import EmulatedProvider, Provider
 from spotwise.runtime.raystart import ensure_ray  # noqa: F401  (re-exported: callers import it from here)
 from spotwise.runtime.sampler import Block, EpochSampler
+from spotwise.runtime.state import TorchState, TrainingState
 from spotwise.runtime.sync import SyncStrategy, make_sync
 from spotwise.specload import to_plain
 from spotwise.theory.runtime import MiniBatchTimeLaw
-from spotwise.workloads.params import flat_params, set_flat_params
 from spotwise.workloads.registry import make_workload
 
 log = logging.getLogger(__name__)
@@ -160,6 +160,7 @@ class Coordinator:
         market: Market | None = None,
         provider: Provider | None = None,
         compute: Compute | None = None,
+        state: TrainingState | None = None,
         resume: bool = False,
         progress: Callable[[dict[str, Any]], None] | None = None,
         mode: str = "emulated",
@@ -193,10 +194,9 @@ class Coordinator:
         self.policies: list[Policy] = make_policies(spec.policies)
         self.base_lr = float(spec.workload.lr)
 
-        # the coordinator's own copy of the workload: parameters, evaluation, dataset size
-        self.workload = make_workload(spec.workload, spec.seed)
-        self.model = self.workload.build_model()
-        self.params = flat_params(self.model).detach().numpy().astype(np.float32).copy()
+        #: the model side: parameters, update, evaluation, dataset size (the real PyTorch workload
+        #: unless the caller models it, as the simulator does)
+        self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed))
         worker_args = worker_args_for(spec)
         standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
         if provider is None:  # the market model decides capacity: refuse a hopeless one before any actor starts
@@ -210,7 +210,7 @@ class Coordinator:
         self.step = 0
         self.lr = self.base_lr
         self.provisioned = cl.workers
-        self.sampler = EpochSampler(len(self.workload.train), spec.seed)
+        self.sampler = EpochSampler(self.state.n_train, spec.seed)
         self.dur_rng = np.random.default_rng([spec.seed, 3])
         self.members: dict[int, Any] = {}
         self.tasks: dict[int, Task] = {}
@@ -680,7 +680,7 @@ class Coordinator:
             loss += (c.n / total) * c.loss
             self.sampler.commit(c.block)
         self.counters.samples += total
-        self.params -= np.float32(self.lr) * grad
+        self.state.apply(grad, self.lr, len(contribs))
         self.step += 1
         self.T += self.commit_overhead_s
         duration = self.T - self.last_commit_T
@@ -713,16 +713,22 @@ class Coordinator:
         if self.progress is not None:
             self.progress(self.snapshot())
 
+    @property
+    def params(self) -> np.ndarray:
+        """The current parameters (a flat float32 vector, owned by :attr:`state`)."""
+        return self.state.params
+
+    @params.setter
+    def params(self, value: np.ndarray) -> None:
+        self.state.params = value
+
     def _evaluate(self) -> dict[str, float]:
-        if self.workload.test is None:
+        if not self.state.can_evaluate:
             return {}
-        set_flat_params(self.model, torch.from_numpy(self.params))
-        self.model.eval()
-        res = self.workload.evaluate(self.model, self.workload.test)
-        self.model.train()
-        self.last_eval = {k: float(v) for k, v in res.items()}
-        self.log.emit("eval", step=self.step, loss=self.last_eval.get("loss"), metric_name=self.workload.metric_name,
-                      metric=self.last_eval.get(self.workload.metric_name))
+        self.last_eval = self.state.evaluate()
+        name = self.state.metric_name
+        self.log.emit("eval", step=self.step, loss=self.last_eval.get("loss"), metric_name=name,
+                      metric=None if name is None else self.last_eval.get(name))
         return self.last_eval
 
     def snapshot(self) -> dict[str, Any]:
@@ -850,7 +856,7 @@ class Coordinator:
         for w in sorted(self.members):
             self.ledger.stop(f"worker-{w}", self.T, reason="finished")
         self.ledger.close(self.T)
-        final_eval = self._evaluate() if self.workload.test is not None else {}
+        final_eval = self._evaluate()
         cost = self._cost_breakdown(final=True)
         self.log.emit("cost", total=cost["total"], breakdown=cost)
         self.log.emit("end", status=self.status)
@@ -870,7 +876,8 @@ class Coordinator:
         }
         summary = RunSummary(
             mode=self.mode, status=self.status, steps=self.step, final_loss=final_eval.get("loss", self.last_loss),
-            final_metric=final_eval.get(self.workload.metric_name), metric_name=self.workload.metric_name,
+            final_metric=None if self.state.metric_name is None else final_eval.get(self.state.metric_name),
+            metric_name=self.state.metric_name,
             wall_s=time.perf_counter() - self.wall0, virtual_s=self.T, cost_usd=cost["total"], cost_breakdown=cost,
             revocations=self.counters.revocations, joins=self.counters.joins, decisions=self.counters.decisions,
             spec=self.spec.to_dict(), plan=None, extra=extra,

@@ -1,0 +1,1 @@
+"""The simulator: the same control logic as ``spotwise run`` with modelled compute and loss."""

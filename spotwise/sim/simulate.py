@@ -1,0 +1,74 @@
+"""``spotwise simulate``: a job on its market in virtual time, with modelled compute and loss.
+
+:func:`simulate_job` runs the coordinator of ``spotwise run`` -- the same policies, market,
+revocation model, ledger, event log, checkpoints and run directory -- with
+:class:`~spotwise.sim.modelled.ModelledCompute` (no processes, no Ray) and
+:class:`~spotwise.sim.modelled.ModelledState` (the Thm 1 error recursion of
+``papers/000_3c734f3ffedcac15.txt`` as the loss).  Time, cost, revocations and joins are the
+emulated run's for the same spec and seed (the same virtual clock and the same mini-batch time law
+draws); the loss is the model's.  The loss model's constants come from ``--pilot DIR`` (a run of
+this job) or an in-process pilot of a built-in workload (:func:`spotwise.planner.plan.error_model_for`).
+
+A ``module:function`` workload is never imported here (it is code: README, "Security"); simulate
+it with ``--pilot DIR`` and ``--train-size N`` (the number of training samples), which is all the
+simulator needs to know about it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from spotwise.config import JobSpec
+from spotwise.errors import InputError
+from spotwise.events import RunSummary, write_summary
+from spotwise.market.world import build_market
+from spotwise.runtime.coordinator import Coordinator
+from spotwise.runtime.provider import EmulatedProvider
+from spotwise.sim.modelled import ModelledCompute, ModelledState
+
+
+def _train_size(spec: JobSpec, train_size: int | None) -> int:
+    if train_size is not None:
+        if train_size < 1:
+            raise InputError(f"--train-size must be >= 1, got {train_size}", "give the number of training samples",
+                             "--train-size")
+        return int(train_size)
+    if ":" in spec.workload.name:
+        raise InputError("simulate does not import a module:function workload, so it cannot know its dataset size",
+                         "pass --train-size N (its number of training samples) and --pilot DIR (a run of the job)",
+                         "workload.name")
+    from spotwise.workloads.registry import make_workload
+
+    return len(make_workload(spec.workload, spec.seed).train)
+
+
+def simulate_job(
+    spec: JobSpec,
+    out_dir: str | Path,
+    *,
+    pilot_dir: str | None = None,
+    pilot_steps: int = 200,
+    train_size: int | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[RunSummary, list[str], list[str]]:
+    """Simulate ``spec`` into ``out_dir``; returns the summary and the loss model's measured/assumed notes."""
+    from spotwise.planner.plan import error_model_for
+
+    if ":" in spec.workload.name and pilot_dir is None:
+        raise InputError("simulate does not import a module:function workload, so it needs a measured loss model",
+                         "pass --pilot DIR (a run directory of this job) and --train-size N", "workload.name")
+    n_train = _train_size(spec, train_size)
+    model, g_star, measured, assumed, _, _ = error_model_for(spec, pilot_dir, pilot_steps)
+    market = build_market(spec)
+    state = ModelledState(model, n_train, g_star)
+    compute = ModelledCompute(state)
+    max_workers = max(spec.cluster.workers, spec.cluster.max_workers or spec.cluster.workers)
+    provider = EmulatedProvider(market.revocation, max_workers, market.horizon_s, spec.seed, compute=compute)
+    coord = Coordinator(spec, out_dir, market=market, provider=provider, compute=compute, state=state,
+                        mode="simulate", progress=progress)
+    summary = coord.run()
+    summary.extra["loss_model"] = {"kind": "paper 000 Thm 1 recursion", "beta": model.beta, "G1": model.G1,
+                                   "g_star": g_star, "measured": measured, "assumed": assumed}
+    write_summary(out_dir, summary)
+    return summary, measured, assumed
