@@ -285,6 +285,10 @@ class Ledger:
         self._intervals: list[_Interval] = []
         self._open: dict[str, _Interval] = {}
         self._charges: list[Charge] = []
+        #: USD of the stopped intervals and the latest stop time: the running cost at a time past
+        #: every stop is that plus the open intervals (the coordinator asks at every step)
+        self._stopped_usd = 0.0
+        self._last_stop = -math.inf
 
     # ------------------------------------------------------------------ instances
     def start(
@@ -370,6 +374,8 @@ class Ledger:
         iv.t1, iv.reason = t, reason
         iv.cost = iv.policy.charge(iv.price, iv.t0, t, revoked=revoked)
         del self._open[instance_id]
+        self._stopped_usd += iv.cost
+        self._last_stop = max(self._last_stop, t)
         return iv.cost
 
     def close(self, t: float) -> float:
@@ -442,7 +448,10 @@ class Ledger:
         return self._cost_at(_finite(t, "t", "ledger cost_until"))
 
     def _cost_at(self, t: float) -> float:
-        return sum(iv.charge_at(t) for iv in self._intervals) + sum(c.at(t) for c in self._charges)
+        charges = sum(c.at(t) for c in self._charges)
+        if t >= self._last_stop:  # every stopped interval is charged in full by now
+            return self._stopped_usd + sum(iv.charge_at(t) for iv in self._open.values()) + charges
+        return sum(iv.charge_at(t) for iv in self._intervals) + charges
 
     def total(self, t: float | None = None) -> float:
         """Total USD.  Without ``t`` every instance must be stopped; with ``t`` = :meth:`cost_until`."""
