@@ -54,3 +54,13 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
                  log_to_driver=False, _temp_dir=tmp)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture()
+def ray_unimportable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import ray`` raises ImportError for the duration of a test (for Ray-free code paths)."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "ray" or m.startswith("ray.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "ray", None)

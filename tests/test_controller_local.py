@@ -7,17 +7,15 @@ process by :class:`~spotwise.runtime.compute.LocalCompute`.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _specs import spec_with
 import torch
 
-from spotwise.config import spec_from_dict
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.runtime.compute import LocalCompute, WorkerLost
@@ -41,22 +39,12 @@ BASE: dict[str, Any] = {
 
 
 @pytest.fixture(autouse=True)
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``import ray`` raises ImportError for the duration of each test."""
-    for name in [m for m in sys.modules if m == "ray" or m.startswith("ray.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "ray", None)
+def no_ray(ray_unimportable: None) -> None:
+    """Every test here runs with ``import ray`` failing."""
 
 
 def make_spec(**over: Any):
-    d = copy.deepcopy(BASE)
-    for path, value in over.items():
-        node = d
-        keys = path.split("__")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
-    return spec_from_dict(d)
+    return spec_with(BASE, **over)
 
 
 def run_local(spec, out: Path, revocation=None):

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _specs import spec_with
 import yaml
 
 from spotwise.config import spec_from_dict
@@ -45,14 +46,7 @@ BASE: dict[str, Any] = {
 
 
 def make_spec(**over: Any):
-    d = copy.deepcopy(BASE)
-    for path, value in over.items():
-        node = d
-        keys = path.split("__")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
-    return spec_from_dict(d)
+    return spec_with(BASE, **over)
 
 
 def coordinator(spec, out: Path, revocation=None, horizon_s: float = 7 * 24 * 3600.0, **kw: Any) -> Coordinator:

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _specs import spec_with
 import torch
 
-from spotwise.config import spec_from_dict
 from spotwise.events import read_events, read_summary
 from spotwise.market.world import build_market
 from spotwise.runtime.coordinator import Coordinator
@@ -46,14 +46,7 @@ BASE: dict[str, Any] = {
 
 
 def make_spec(**over: Any):
-    d = copy.deepcopy(BASE)
-    for path, value in over.items():
-        node = d
-        keys = path.split("__")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
-    return spec_from_dict(d)
+    return spec_with(BASE, **over)
 
 
 def run(spec, out: Path, revocation=None, **kw):

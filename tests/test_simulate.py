@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _specs import spec_with
 import yaml
 
-from spotwise.config import spec_from_dict
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.runtime.compute import LocalCompute
@@ -44,21 +43,12 @@ MODEL = ErrorModel(alpha=0.1, c=1.0, mu=0.3, L=1.0, M=8.0, G1=2.3)
 
 
 @pytest.fixture()
-def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [m for m in sys.modules if m == "ray" or m.startswith("ray.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "ray", None)
+def no_ray(ray_unimportable: None) -> None:
+    """The simulator and the in-process emulation never import Ray."""
 
 
 def spec(**over: Any):
-    d = copy.deepcopy(SPOT)
-    for path, value in over.items():
-        node = d
-        keys = path.split("__")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
-    return spec_from_dict(d)
+    return spec_with(SPOT, **over)
 
 
 def emulated(s, out: Path):
