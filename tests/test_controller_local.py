@@ -13,15 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _specs import spec_with
-import torch
+from _specs import single_process_sgd, spec_with
 
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.runtime.compute import LocalCompute, WorkerLost
 from spotwise.runtime.coordinator import Coordinator, worker_args_for
 from spotwise.runtime.faults import ScriptedRevocation, outage, random_outages
-from spotwise.runtime.sampler import EpochSampler
 from spotwise.workloads.params import flat_params
 from spotwise.workloads.registry import make_workload
 
@@ -65,19 +63,7 @@ def test_full_sync_without_ray_equals_single_process_sgd(tmp_path: Path) -> None
     spec = make_spec(target__iterations=15)
     coord, summary = run_local(spec, tmp_path / "run")
     assert summary.steps == 15 and summary.status == "completed"
-    wl = make_workload(spec.workload, spec.seed)
-    model = wl.build_model()
-    sampler = EpochSampler(len(wl.train), spec.seed)
-    for _ in range(15):
-        block = sampler.reserve(4 * 8)
-        assert block is not None
-        model.zero_grad()
-        wl.loss(model, wl.train.batch(block.indices)).backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= spec.workload.lr * p.grad
-        sampler.commit(block)
-    assert np.max(np.abs(coord.params - flat_params(model).detach().numpy())) < 1e-5
+    assert np.max(np.abs(coord.params - single_process_sgd(spec, 15, 4 * 8))) < 1e-5
 
 
 @pytest.mark.parametrize(("sync", "n"), [("full", None), ("n-sync", 2), ("n-batch", 3), ("async", None)])

@@ -21,16 +21,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _specs import spec_with
-import torch
+from _specs import single_process_sgd, spec_with
 
 from spotwise.events import read_events, read_summary
 from spotwise.market.world import build_market
 from spotwise.runtime.coordinator import Coordinator
 from spotwise.runtime.faults import ScriptedRevocation, outage, random_outages
 from spotwise.runtime.sampler import EpochSampler
-from spotwise.workloads.params import flat_params
-from spotwise.workloads.registry import make_workload
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -102,21 +99,7 @@ def test_full_sync_equals_single_process_sgd(ray_session, tmp_path: Path) -> Non
     coord, summary = run(spec, tmp_path / "run")
     assert summary.steps == 25 and summary.status == "completed"
 
-    wl = make_workload(spec.workload, spec.seed)
-    model = wl.build_model()
-    sampler = EpochSampler(len(wl.train), spec.seed)
-    for _ in range(25):
-        block = sampler.reserve(4 * 8)
-        assert block is not None
-        model.zero_grad()
-        loss = wl.loss(model, wl.train.batch(block.indices))
-        loss.backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= spec.workload.lr * p.grad
-        sampler.commit(block)
-    ref = flat_params(model).detach().numpy()
-    assert np.max(np.abs(coord.params - ref)) < 1e-5
+    assert np.max(np.abs(coord.params - single_process_sgd(spec, 25, 4 * 8))) < 1e-5
 
 
 @pytest.mark.parametrize(("sync", "n"), [("n-sync", 3), ("n-batch", 4), ("async", None)])

@@ -26,7 +26,6 @@ from spotwise.errors import InputError
 from spotwise.market.preemption import MarketEvent
 from spotwise.runtime.coordinator import Contribution, Coordinator, WorkerLost
 from spotwise.runtime.provider import Provider
-from spotwise.runtime.sampler import Block
 
 SPOT_RESOURCE = "spot"
 
