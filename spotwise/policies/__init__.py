@@ -10,11 +10,12 @@ from spotwise.policies.base import (
     Rebid,
     Resize,
     SetLearningRate,
+    SwitchMarket,
     SwitchSync,
 )
 from spotwise.policies.registry import POLICIES, make_policy, make_policies
 
 __all__ = [
     "Checkpoint", "Decision", "Migrate", "Noop", "Observation", "Policy", "Rebid", "Resize",
-    "SetLearningRate", "SwitchSync", "POLICIES", "make_policy", "make_policies",
+    "SetLearningRate", "SwitchMarket", "SwitchSync", "POLICIES", "make_policy", "make_policies",
 ]

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 
+#: the markets a job's workers can run on
+MARKETS = ("spot", "on-demand")
+
+
 @dataclass(frozen=True)
 class Observation:
     """What an executor knows when a step has been committed (or when membership changed).
@@ -41,6 +45,21 @@ class Observation:
     deadline_s: float | None = None
     budget_usd: float | None = None
     target_iterations: int | None = None
+    #: what the workers run on now: ``"spot"`` or ``"on-demand"`` (see :class:`SwitchMarket`)
+    market: str = "spot"
+    #: whether spot capacity can be had now (price <= bid, or the availability trace says so);
+    #: ``None`` where the executor cannot tell
+    spot_available: bool | None = None
+    #: mean seconds per committed step on the capacity in force (the mini-batch time law); ``None``
+    #: where unknown.  With ``target_iterations`` it gives the compute time still needed.
+    step_s: float | None = None
+    #: seconds lost by a change of market or place (cold start + restore), Can't Be Late's ``d``
+    restart_s: float = 0.0
+    #: where the job runs (``zone`` or ``region``, ``instance type``) and the spot prices ($/h per
+    #: worker) of the places it could move to, now: ``(("us-east-1a", "p3.2xlarge", 0.91), ...)``
+    place: tuple[str, str] | None = None
+    place_prices: tuple[tuple[str, str, float], ...] = ()
+    on_demand_price: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +71,23 @@ class Observation:
             raise ValueError("Observation.max_workers and .reference_workers must be >= 1")
         if not self.base_lr > 0 or not self.lr >= 0:
             raise ValueError("Observation.base_lr must be > 0 and .lr >= 0")
+        if self.market not in MARKETS:
+            raise ValueError(f"Observation.market must be one of {MARKETS}, got {self.market!r}")
+        if self.step_s is not None and not self.step_s > 0:
+            raise ValueError("Observation.step_s must be > 0")
+        if not self.restart_s >= 0:
+            raise ValueError("Observation.restart_s must be >= 0")
+
+    @property
+    def work_left_s(self) -> float | None:
+        """Compute seconds still needed on the capacity in force (``None`` if unknown)."""
+        if self.step_s is None or self.target_iterations is None:
+            return None
+        return max(0, self.target_iterations - self.step) * self.step_s
+
+    @property
+    def time_left_s(self) -> float | None:
+        return None if self.deadline_s is None else self.deadline_s - self.t
 
 
 @dataclass(frozen=True)
@@ -117,6 +153,22 @@ class Migrate(Decision):
     instance_type: str = ""
     region: str | None = None
     cloud: str | None = None
+
+
+@dataclass(frozen=True)
+class SwitchMarket(Decision):
+    """Run the workers on ``market`` (``"spot"`` or ``"on-demand"``) from now on.
+
+    The executor checkpoints, releases the old capacity, acquires the new one and counts the
+    restart (Can't Be Late, NSDI'24: on-demand as the deadline's backup).  ``"idle"`` is not a
+    market: to wait for cheaper capacity a policy resizes to zero workers.
+    """
+
+    market: str = "spot"
+
+    def __post_init__(self) -> None:
+        if self.market not in MARKETS:
+            raise ValueError(f"SwitchMarket.market must be one of {MARKETS}, got {self.market!r}")
 
 
 @dataclass(frozen=True)
