@@ -6,6 +6,7 @@ from spotwise.policies.base import (
     Migrate,
     Noop,
     Observation,
+    PlaceQuote,
     Policy,
     Rebid,
     Resize,
@@ -16,6 +17,6 @@ from spotwise.policies.base import (
 from spotwise.policies.registry import POLICIES, make_policy, make_policies
 
 __all__ = [
-    "Checkpoint", "Decision", "Migrate", "Noop", "Observation", "Policy", "Rebid", "Resize",
+    "Checkpoint", "Decision", "Migrate", "Noop", "Observation", "PlaceQuote", "Policy", "Rebid", "Resize",
     "SetLearningRate", "SwitchMarket", "SwitchSync", "POLICIES", "make_policy", "make_policies",
 ]

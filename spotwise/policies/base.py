@@ -19,6 +19,31 @@ MARKETS = ("spot", "on-demand")
 
 
 @dataclass(frozen=True)
+class PlaceQuote:
+    """One place a job could run now: ``zone`` (or region), ``instance`` type, the spot ``price``
+    ($/h per worker) in force, the job's ``speed`` there relative to the place it runs on now
+    (catalog throughput ratio; 1.0 for the same type), whether spot capacity can be had
+    (``available``: price <= bid, or the availability trace), and ``region`` (a move across
+    regions also ships the checkpoint)."""
+
+    zone: str
+    instance: str
+    price: float
+    speed: float = 1.0
+    available: bool = True
+    region: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.price >= 0 or not self.speed > 0:
+            raise ValueError("PlaceQuote.price must be >= 0 and .speed > 0")
+
+    @property
+    def unit_price(self) -> float:
+        """$/h per hour of progress at the current place's speed."""
+        return self.price / self.speed
+
+
+@dataclass(frozen=True)
 class Observation:
     """What an executor knows when a step has been committed (or when membership changed).
 
@@ -55,11 +80,15 @@ class Observation:
     step_s: float | None = None
     #: seconds lost by a change of market or place (cold start + restore), Can't Be Late's ``d``
     restart_s: float = 0.0
-    #: where the job runs (``zone`` or ``region``, ``instance type``) and the spot prices ($/h per
-    #: worker) of the places it could move to, now: ``(("us-east-1a", "p3.2xlarge", 0.91), ...)``
+    #: where the job runs: ``(zone or region, instance type)``; ``places`` quotes every place it
+    #: could run now (the current one included), as known at ``t`` -- no future prices
     place: tuple[str, str] | None = None
-    place_prices: tuple[tuple[str, str, float], ...] = ()
+    places: tuple["PlaceQuote", ...] = ()
+    #: $/h of one on-demand worker of the current instance type
     on_demand_price: float | None = None
+    #: the longest the executor may go before it consults the policies again (seconds); a guard
+    #: that must act before a point in time adds it to its margin
+    next_decision_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -75,8 +104,8 @@ class Observation:
             raise ValueError(f"Observation.market must be one of {MARKETS}, got {self.market!r}")
         if self.step_s is not None and not self.step_s > 0:
             raise ValueError("Observation.step_s must be > 0")
-        if not self.restart_s >= 0:
-            raise ValueError("Observation.restart_s must be >= 0")
+        if not self.restart_s >= 0 or not self.next_decision_s >= 0:
+            raise ValueError("Observation.restart_s and .next_decision_s must be >= 0")
 
     @property
     def work_left_s(self) -> float | None:
