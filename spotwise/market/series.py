@@ -150,6 +150,9 @@ class StepSeries:
     # ------------------------------------------------------------------ evaluation
     def value_at(self, t: float | np.ndarray) -> float | np.ndarray:
         """Value in force at time ``t``; before the start the first value, after ``end`` the last."""
+        if isinstance(t, (float, int)):  # the scalar path the simulators take at every event
+            i = int(self.times.searchsorted(t, side="right")) - 1
+            return float(self.values[i if i > 0 else 0])
         idx = np.searchsorted(self.times, t, side="right") - 1
         idx = np.clip(idx, 0, self.times.size - 1)
         out = self.values[idx]

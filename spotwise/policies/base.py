@@ -213,6 +213,9 @@ class Policy(ABC):
     #: True for policies that only make sense on a spot market (they change bids); an on-demand
     #: baseline of the same job runs without them (:mod:`spotwise.runtime.baseline`)
     spot_only: ClassVar[bool] = False
+    #: True for policies that read :attr:`Observation.places` (quoting every place costs the
+    #: executor a price lookup each, so it fills them only for policies that ask)
+    uses_places: ClassVar[bool] = False
 
     @abstractmethod
     def decide(self, obs: Observation) -> list[Decision]:

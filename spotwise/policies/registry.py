@@ -7,11 +7,14 @@ from typing import Any
 
 from spotwise.errors import InputError
 from spotwise.policies.base import Policy
+from spotwise.policies.deadline_guard import UniformProgress
 from spotwise.policies.dynamic_bids import DynamicBids
 from spotwise.policies.growth import ExpGrowth
 from spotwise.policies.lr_scaling import LrScaling
+from spotwise.policies.migration import PriceMigration
 
-POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids}
+POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids,
+                                 "uniform-progress": UniformProgress, "price-migration": PriceMigration}
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:

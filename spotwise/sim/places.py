@@ -1,0 +1,163 @@
+"""The places a job can run in a trace sweep: one (zone, instance type) each, with its spot price,
+its spot capacity, its on-demand price and the job's speed there.
+
+Prices come from price traces (AWS ``DescribeSpotPriceHistory`` dumps, Azure CSVs: a series per
+zone and type); capacity from availability traces (SkyPilot: 0/1 or counts per zone and type).
+A place with only a price trace has capacity whenever ``price <= bid`` (paper 000 Sec. III's
+bid model; with the bid at the on-demand price -- AWS's default maximum price since 2017 -- that
+is "whenever spot is cheaper than on-demand"); a place with only an availability trace is priced
+at the catalog's spot price for its type; a place with both needs both.
+
+Speeds follow the catalog's relative throughput for the job's model family
+(``papers/003_c06237e546a4f08e.txt`` Table 1), relative to the job's *home* instance type: the
+same type is 1.0 everywhere; another type with ``n`` accelerators scales linearly (the catalog's
+upper bound, :meth:`~spotwise.market.catalog.Catalog.throughput`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from spotwise.errors import InputError
+from spotwise.market.catalog import Catalog, InstanceType
+from spotwise.market.series import SeriesMeta, StepSeries
+
+
+@dataclass(frozen=True, eq=False)
+class Place:
+    """One (zone, instance type) the job can run on."""
+
+    zone: str
+    region: str
+    instance: InstanceType
+    price: StepSeries
+    on_demand_per_hour: float
+    speed: float = 1.0
+    capacity: StepSeries | None = None
+
+    def __post_init__(self) -> None:
+        where = f"place {self.zone}/{self.instance.name}"
+        if self.price.kind != "price":
+            raise InputError(f"{where}: the price series is of kind {self.price.kind!r}", "pass a price series", where)
+        if self.capacity is not None and self.capacity.kind != "availability":
+            raise InputError(f"{where}: the capacity series is of kind {self.capacity.kind!r}", "pass an availability series", where)
+        if not (math.isfinite(self.on_demand_per_hour) and self.on_demand_per_hour > 0):
+            raise InputError(f"{where}: on-demand price must be > 0, got {self.on_demand_per_hour!r}",
+                             "add on_demand_per_hour to the instance in a user catalog", where)
+        if not (math.isfinite(self.speed) and self.speed > 0):
+            raise InputError(f"{where}: speed must be > 0, got {self.speed!r}", where=where)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.zone, self.instance.name)
+
+    @property
+    def id(self) -> str:
+        return f"{self.zone}/{self.instance.name}"
+
+    @property
+    def start(self) -> float:
+        return max(self.price.start, self.capacity.start) if self.capacity is not None else self.price.start
+
+    @property
+    def end(self) -> float:
+        return min(self.price.end, self.capacity.end) if self.capacity is not None else self.price.end
+
+    def covers(self, t0: float, t1: float) -> bool:
+        return self.start <= t0 and t1 <= self.end
+
+    def spot_price(self, t: float) -> float:
+        return float(self.price.value_at(t))
+
+    def has_capacity(self, t: float, bid: float, price: float | None = None) -> bool:
+        """Spot capacity at ``t`` for a job bidding ``bid`` $/h (``price``: the spot price at ``t`` if known)."""
+        if self.capacity is not None and float(self.capacity.value_at(t)) < 1:
+            return False
+        return (self.spot_price(t) if price is None else price) <= bid
+
+    def next_change(self, t: float) -> float:
+        """The first time after ``t`` when the price or the capacity changes (``inf`` if none)."""
+        nxt = math.inf
+        for s in (self.price, self.capacity):
+            if s is None:
+                continue
+            i = int(np.searchsorted(s.times, t, side="right"))
+            if i < s.times.size:
+                nxt = min(nxt, float(s.times[i]))
+        return nxt
+
+    def change_points(self, t0: float, t1: float) -> np.ndarray:
+        pts = [self.price.change_points(t0, t1)]
+        if self.capacity is not None:
+            pts.append(self.capacity.change_points(t0, t1))
+        return np.unique(np.concatenate(pts))
+
+
+def _constant_price(value: float, cap: StepSeries, instance: str) -> StepSeries:
+    meta = SeriesMeta(f"catalog-spot:{cap.meta.zone}:{instance}", "price", cap.meta.cloud, cap.meta.region, cap.meta.zone, instance,
+                      "catalog spot_per_hour")
+    return StepSeries(np.array([cap.start]), np.array([value]), cap.end, meta)
+
+
+def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, home_instance: str,
+                 instance_types: Sequence[str] | None = None) -> tuple[list[Place], list[str]]:
+    """Places from loaded trace series (:func:`spotwise.market.traces.load_traces`).
+
+    ``instance_types``: the types the job may use (default: ``home_instance`` only).  Returns
+    ``(places, skipped)``, ``skipped`` naming each series left out and why.  No place at all is an
+    :class:`InputError` saying which zones and types the traces hold.
+    """
+    types = list(instance_types) if instance_types else [home_instance]
+    home = catalog.instance(home_instance)
+    try:
+        home_thr = catalog.throughput(home, family)
+    except InputError:
+        home_thr = None
+    prices: dict[tuple[str, str], StepSeries] = {}
+    caps: dict[tuple[str, str], StepSeries] = {}
+    skipped: list[str] = []
+    seen: list[str] = []
+    for s in series:
+        key = (s.meta.zone or s.meta.region, s.meta.instance)
+        seen.append(f"{key[0]}/{key[1]}")
+        if s.meta.instance not in types:
+            skipped.append(f"{s.meta.id}: type {s.meta.instance!r} not among {types}")
+            continue
+        (prices if s.kind == "price" else caps)[key] = s
+    places: list[Place] = []
+    for key in sorted(set(prices) | set(caps)):
+        zone, inst_name = key
+        try:
+            inst = catalog.instance(inst_name)
+        except InputError as exc:
+            skipped.append(f"{zone}/{inst_name}: {exc.what}")
+            continue
+        if inst.on_demand_per_hour is None:
+            skipped.append(f"{zone}/{inst_name}: the catalog has no on-demand price")
+            continue
+        cap = caps.get(key)
+        price = prices.get(key)
+        if price is None:
+            assert cap is not None
+            if inst.spot_per_hour is None:
+                skipped.append(f"{zone}/{inst_name}: availability only and the catalog has no spot price")
+                continue
+            price = _constant_price(float(inst.spot_per_hour), cap, inst_name)
+        if inst_name == home_instance or home_thr is None:
+            speed = 1.0
+        else:
+            try:
+                speed = catalog.throughput(inst, family) / home_thr
+            except InputError as exc:
+                skipped.append(f"{zone}/{inst_name}: {exc.what}")
+                continue
+        region = (price.meta.region or (cap.meta.region if cap is not None else "")) or zone
+        places.append(Place(zone, region, inst, price, float(inst.on_demand_per_hour), speed, cap))
+    if not places:
+        raise InputError(f"no place to run {home_instance} in the traces (they hold {', '.join(sorted(set(seen))[:12]) or 'nothing'})",
+                         "pass traces of the job's instance type, or list the types it may use with --types", "--trace")
+    return places, skipped

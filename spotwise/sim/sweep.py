@@ -1,0 +1,510 @@
+"""Trace sweeps: one job, many start times over real price/availability traces, several strategies.
+
+``spotwise simulate SPEC --trace ...`` replays each strategy from every start time and tabulates
+cost, time, the probability of meeting the deadline, and cost against the hindsight oracle
+(:mod:`spotwise.sim.oracle`) and against on-demand.
+
+The engine is event-driven and exact for piecewise-constant markets: between two events (a
+price or capacity change at the job's place, the end of a restart, the job's completion, or a
+decision tick) nothing changes, so progress advances in closed form -- ``speed * dt`` compute
+seconds -- instead of one mini-batch at a time.  That is what makes a sweep of thousands of
+24-hour jobs take seconds (``benchmarks/trace_sweep.py`` counts simulated worker-iterations per
+second).  What it shares with ``spotwise run`` and the step-by-step simulator
+(:func:`spotwise.sim.simulate.simulate_job`): the policies (the same :class:`Policy` objects,
+consulted with the same :class:`Observation` and acted on through the same decisions:
+:class:`SwitchMarket`, :class:`Migrate`), the bid rule (:func:`spotwise.planner.bidding.thm3_bid`),
+the :class:`~spotwise.market.billing.Ledger` and billing policy (per-second, 60 s minimum, the
+coordinator billed on-demand for the whole run), and the trace loaders.
+``benchmarks/trace_sweep.py`` checks its time and cost against the step-by-step simulator.
+
+Model (one job = ``workers`` instances moving together; Can't Be Late's single-job model):
+
+* at a spot place the job runs while the place has capacity (:meth:`Place.has_capacity`); a loss
+  of capacity revokes every worker (they share the price and the zone); committed progress is
+  kept (the coordinator holds it: spotwise survives revocations in place), so a revocation costs
+  the restart ``d`` when capacity returns, not lost work;
+* every (re)start -- the first one, a return of capacity, a switch of market, a move -- costs
+  ``restart_s`` seconds billed at the new capacity's price with no progress; a move across
+  regions also ships the checkpoint (egress);
+* on-demand capacity is always there, at the catalog's on-demand price.
+
+Hold-out: a strategy decides only from what is known at the time -- the prices in force, and for
+the Thm 3 bid the ``history_s`` before the start.  The oracle alone sees the future.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence
+
+import numpy as np
+
+from spotwise.errors import InputError
+from spotwise.market.billing import BillingPolicy, Ledger
+from spotwise.market.series import iso8601
+from spotwise.planner.bidding import thm3_bid
+from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy, SwitchMarket
+from spotwise.policies.registry import make_policy
+from spotwise.sim.oracle import OracleResult, hindsight_oracle
+from spotwise.sim.places import Place
+
+StartRule = Literal["home", "cheapest"]
+BidRule = Literal["on-demand", "thm3", "none"]
+_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What a sweep runs: ``work_s`` compute seconds at the home place on ``workers`` instances,
+    due ``deadline_s`` after its start.  ``iterations`` only scales the observation's step counts
+    (policies see steps, as in a run)."""
+
+    work_s: float
+    deadline_s: float
+    workers: int = 1
+    restart_s: float = 300.0
+    coordinator_per_hour: float = 0.0
+    iterations: int = 100_000
+    checkpoint_gb: float = 0.1
+    egress_per_gb: float = 0.09
+    history_s: float = 7 * 86400.0
+    billing: BillingPolicy = field(default_factory=BillingPolicy.per_second)
+    name: str = "job"
+
+    def __post_init__(self) -> None:
+        for name in ("work_s", "deadline_s", "history_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise InputError(f"{name} must be a positive number of seconds, got {v!r}", where="sweep job")
+        for name in ("restart_s", "coordinator_per_hour", "checkpoint_gb", "egress_per_gb"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise InputError(f"{name} must be a number >= 0, got {v!r}", where="sweep job")
+        if not isinstance(self.workers, int) or self.workers < 1 or not isinstance(self.iterations, int) or self.iterations < 1:
+            raise InputError("workers and iterations must be integers >= 1", where="sweep job")
+        if self.work_s + self.restart_s > self.deadline_s:
+            raise InputError(f"{self.work_s / 3600:.2f} h of work plus a {self.restart_s:.0f} s start cannot finish in "
+                             f"the {self.deadline_s / 3600:.2f} h deadline even on on-demand",
+                             "extend the deadline or shrink the job", "deadline")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How a sweep runs the job: where it starts, what it bids, which market, which policies."""
+
+    name: str
+    start: StartRule = "home"
+    bid: BidRule = "on-demand"
+    market: Literal["spot", "on-demand"] = "spot"
+    #: policy names, or ``(name, params)`` pairs, from :data:`spotwise.policies.registry.POLICIES`
+    policies: tuple[str | tuple[str, dict[str, Any]], ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.start not in ("home", "cheapest"):
+            raise InputError(f"strategy {self.name!r}: start must be 'home' or 'cheapest'", where="--strategies")
+        if self.bid not in ("on-demand", "thm3", "none"):
+            raise InputError(f"strategy {self.name!r}: bid must be 'on-demand', 'thm3' or 'none'", where="--strategies")
+        if self.market not in ("spot", "on-demand"):
+            raise InputError(f"strategy {self.name!r}: market must be 'spot' or 'on-demand'", where="--strategies")
+
+
+#: The strategies ``--strategies`` names (``docs/benchmarks.md``, "Trace sweep" compares them).
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("on-demand", "home", "none", "on-demand", (), "on-demand at the home place"),
+    Strategy("no-interruptions", "home", "none", "spot", (),
+             "spot at the home place as if never revoked (the optimistic estimate)"),
+    Strategy("thm3-bid", "home", "thm3", "spot", (),
+             "the planner's Thm 3 bid (paper 000) from the history before the start, home place, no guard"),
+    Strategy("thm3-bid+guard", "home", "thm3", "spot", ("uniform-progress",),
+             "Thm 3 bid with the Uniform Progress deadline guard"),
+    Strategy("spot+guard", "home", "on-demand", "spot", ("uniform-progress",),
+             "spot up to the on-demand price at the home place, Uniform Progress guard"),
+    Strategy("spotwise", "cheapest", "on-demand", "spot",
+             (("uniform-progress", {"defer_to_places": True}), "price-migration"),
+             "cheapest place at the start (hold-out), migration on price divergence, Uniform Progress guard"),
+)}
+DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise")
+
+
+def parse_strategies(text: str | Sequence[str] | None) -> list[Strategy]:
+    names = DEFAULT_STRATEGIES if not text else ([p.strip() for p in text.split(",")] if isinstance(text, str) else list(text))
+    out = []
+    for n in names:
+        if n not in STRATEGIES:
+            import difflib
+
+            close = difflib.get_close_matches(n, list(STRATEGIES), n=1)
+            raise InputError(f"unknown strategy {n!r}", (f"did you mean {close[0]!r}? " if close else "")
+                             + f"valid names are {', '.join(STRATEGIES)}", "--strategies")
+        out.append(STRATEGIES[n])
+    if not out:
+        raise InputError("no strategies given", f"name some of {', '.join(STRATEGIES)}", "--strategies")
+    return out
+
+
+@dataclass
+class WindowResult:
+    """One strategy from one start."""
+
+    strategy: str
+    start: float
+    cost: float
+    finish_s: float | None
+    deadline_met: bool
+    place_start: str
+    work_done: float
+    moves: int = 0
+    market_switches: int = 0
+    revocations: int = 0
+    on_demand_s: float = 0.0
+    spot_s: float = 0.0
+    bid: float | None = None
+    oracle_cost: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "start": iso8601(self.start), "cost": self.cost, "finish_h": None if self.finish_s is None else self.finish_s / 3600,
+                "deadline_met": self.deadline_met, "place_start": self.place_start, "work_done": self.work_done,
+                "moves": self.moves, "market_switches": self.market_switches, "revocations": self.revocations,
+                "on_demand_h": self.on_demand_s / 3600, "spot_h": self.spot_s / 3600, "bid": self.bid,
+                "oracle_cost": self.oracle_cost,
+                "vs_oracle": None if not self.oracle_cost else self.cost / self.oracle_cost}
+
+
+# ------------------------------------------------------------------------------------ one window
+class _Run:
+    """One job, one strategy, one start: the executor of the sweep (acts on decisions)."""
+
+    def __init__(self, job: SweepJob, places: Sequence[Place], home: Place, start: float, strategy: Strategy,
+                 policies: Sequence[Policy], tick_s: float, horizon: float) -> None:
+        self.job, self.places, self.strategy, self.policies = job, list(places), strategy, list(policies)
+        self.t0 = start
+        self.t = start
+        self.horizon = horizon
+        self.tick_s = tick_s
+        self.cands = [p for p in self.places if p.covers(start, min(start + job.deadline_s, horizon))]
+        if strategy.start == "cheapest":
+            pool = self.cands or [home]
+            # hold-out: the prices in force at the start, per unit of progress; ties -> home, then name
+            self.place = min(pool, key=lambda p: (p.spot_price(start) / p.speed, p is not home, p.id))
+        else:
+            self.place = home
+        self.market = strategy.market
+        self.ledger = Ledger(job.billing)
+        self.ledger.start("coordinator", start, job.coordinator_per_hour, category="coordinator", market="on_demand")
+        self.left = float(job.work_s)  # compute seconds at home speed
+        self.held = False              # instances running (billed)
+        self.ready_at = math.inf       # restarting until
+        self.gen = 0
+        self.moves = self.switches = self.revocations = 0
+        self.od_s = self.spot_s = 0.0
+        self.egress = 0.0
+        self._bids: dict[int, float] = {}
+        self.uses_places = any(getattr(p, "uses_places", False) for p in self.policies)
+
+    # ---------------------------------------------------------------- market
+    def bid(self, place: Place) -> float:
+        key = id(place)
+        if key not in self._bids:
+            rule = self.strategy.bid
+            if rule == "none":
+                b = math.inf
+            elif rule == "on-demand":
+                b = place.on_demand_per_hour
+            else:
+                lo = max(place.price.start, self.t0 - self.job.history_s)
+                if lo >= self.t0:
+                    b = place.spot_price(self.t0)  # no history: the price in force
+                else:
+                    hist = place.price.slice(lo, self.t0)
+                    step_s = self.job.work_s / self.job.iterations / place.speed
+                    b = thm3_bid(lambda q: float(hist.quantile(q)), self.job.iterations, step_s, self.job.deadline_s).bid
+            self._bids[key] = b
+        return self._bids[key]
+
+    def capacity(self) -> bool:
+        if self.market == "on-demand":
+            return True
+        return self.place.has_capacity(self.t, self.bid(self.place))
+
+    def acquire(self) -> None:
+        self.gen += 1
+        for w in range(self.job.workers):
+            iid = f"w{w}.{self.gen}"
+            if self.market == "spot":
+                self.ledger.start(iid, self.t, self.place.price, market="spot")
+            else:
+                self.ledger.start(iid, self.t, self.place.on_demand_per_hour, market="on_demand")
+        self.held = True
+        self.ready_at = self.t + self.job.restart_s
+
+    def release(self, reason: str) -> None:
+        if not self.held:
+            return
+        for w in range(self.job.workers):
+            self.ledger.stop(f"w{w}.{self.gen}", self.t, reason)
+        self.held = False
+        self.ready_at = math.inf
+
+    @property
+    def running(self) -> bool:
+        return self.held and self.t >= self.ready_at - _EPS
+
+    # ---------------------------------------------------------------- decisions
+    def observation(self) -> Observation:
+        it = self.job.iterations
+        step_s = self.job.work_s / it / self.place.speed
+        done_frac = 1.0 - self.left / self.job.work_s
+        quotes: tuple[PlaceQuote, ...] = ()
+        if self.uses_places:
+            qs = []
+            for p in self.cands:
+                price = p.spot_price(self.t)
+                qs.append(PlaceQuote(p.zone, p.instance.name, price, p.speed / self.place.speed,
+                                     p.has_capacity(self.t, self.bid(p), price), p.region))
+            quotes = tuple(qs)
+        n = self.job.workers
+        return Observation(
+            step=min(it, int(done_frac * it + 1e-9)), t=self.t - self.t0, active=n if self.running else 0,
+            provisioned=n if (self.held or self.market == "spot") else 0, max_workers=n, reference_workers=n,
+            base_lr=1.0, lr=1.0, sync="full", price=self.place.spot_price(self.t), cost_so_far=self.ledger.total(self.t),
+            deadline_s=self.job.deadline_s, target_iterations=it, market=self.market, spot_available=self.place.has_capacity(self.t, self.bid(self.place)),
+            step_s=step_s, restart_s=self.job.restart_s, place=self.place.key, places=quotes,
+            on_demand_price=self.place.on_demand_per_hour, next_decision_s=self.tick_s,
+        )
+
+    def act(self, d: Decision) -> None:
+        if isinstance(d, SwitchMarket) and d.market != self.market:
+            self.release("released")
+            self.market = d.market
+            self.switches += 1
+            if self.capacity():
+                self.acquire()
+        elif isinstance(d, Migrate):
+            target = next((p for p in self.cands if p.instance.name == d.instance_type and d.region in (p.zone, p.region)), None)
+            if target is None or target is self.place:
+                return
+            self.release("released")
+            if target.region != self.place.region:
+                self.egress += self.job.checkpoint_gb * self.job.egress_per_gb
+            self.place = target
+            self.moves += 1
+            if self.capacity():
+                self.acquire()
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> WindowResult:
+        job = self.job
+        self.place0 = self.place
+        place0 = self.place.id
+        if self.capacity():
+            self.acquire()
+        next_tick = self.t0
+        finish: float | None = None
+        while True:
+            if self.t >= next_tick - _EPS:
+                for pol in self.policies:
+                    for d in pol.decide(self.observation()):
+                        self.act(d)
+                next_tick = next_tick + self.tick_s if self.policies else math.inf  # no policy: no decisions
+            cands = [next_tick, self.horizon]
+            if self.market == "spot":
+                cands.append(self.place.next_change(self.t))
+            if self.held and self.ready_at > self.t + _EPS:
+                cands.append(self.ready_at)
+            speed = self.place.speed
+            if self.running:
+                cands.append(self.t + self.left / speed)
+            t_next = max(min(cands), self.t)
+            dt = t_next - self.t
+            if self.held:
+                if self.market == "spot":
+                    self.spot_s += dt
+                else:
+                    self.od_s += dt
+            if self.running:
+                self.left -= dt * speed
+            self.t = t_next
+            if self.left <= _EPS * max(1.0, job.work_s) * 1e-3:
+                self.left = 0.0
+                finish = self.t - self.t0
+                break
+            if self.t >= self.horizon - _EPS:
+                break
+            if self.market == "spot":
+                cap = self.capacity()
+                if self.held and not cap:
+                    self.release("revoked")
+                    self.revocations += 1
+                elif not self.held and cap:
+                    self.acquire()
+        self.release("finished")
+        cost = self.ledger.close(self.t) + self.egress
+        met = finish is not None and finish <= job.deadline_s + _EPS
+        return WindowResult(self.strategy.name, self.t0, cost, finish, met, place0, 1.0 - self.left / job.work_s,
+                            self.moves, self.switches, self.revocations, self.od_s, self.spot_s,
+                            None if self.strategy.market == "on-demand" else self.bid(self.place0))
+
+
+def run_window(job: SweepJob, places: Sequence[Place], home: Place, start: float, strategy: Strategy, *,
+               tick_s: float = 600.0, horizon: float | None = None) -> WindowResult:
+    """Run ``strategy`` from ``start``; the run may go past the deadline (a miss) up to ``horizon``
+    (default: the home trace's end or three deadlines, whichever first)."""
+    if horizon is None:
+        horizon = min(home.end, start + 3 * job.deadline_s)
+    policies = [make_policy(n) if isinstance(n, str) else make_policy(n[0], n[1]) for n in strategy.policies]
+    return _Run(job, places, home, start, strategy, policies, tick_s, horizon).run()
+
+
+# ------------------------------------------------------------------------------------ the sweep
+@dataclass
+class StrategySummary:
+    strategy: str
+    windows: int
+    deadline_met: float
+    deadline_met_ci: tuple[float, float]
+    mean_cost: float
+    median_cost: float
+    mean_vs_oracle: float
+    cost_ratio_of_means: float
+    vs_on_demand: float | None
+    p95_finish_h: float | None
+    unfinished: int
+    mean_moves: float
+    mean_on_demand_h: float
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SweepResult:
+    job: SweepJob
+    starts: list[float]
+    rows: list[WindowResult]
+    oracle: list[OracleResult]
+    summaries: list[StrategySummary]
+    worker_iterations: float
+    wall_s: float
+    places: int
+
+    def to_dict(self, rows: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "windows": len(self.starts), "places": self.places, "first_start": iso8601(self.starts[0]) if self.starts else None,
+            "last_start": iso8601(self.starts[-1]) if self.starts else None,
+            "job": {"work_h": self.job.work_s / 3600, "deadline_h": self.job.deadline_s / 3600, "workers": self.job.workers,
+                    "restart_s": self.job.restart_s},
+            "oracle_mean_cost": float(np.mean([o.cost for o in self.oracle])) if self.oracle else None,
+            "strategies": [s.to_dict() for s in self.summaries],
+            "worker_iterations": self.worker_iterations, "wall_s": self.wall_s,
+            "worker_iterations_per_s": self.worker_iterations / self.wall_s if self.wall_s > 0 else None,
+        }
+        if rows:
+            d["rows"] = [r.to_dict() for r in self.rows]
+        return d
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a proportion ``k / n`` (95 % by default)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, mid - half), min(1.0, mid + half))
+
+
+def window_starts(places: Sequence[Place], job: SweepJob, every_s: float, *, first: float | None = None,
+                  last: float | None = None, warmup_s: float | None = None) -> list[float]:
+    """Start times every ``every_s`` seconds such that the home trace has ``warmup_s`` of history
+    before each (hold-out decisions need it) and the deadline ends inside the data."""
+    if not every_s > 0:
+        raise InputError(f"--starts step must be > 0, got {every_s!r}", "e.g. --starts 6h", "--starts")
+    lo = min(p.start for p in places) + (job.history_s if warmup_s is None else warmup_s)
+    hi = max(p.end for p in places) - job.deadline_s
+    if first is not None:
+        lo = max(lo, first)
+    if last is not None:
+        hi = min(hi, last)
+    if hi < lo:
+        raise InputError("the traces are too short for one window (history before the start, the deadline after it)",
+                         "use longer traces, a shorter --history, or a shorter deadline", "--trace")
+    return [float(t) for t in np.arange(lo, hi + 1e-6, every_s)]
+
+
+def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str]], strategies: Sequence[Strategy],
+          starts: Sequence[float], *, tick_s: float = 600.0,
+          progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Every strategy from every start, for every home place ``(zone, type)``; the oracle and the table.
+
+    A strategy that starts at the cheapest place (``start="cheapest"``) does not depend on the home
+    and runs once per start; its result counts for every home, so each strategy's row averages
+    the same (home, start) windows.  A window needs the home's trace over the whole deadline.
+    """
+    import time
+
+    by_key = {p.key: p for p in places}
+    missing = [h for h in homes if h not in by_key]
+    if missing or not homes:
+        h = missing[0] if missing else ("?", "?")
+        raise InputError(f"no trace for the home place {h[0]}/{h[1]}",
+                         f"set cluster.region to one of {', '.join(sorted({p.zone for p in places})[:10])}, or use --all-zones",
+                         "cluster.region")
+    t_wall = time.perf_counter()
+    rows: list[WindowResult] = []
+    oracle: list[OracleResult] = []
+    used: list[float] = []
+    total = len(starts)
+    for i, st in enumerate(starts):
+        live = [by_key[h] for h in homes if by_key[h].covers(st, st + job.deadline_s)]
+        if not live:
+            continue
+        orc = hindsight_oracle(job, places, st)
+        shared: dict[str, WindowResult] = {}
+        for home in live:
+            oracle.append(orc)
+            for s in strategies:
+                if s.start == "cheapest" and s.name in shared:
+                    r = shared[s.name]
+                else:
+                    r = run_window(job, places, home, st, s, tick_s=tick_s)
+                    r.oracle_cost = orc.cost
+                    if s.start == "cheapest":
+                        shared[s.name] = r
+                rows.append(r)
+        used.append(st)
+        if progress is not None:
+            progress(i + 1, total)
+    wall = time.perf_counter() - t_wall
+    if not used:
+        raise InputError("no start time has a home place's trace over a whole window",
+                         "pick start times inside the home trace (spotwise traces show)", "--starts")
+    od_mean = None
+    by = {s.name: [r for r in rows if r.strategy == s.name] for s in strategies}
+    if "on-demand" in by:
+        od_mean = float(np.mean([r.cost for r in by["on-demand"]]))
+    orc_mean = float(np.mean([o.cost for o in oracle]))
+    summaries = []
+    for s in strategies:
+        rs = by[s.name]
+        k = sum(r.deadline_met for r in rs)
+        costs = np.array([r.cost for r in rs])
+        fin = [r.finish_s / 3600 for r in rs if r.finish_s is not None]
+        summaries.append(StrategySummary(
+            s.name, len(rs), k / len(rs), wilson(k, len(rs)), float(costs.mean()), float(np.median(costs)),
+            float(np.mean([r.cost / r.oracle_cost for r in rs])), float(costs.mean() / orc_mean),
+            None if od_mean is None else float(costs.mean() / od_mean),
+            float(np.quantile(fin, 0.95)) if fin else None, sum(r.finish_s is None for r in rs),
+            float(np.mean([r.moves for r in rs])), float(np.mean([r.on_demand_s for r in rs]) / 3600), s.description))
+    # worker-iterations the sweep simulated: each run's completed work in the job's steps (a
+    # shared cheapest-start run is simulated once and counted once)
+    seen: set[int] = set()
+    wi = 0.0
+    for r in rows:
+        if id(r) not in seen:
+            seen.add(id(r))
+            wi += r.work_done * job.iterations * job.workers
+    return SweepResult(job, used, rows, oracle, summaries, wi, wall, len(places))
