@@ -34,7 +34,8 @@ from spotwise.errors import InputError
 MARKER = ".spotwise-run"
 LOCK_FILE = ".spotwise.lock"
 #: Names spotwise writes into a run directory (besides the marker and the lock file).
-RUN_FILES = ("events.jsonl", "summary.json", "spec.json", "checkpoints", "report", "on-demand")
+RUN_FILES = ("events.jsonl", "summary.json", "spec.json", "checkpoints", "report", "on-demand",
+             "sweep.json", "windows.csv", "cost_cdf.png", "finish_cdf.png")
 KNOWN_NAMES = frozenset(RUN_FILES) | {MARKER, LOCK_FILE}
 #: Leftovers of an interrupted atomic write of one of spotwise's files (``.summary.json.tmp-123``).
 _TMP_RE = re.compile(r"^\.(?:events\.jsonl|summary\.json|spec\.json|spotwise-run)\.tmp-\d+$")

@@ -1,0 +1,104 @@
+"""Tables, files and plots of a trace sweep (``spotwise simulate --trace``).
+
+Files written into the sweep's output directory: ``sweep.json`` (the summary, one object),
+``windows.csv`` (one row per strategy, home and start), and with plots ``cost_cdf.png`` (the CDF
+over windows of cost relative to the hindsight oracle) and ``finish_cdf.png`` (the CDF of the
+finish time, with the deadline marked).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from spotwise.sim.sweep import SweepResult
+
+
+def sweep_table(result: SweepResult) -> Any:
+    from rich.table import Table
+
+    d = result.to_dict()
+    job = d["job"]
+    t = Table(title=(f"{result.job.name}: {job['work_h']:.1f} h of work, {job['deadline_h']:.0f} h deadline, "
+                     f"{job['workers']} worker(s); {len(result.rows) // max(1, len(result.summaries))} windows "
+                     f"({d['windows']} starts, {d['first_start']} .. {d['last_start']}), {d['places']} places"))
+    for col, just in (("strategy", "left"), ("deadline met", "right"), ("95% CI", "right"), ("mean cost $", "right"),
+                      ("vs oracle", "right"), ("vs on-demand", "right"), ("p95 finish h", "right"),
+                      ("unfinished", "right"), ("on-demand h", "right"), ("moves", "right")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for s in result.summaries:
+        lo, hi = s.deadline_met_ci
+        t.add_row(s.strategy, f"{s.deadline_met:.1%}", f"{lo:.1%}-{hi:.1%}", f"{s.mean_cost:.2f}", f"{s.cost_ratio_of_means:.3f}x",
+                  "-" if s.vs_on_demand is None else f"{s.vs_on_demand:.3f}x",
+                  "-" if s.p95_finish_h is None else f"{s.p95_finish_h:.1f}", str(s.unfinished), f"{s.mean_on_demand_h:.2f}",
+                  f"{s.mean_moves:.2f}")
+    t.caption = (f"oracle: cheapest place and slots in hindsight, mean {d['oracle_mean_cost']:.2f} $ (a lower bound: no restarts, "
+                 "no moves); cost of an unfinished run is what it spent by the end of the data")
+    return t
+
+
+def write_sweep(result: SweepResult, out: Path, plots: bool = True) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    p = out / "sweep.json"
+    p.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    written.append(p)
+    p = out / "windows.csv"
+    rows = [r.to_dict() for r in result.rows]
+    with p.open("w", newline="", encoding="utf-8") as f:
+        if rows:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    written.append(p)
+    if plots:
+        written += plot_sweep(result, out)
+    return written
+
+
+def plot_sweep(result: SweepResult, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    paths = []
+    names = [s.strategy for s in result.summaries]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for n in names:
+        v = np.sort([r.cost / r.oracle_cost for r in result.rows if r.strategy == n and r.oracle_cost])
+        if v.size:
+            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=n)
+    ax.set_xlabel("cost / hindsight oracle")
+    ax.set_ylabel("fraction of windows")
+    ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Cost relative to the hindsight oracle (CDF over windows)")
+    fig.tight_layout()
+    p = out / "cost_cdf.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    dl = result.job.deadline_s / 3600
+    for n in names:
+        rs = [r for r in result.rows if r.strategy == n]
+        v = np.sort([r.finish_s / 3600 if r.finish_s is not None else np.inf for r in rs])
+        if v.size:
+            ax.step(np.minimum(v, 3 * dl), np.arange(1, v.size + 1) / v.size, where="post", label=n)
+    ax.axvline(dl, color="k", ls="--", lw=1, label="deadline")
+    ax.set_xlabel("finish time (h); unfinished runs drawn at the right edge")
+    ax.set_ylabel("fraction of windows")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Finish time (CDF over windows)")
+    fig.tight_layout()
+    p = out / "finish_cdf.png"
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    paths.append(p)
+    return paths

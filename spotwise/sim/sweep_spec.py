@@ -1,0 +1,122 @@
+"""From a job spec and trace files to a trace sweep (``spotwise simulate SPEC --trace ...``).
+
+The spec gives the job: its work is ``target.iterations`` committed steps at the expected step
+time of ``cluster.workers`` workers of ``cluster.instance_type`` (the one mini-batch time law,
+:class:`~spotwise.theory.runtime.MiniBatchTimeLaw`, through the sync strategy's
+``expected_round_s``: the same expectation the planner and the simulator use), or ``--work-hours``;
+``deadline``; the coordinator (billed on-demand for the whole run); the billing rule.  The home
+place is ``cluster.region`` (a zone, or a region meaning each of its zones) of the spec's type;
+``--all-zones`` makes every zone of the traces a home.  Nothing here imports a user workload.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from spotwise.config import JobSpec
+from spotwise.errors import InputError
+from spotwise.market.billing import BillingPolicy
+from spotwise.market.series import StepSeries
+from spotwise.market.world import load_catalog
+from spotwise.runtime.sync import make_sync
+from spotwise.sim.places import Place, build_places
+from spotwise.sim.sweep import SweepJob, SweepResult, parse_strategies, sweep, window_starts
+from spotwise.theory.runtime import MiniBatchTimeLaw
+
+
+def job_work_s(spec: JobSpec, catalog: Any) -> float:
+    """Compute seconds of ``spec``'s job on its own cluster (iterations x expected step time)."""
+    if spec.target.iterations is None:
+        raise InputError("a trace sweep needs the job's size: target.iterations (or --work-hours)",
+                         "set target.iterations, or pass --work-hours H", "target.iterations")
+    inst = catalog.instance(spec.cluster.instance_type, cloud=spec.cluster.cloud)
+    mean = float(spec.workload.step_time_s) / catalog.throughput(inst, spec.workload.family)
+    law = MiniBatchTimeLaw(mean, float(spec.cluster.straggler))
+    sync = make_sync(spec.cluster.sync, spec.cluster.sync_n)
+    return spec.target.iterations * sync.expected_round_s(law, spec.cluster.workers, float(spec.cluster.sync_overhead_s))
+
+
+def sweep_job(spec: JobSpec, *, work_hours: float | None = None, restart_s: float = 300.0,
+              history_s: float = 7 * 86400.0, deadline_h: float | None = None) -> SweepJob:
+    catalog = load_catalog(spec)
+    deadline = deadline_h * 3600.0 if deadline_h is not None else spec.deadline_s
+    if deadline is None:
+        raise InputError("a trace sweep needs a deadline", "set deadline in the spec (e.g. 48h) or pass --deadline-hours", "deadline")
+    if work_hours is not None:
+        if not (math.isfinite(work_hours) and work_hours > 0):
+            raise InputError(f"--work-hours must be > 0, got {work_hours!r}", "e.g. --work-hours 24", "--work-hours")
+        work = work_hours * 3600.0
+    else:
+        work = job_work_s(spec, catalog)
+    coord = 0.0
+    if spec.cluster.coordinator_instance:
+        ci = catalog.instance(spec.cluster.coordinator_instance, cloud=spec.cluster.cloud)
+        coord = float(ci.on_demand_per_hour or 0.0)
+    billing = BillingPolicy.per_second(minimum_s=spec.market.min_charge_s) if spec.market.billing == "per-second" else BillingPolicy.per_hour()
+    its = int(spec.target.iterations or max(1, round(work)))
+    return SweepJob(work_s=work, deadline_s=float(deadline), workers=int(spec.cluster.workers), restart_s=float(restart_s),
+                    coordinator_per_hour=coord, iterations=its, history_s=float(history_s), billing=billing, name=spec.name)
+
+
+def homes_for(spec: JobSpec, places: Sequence[Place], all_zones: bool) -> list[tuple[str, str]]:
+    inst = spec.cluster.instance_type
+    own = [p for p in places if p.instance.name == inst]
+    if not own:
+        raise InputError(f"the traces hold no series for {inst}", "pass traces of cluster.instance_type (spotwise traces show)", "--trace")
+    region = spec.cluster.region
+    if all_zones or not region:
+        return [p.key for p in own]
+    picked = [p.key for p in own if p.zone == region or p.region == region]
+    if not picked:
+        raise InputError(f"the traces hold no {inst} series in {region!r}",
+                         f"set cluster.region to one of {', '.join(sorted({p.zone for p in own}))}, or pass --all-zones",
+                         "cluster.region")
+    return picked
+
+
+@dataclass
+class SweepRequest:
+    """What ``spotwise simulate --trace`` was asked for (validated as the CLI builds it)."""
+
+    traces: list[str]
+    strategies: str | None = None
+    every_s: float = 6 * 3600.0
+    types: list[str] = field(default_factory=list)
+    all_zones: bool = False
+    work_hours: float | None = None
+    deadline_h: float | None = None
+    restart_s: float = 300.0
+    history_s: float = 7 * 86400.0
+    tick_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.traces:
+            raise InputError("no trace given", "pass --trace FILE_OR_DIR (AWS/Azure prices, SkyPilot availability)", "--trace")
+        for name, v, lo in (("--restart-s", self.restart_s, 0.0), ("--history", self.history_s, 0.0), ("--tick", self.tick_s, 1.0)):
+            if not (math.isfinite(v) and v >= lo):
+                raise InputError(f"{name} must be a number >= {lo:g}, got {v!r}", f"e.g. {name} 300", name)
+
+
+def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, int], None] | None = None
+                    ) -> tuple[SweepResult, list[Place], list[tuple[str, str]], list[str]]:
+    """Load the traces, build the places and homes, run the sweep.  Returns ``(result, places, homes, skipped)``."""
+    from spotwise.market.traces import load_traces
+
+    for t in req.traces:
+        if not Path(t).exists():
+            raise InputError(f"trace {t!r} does not exist", "pass an existing trace file or folder", "--trace")
+    series: list[StepSeries] = load_traces(req.traces)
+    if not series:
+        raise InputError("the traces hold no records", "pass non-empty trace files (spotwise traces show)", "--trace")
+    catalog = load_catalog(spec)
+    places, skipped = build_places(series, catalog, spec.workload.family, spec.cluster.instance_type, req.types or None)
+    job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=req.history_s, deadline_h=req.deadline_h)
+    homes = homes_for(spec, places, req.all_zones)
+    home_places = [p for p in places if p.key in set(homes)]
+    starts = window_starts(home_places, job, req.every_s)
+    strategies = parse_strategies(req.strategies)
+    result = sweep(job, places, homes, strategies, starts, tick_s=req.tick_s, progress=progress)
+    return result, places, homes, skipped
