@@ -233,3 +233,23 @@ def build_market(spec: JobSpec, horizon_s: float | None = None, catalog: Catalog
     billing = BillingPolicy.per_second(minimum_s=spec.market.min_charge_s) if spec.market.billing == "per-second" else BillingPolicy.per_hour()
     return Market(instance=instance, coordinator=coordinator, prices=prices, revocation=revocation, billing=billing,
                   catalog=catalog, horizon_s=float(horizon_s))
+
+
+def market_for_place(spec: JobSpec, instance_type: str, region: str | None = None, catalog: Catalog | None = None,
+                     horizon_s: float | None = None) -> Market:
+    """The market ``spec``'s job would live in on ``instance_type`` in ``region`` (a migration's target).
+
+    The same spec -- traces, synthetic generator, revocation model, billing -- with
+    ``cluster.instance_type`` and ``cluster.region`` replaced (``region=None`` keeps the spec's),
+    built by :func:`build_market`: a trace market replays the series of the new instance and zone
+    or region (if the traces hold one), a catalog-priced market takes the new instance's prices.
+    Time is the job's virtual time (``t = 0`` is the job's start), so the caller can switch to it
+    mid-run.  InputError for an instance or region the catalog does not know.
+    """
+    import dataclasses
+
+    if not instance_type:
+        raise InputError("a migration needs an instance type", "name an instance type from the catalog", "Migrate.instance_type")
+    cluster = dataclasses.replace(spec.cluster, instance_type=instance_type,
+                                  region=spec.cluster.region if region is None else region)
+    return build_market(dataclasses.replace(spec, cluster=cluster), horizon_s=horizon_s, catalog=catalog)

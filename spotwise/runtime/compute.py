@@ -79,6 +79,16 @@ class Compute(ABC):
     def result(self, slot: int, pending: Any) -> Result:
         """The result of one pending call; :class:`WorkerLost` if its worker died."""
 
+    def wait(self, pending: dict[int, Any], num_returns: int = 1, timeout: float | None = None) -> list[int]:
+        """Slots of ``pending`` (slot -> pending call) whose results are ready, at most ``num_returns``.
+
+        Waits up to ``timeout`` seconds (``None``: until ``num_returns`` are ready) and returns
+        possibly fewer.  A call whose worker died counts as ready (its result raises
+        :class:`WorkerLost`).  The default suits data planes that compute a call when its result
+        is asked for (every call is ready at once); :class:`RayCompute` waits on the actors.
+        """
+        return list(pending)[: max(0, num_returns)]
+
 
 class RayCompute(Compute):
     """Workers as Ray actors; ``standby`` of them kept starting in the background (module docstring)."""
@@ -172,6 +182,15 @@ class RayCompute(Compute):
             return ray.get(pending)
         except (ActorDiedError, RayActorError):
             raise WorkerLost(slot) from None
+
+    def wait(self, pending: dict[int, Any], num_returns: int = 1, timeout: float | None = None) -> list[int]:
+        import ray
+
+        if not pending or num_returns < 1:
+            return []
+        by_ref = {ref: w for w, ref in pending.items()}
+        done, _ = ray.wait(list(by_ref), num_returns=min(num_returns, len(by_ref)), timeout=timeout)
+        return [by_ref[ref] for ref in done]
 
 
 class _LocalCall:

@@ -48,6 +48,7 @@ the parameters live here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -71,12 +72,13 @@ from spotwise.market.preemption import (
     MarketEvent,
     RevocationModel,
 )
-from spotwise.market.world import Market, build_market
+from spotwise.market.world import Market, build_market, market_for_place
 from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
-from spotwise.policies.base import Decision, Noop, Policy
+from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket
 from spotwise.runtime.checkpoint import load_latest_checkpoint, require_checkpoint, save_checkpoint, warn_on_stderr
-from spotwise.runtime.compute import Compute, RayCompute, WorkerLost
+from spotwise.runtime.clock import Clock, ReadyFn, VirtualClock
+from spotwise.runtime.compute import Compute, RayCompute, Result, WorkerLost
 from spotwise.runtime.provider import EmulatedProvider, Provider
 from spotwise.runtime.raystart import ensure_ray  # noqa: F401  (re-exported: callers import it from here)
 from spotwise.runtime.sampler import Block, EpochSampler
@@ -90,6 +92,13 @@ log = logging.getLogger(__name__)
 
 SPEC_FILE = "spec.json"
 
+#: seconds a change of market or place costs when nothing else says (new workers start, load the
+#: checkpoint's parameters): billed, no progress; a Coordinator's ``restart_s`` overrides it
+DEFAULT_RESTART_S = 120.0
+
+#: the ledger's market names (billing) for the policies' (:data:`spotwise.policies.base.MARKETS`)
+LEDGER_MARKET = {"spot": "spot", "on-demand": "on_demand"}
+
 
 @dataclass
 class Task:
@@ -97,7 +106,8 @@ class Task:
     block: Block
     version: int
     start: float
-    finish: float
+    #: drawn finish time (virtual clock); ``None`` where durations are measured (wall clock)
+    finish: float | None
     ref: Any
 
 
@@ -122,6 +132,9 @@ class Counters:
     checkpoints: int = 0
     #: samples in committed steps (what a like-for-like baseline must process too)
     samples: int = 0
+    #: restarts after a market switch or a migration, and the seconds they cost (billed, no work)
+    restarts: int = 0
+    restart_s: float = 0.0
     recoveries_ms: list[float] = field(default_factory=list)
 
 
@@ -167,7 +180,11 @@ class Coordinator:
         stop_after_steps: int | None = None,
         stop_after_samples: int | None = None,
         worker_market: str = "spot",
+        clock: Clock | None = None,
+        restart_s: float | None = None,
     ) -> None:
+        #: how time passes: virtual (drawn durations, the default) or measured (a real cluster)
+        self.clock: Clock = clock if clock is not None else VirtualClock()
         self.spec = spec
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -178,6 +195,12 @@ class Coordinator:
         self.stop_after_samples = stop_after_samples
         #: how workers are billed: "spot" (volatile capacity) or "on_demand" (a baseline's fixed fleet)
         self.worker_market = worker_market
+        #: seconds a market switch or migration costs before the new workers compute (billed)
+        self.restart_s = DEFAULT_RESTART_S if restart_s is None else float(restart_s)
+        if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
+            raise ValueError(f"restart_s must be a finite number of seconds >= 0, got {restart_s!r}")
+        #: the region (or zone) the job runs in; a migration changes it
+        self.region: str | None = spec.cluster.region
         self.market = market or build_market(spec)
         cl = spec.cluster
         self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
@@ -185,7 +208,7 @@ class Coordinator:
         self.sync = cl.sync
         self.sync_n = cl.sync_n
         self.delta = float(cl.sync_overhead_s)
-        #: virtual time a commit adds (Delta of eq. 14-15); 0 where time is measured, not modelled
+        #: virtual time a commit adds (Delta of eq. 14-15); a wall clock ignores it (time is measured)
         self.commit_overhead_s = self.delta
         self.mean_step_s = self.market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
         self.straggler = float(cl.straggler)
@@ -206,7 +229,6 @@ class Coordinator:
         self.provider = provider or EmulatedProvider(
             self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, compute=self.compute)
 
-        self.T = 0.0
         self.step = 0
         self.lr = self.base_lr
         self.provisioned = cl.workers
@@ -234,6 +256,8 @@ class Coordinator:
         self.kill_wall: float | None = None
         self.carried_cost: dict[str, Any] = {"total": 0.0, "by_category": {}, "by_market": {}, "by_instance": {}}
         self.status = "running"
+        #: clock time at which the fleet became empty (an idle period in progress), else None
+        self._idle_since: float | None = None
         self.wall0 = time.perf_counter()
         self.ledger = Ledger(self.market.billing)
         self.log: EventLog
@@ -243,7 +267,13 @@ class Coordinator:
             self._fresh_start()
 
     # ================================================================== setup
+    @property
+    def T(self) -> float:
+        """Seconds since the job's start on :attr:`clock` (virtual, or measured on a real cluster)."""
+        return self.clock.now()
+
     def _fresh_start(self) -> None:
+        self.provider.prepare(list(range(self.provisioned)))  # a real cluster: ask for the workers, wait for one
         (self.out / SPEC_FILE).write_text(json.dumps(self.spec.to_dict(), indent=2) + "\n")
         self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
                             meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
@@ -266,11 +296,12 @@ class Coordinator:
         self.step = int(state["step"])
         self.params = state["params"].numpy().astype(np.float32).copy()
         self.lr = float(state["lr"])
-        self.T = float(state["T"])
+        self.clock.restore(float(state["T"]))
         self.last_commit_T = self.T
         self.sampler = EpochSampler.from_state(state["sampler"])
         self.dur_rng.bit_generator.state = json.loads(state["dur_rng"])
         self.provisioned = int(state["provisioned"])
+        self.provider.prepare(list(range(self.provisioned)), resume=True)
         self.sync = str(state["sync"])
         self.sync_n = None if state["sync_n"] is None else int(state["sync_n"])
         self.ema_loss = None if state["ema_loss"] is None else float(state["ema_loss"])
@@ -289,7 +320,7 @@ class Coordinator:
         for iid, entry in sorted(reopen.items()):
             # a worker that was running at the checkpoint but whose capacity is gone at T (its
             # revocation fell on the checkpoint's instant): billed up to T, as without the restart
-            self.ledger.reopen(entry, self.market.prices)
+            self.ledger.reopen(entry, self._worker_price(str(entry.get("market", self.worker_market))))
             self.ledger.stop(iid, self.T, reason="revoked")
             self.counters.revocations += 1
             self.log.emit("revoke", worker=int(iid.split("-")[-1]), reason="market", active=len(self.members))
@@ -323,17 +354,27 @@ class Coordinator:
         return {"settled": _merge_costs(self.carried_cost, snap["settled"]), "open": snap["open"]}
 
     # ================================================================== membership
-    def _add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None) -> None:
+    def _add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,
+                    billed_from: float | None = None) -> None:
         """``w`` joins with ``actor``; ``reopen``: its billing interval from the checkpoint (a resume
-        continues it -- the same VM in the same virtual timeline -- and it is not a new join)."""
+        continues it -- the same VM in the same virtual timeline -- and it is not a new join);
+        ``billed_from``: when its billing began, if before now (it was starting: a restart)."""
         self.members[w] = actor
         if reopen is not None:
-            self.ledger.reopen(reopen, self.market.prices)
+            self.ledger.reopen(reopen, self._worker_price(str(reopen.get("market", self.worker_market))))
             self.log.emit("join", worker=w, active=len(self.members), resumed=True)
             return
-        self.ledger.start(f"worker-{w}", self.T, self.market.prices, category="worker", market=self.worker_market)
+        self.ledger.start(f"worker-{w}", self.T if billed_from is None else billed_from, self._worker_price(),
+                          category="worker", market=self.worker_market)
         self.counters.joins += 1
         self.log.emit("join", worker=w, active=len(self.members))
+
+    def _worker_price(self, market: str | None = None) -> Any:
+        """What a worker costs on ``market`` (ledger name; default: the one in force): the spot price
+        series, or the instance's on-demand $/h."""
+        if (market or self.worker_market) == "on_demand":
+            return self.market.on_demand_price
+        return self.market.prices
 
     def _drop_member(self, w: int, reason: str) -> None:
         actor = self.members.pop(w, None)
@@ -356,7 +397,17 @@ class Coordinator:
             self.counters.revocations += 1
         self.log.emit("revoke", worker=w, reason=reason, active=len(self.members))
         if reason != "released":
+            if w < self.provisioned:
+                self.provider.request(w)  # requested capacity (a real cluster): fills when a node has room
             self._note_loss()
+
+    def _poll_joins(self, timeout: float = 0.0) -> None:
+        """Requested workers that have started join (a real cluster); the unwanted are released."""
+        for w in self.provider.poll(timeout):
+            if w < self.provisioned and w not in self.members:
+                self._add_member(w, self.provider.acquire(w))
+            else:
+                self.provider.cancel(w)
 
     def _no_progress_limit(self) -> int:
         """Failed attempts without a commit that mark a run as stuck (see the class docstring)."""
@@ -400,7 +451,7 @@ class Coordinator:
             if t is None or t > until:
                 break
             ev = self.provider.pop_event()
-            self.T = max(self.T, ev.t)
+            self.clock.advance_to(ev.t)
             self._emit_prices()
             self._handle_market(ev)
 
@@ -418,6 +469,15 @@ class Coordinator:
 
     def _draw(self) -> float:
         return float(self.time_law.draw(self.dur_rng))
+
+    def _finish_time(self, start: float) -> float | None:
+        """When a mini-batch started at ``start`` completes: drawn (virtual clock) or ``None`` (measured)."""
+        d = self.clock.duration(self._draw)
+        return None if d is None else start + d
+
+    def _ready(self, refs: dict[int, Any]) -> ReadyFn:
+        """``ready(slots, k, timeout)`` over ``refs`` for :meth:`Clock.next_done` (the data plane waits)."""
+        return lambda slots, k, timeout: self.compute.wait({w: refs[w] for w in slots}, k, timeout)
 
     def _emit_prices(self) -> None:
         prices = self.market.prices
@@ -479,23 +539,51 @@ class Coordinator:
             self._shutdown()
 
     def _idle(self) -> bool:
-        """No active worker: let virtual time pass to the next capacity change (billed: coordinator)."""
-        t0 = self.T
+        """No active worker: let time pass until capacity returns (billed: the coordinator).
+
+        Virtual time jumps to the next scheduled capacity change (or one iteration of a
+        per-iteration market); requested capacity (a real cluster) is polled for up to the
+        provider's ``capacity_timeout_s``.  False when no capacity can come.  The idle period is
+        logged (``idle``, ``t`` = its end) once workers are back or the wait is given up.
+        """
+        if self._idle_since is None:
+            self._idle_since = self.T
         if self.provider.iteration_driven:
-            self.T += self.mean_step_s
+            self.clock.advance(self.mean_step_s)
             self._iteration_market()
         else:
             t = self.provider.peek_time()
-            if t is None or t >= self.market.horizon_s:
+            if t is not None and t < self.market.horizon_s:
+                self._drain_market(t)
+            elif self.provider.requests_capacity and self.T - self._idle_since < self.provider.capacity_timeout_s:
+                self._poll_joins(timeout=0.25)
+            else:
+                self._end_idle()
                 return False
-            self._drain_market(t)
-        if self.T > t0:
-            self.counters.idle_s += self.T - t0
-            self.log.emit("idle", start=t0, duration=self.T - t0)  # t = when the idle period ends
+        if self.members:
+            self._end_idle()
         return True
+
+    def _end_idle(self) -> None:
+        """Close the idle period in progress (if any): count it and log it."""
+        if self._idle_since is None:
+            return
+        start, self._idle_since = self._idle_since, None
+        if self.T > start:
+            self.counters.idle_s += self.T - start
+            self.log.emit("idle", start=start, duration=self.T - start)  # t = when the idle period ends
 
     # ------------------------------------------------------------------ barrier modes
     def _barrier_round(self) -> None:
+        """One round of a barrier mode: every member computes one block; commit the needed ones.
+
+        The clock says which results to collect next (:meth:`Clock.next_done`): on a virtual
+        clock the earliest drawn finish times, with the market events before them applied first
+        (in virtual-time order); on the wall clock whatever the data plane reports first, with
+        joins taken in between.  A worker lost on the way costs only its block (see
+        :meth:`_lose_contribution`); a round none of whose workers survives is aborted.
+        """
+        self._poll_joins()
         self._iteration_market()
         if not self.members:
             return
@@ -504,53 +592,59 @@ class Coordinator:
         if not blocks:
             return
         params = self._params_arg()
-        finish = {w: t0 + self._draw() for w in blocks}
+        finish = {w: self._finish_time(t0) for w in blocks}
         refs = {w: self.compute.submit(self.members[w], params, blocks[w].indices) for w in blocks}
-
-        def plan() -> tuple[list[int], float]:
-            order = sorted(blocks, key=lambda w: (finish[w], w))
-            n = self.sync_strategy.needed(len(order))
-            return order[:n], finish[order[n - 1]]
-
-        needed, t_commit = plan()
-        # market events during the round, in virtual-time order
-        while True:
-            t = self.provider.peek_time()
-            if t is None or t > t_commit:
-                break
-            ev = self.provider.pop_event()
-            self.T = max(self.T, ev.t)
-            self._emit_prices()
-            revoked = ev.kind == "revoke" and ev.worker in blocks and ev.worker in self.members
-            self._handle_market(ev)
-            if revoked:
-                self._lose_contribution(ev.worker, blocks, refs, finish)
-                if not blocks:
-                    self._abort_round()
-                    return
-                needed, t_commit = plan()
-        results: dict[int, tuple] = self._get_many({w: refs[w] for w in needed})
-        needed = [w for w in needed if w not in results]
-        while needed:
-            w = needed[0]
-            try:
-                results[w] = self._get(w, refs[w])
-                needed.pop(0)
-            except WorkerLost:
-                self._drop_member(w, "node-lost")
-                self._lose_contribution(w, blocks, refs, finish)
-                if not blocks:
-                    self._abort_round()
-                    return
-                needed, t_commit = plan()
-                needed = [v for v in needed if v not in results]
+        ready = self._ready(refs)
+        results: dict[int, Result] = {}
+        while len(results) < self.sync_strategy.needed(len(blocks)):
+            want = self.sync_strategy.needed(len(blocks)) - len(results)
+            done, t_done = self.clock.next_done({w: finish[w] for w in blocks if w not in results}, want, ready)
+            if t_done is None or not self._round_market(t_done, blocks, refs, finish, results):
+                self._collect(done, refs, results, blocks, finish)
+            if not blocks:
+                self._abort_round()
+                return
+            self._poll_joins()
         for w in list(blocks):
             if w not in results:
                 self.sampler.release(blocks.pop(w))  # stragglers cancelled by n-sync
-        self.T = max(self.T, t_commit)
+        drawn = [f for w in results if (f := finish[w]) is not None]
+        if drawn:
+            self.clock.advance_to(max(drawn))
         for w, r in results.items():
             self._worker_notice(w, r[4])
         self._commit([Contribution(w, blocks[w], r[0], r[1], r[2], 0) for w, r in results.items()])
+
+    def _round_market(self, until: float, blocks: dict[int, Block], refs: dict[int, Any],
+                      finish: dict[int, float | None], results: dict[int, Result]) -> bool:
+        """Market events up to ``until`` during a round; True as soon as one costs the round a block."""
+        while True:
+            t = self.provider.peek_time()
+            if t is None or t > until:
+                return False
+            ev = self.provider.pop_event()
+            self.clock.advance_to(ev.t)
+            self._emit_prices()
+            revoked = ev.kind == "revoke" and ev.worker in blocks and ev.worker in self.members and ev.worker not in results
+            self._handle_market(ev)
+            if revoked:
+                self._lose_contribution(ev.worker, blocks, refs, finish)
+                return True
+
+    def _collect(self, done: list[int], refs: dict[int, Any], results: dict[int, Result], blocks: dict[int, Block],
+                 finish: dict[int, float | None]) -> None:
+        """Results of ``done`` (one round trip; one by one if a worker died: it is dropped)."""
+        if not done:
+            return
+        results.update(self.compute.gather({w: refs[w] for w in done}))
+        for w in done:
+            if w in results or w not in blocks:
+                continue
+            try:
+                results[w] = self.compute.result(w, refs[w])
+            except WorkerLost:
+                self._drop_member(w, "node-lost")
+                self._lose_contribution(w, blocks, refs, finish)
 
     def _reserve_round(self) -> dict[int, Block]:
         blocks: dict[int, Block] = {}
@@ -565,7 +659,8 @@ class Coordinator:
         """The parameters as a call argument of this round (:meth:`Compute.share`)."""
         return self.compute.share(self.params)
 
-    def _lose_contribution(self, w: int, blocks: dict[int, Block], refs: dict[int, Any], finish: dict[int, float]) -> None:
+    def _lose_contribution(self, w: int, blocks: dict[int, Block], refs: dict[int, Any],
+                           finish: dict[int, float | None]) -> None:
         """A worker of the current round is gone: its gradient will never arrive.
 
         The step is completed with the new membership: the survivors' gradients are for the same
@@ -598,10 +693,6 @@ class Coordinator:
         if self.step > self.last_ckpt_step:
             self._checkpoint("notice")
 
-    def _get_many(self, refs: dict[int, Any]) -> dict[int, tuple]:
-        """All results in one round trip; ``{}`` if any worker died (then they are fetched one by one)."""
-        return self.compute.gather(refs)
-
     def _get(self, w: int, ref: Any) -> tuple[np.ndarray, float, int, float, dict[str, Any] | None]:
         """One result; :class:`WorkerLost` if its worker died."""
         return self.compute.result(w, ref)
@@ -614,7 +705,7 @@ class Coordinator:
             return
         self.waiting.discard(w)
         ref = self.compute.submit(self.members[w], self._params_ref(), b.indices)  # one shared copy per step
-        self.tasks[w] = Task(w, b, self.step, self.T, self.T + self._draw(), ref)
+        self.tasks[w] = Task(w, b, self.step, self.T, self._finish_time(self.T), ref)
 
     def _params_ref(self) -> Any:
         if getattr(self, "_pref_step", None) != self.step:
@@ -658,15 +749,21 @@ class Coordinator:
                 self._start_task(w)
 
     def _continuous_tick(self) -> None:
+        """The next event of a continuous mode: a market event or the next finished mini-batch."""
+        self._poll_joins()
         if not self._ensure_tasks():
             return
-        nxt = min(self.tasks.values(), key=lambda k: (k.finish, k.worker))
+        done, t_done = self.clock.next_done({w: k.finish for w, k in self.tasks.items()}, 1,
+                                            self._ready({w: k.ref for w, k in self.tasks.items()}))
         t_mkt = self.provider.peek_time()
-        if t_mkt is not None and t_mkt <= nxt.finish:
+        if t_mkt is not None and (t_done is None or t_mkt <= t_done):
             self._drain_market(t_mkt)
             return
-        self.T = nxt.finish
-        self._finish_task(nxt)
+        if not done:
+            return
+        if t_done is not None:
+            self.clock.advance_to(t_done)
+        self._finish_task(self.tasks[done[0]])
 
     # ================================================================== commit
     def _commit(self, contribs: list[Contribution]) -> None:
@@ -682,7 +779,7 @@ class Coordinator:
         self.counters.samples += total
         self.state.apply(grad, self.lr, len(contribs))
         self.step += 1
-        self.T += self.commit_overhead_s
+        self.clock.advance(self.commit_overhead_s)  # Delta (virtual); measured time already holds it
         duration = self.T - self.last_commit_T
         self.last_commit_T = self.T
         self.last_loss = loss
@@ -742,8 +839,22 @@ class Coordinator:
             max_workers=self.max_workers, reference_workers=self.spec.cluster.workers, base_lr=self.base_lr, lr=self.lr,
             sync=self.sync, sync_n=self.sync_n, loss=self.last_loss, price=self.market.spot_price(self.T),
             cost_so_far=self.cost_so_far(), deadline_s=self.spec.deadline_s, budget_usd=self.spec.budget_usd,
-            target_iterations=self.spec.target.iterations,
+            target_iterations=self.spec.target.iterations, market=self.market_name,
+            spot_available=self.provider.spot_available(self.T), step_s=self.expected_step_s(), restart_s=self.restart_s,
+            place=(self.region or self.market.instance.region or "", self.market.instance.name),
+            on_demand_price=self.market.instance.on_demand_per_hour,
         )
+
+    @property
+    def market_name(self) -> str:
+        """What the workers run on now, as policies name it: ``"spot"`` or ``"on-demand"``."""
+        return "on-demand" if self.worker_market == "on_demand" else "spot"
+
+    def expected_step_s(self) -> float:
+        """Mean seconds per committed step for the current membership (at least one worker): the
+        sync strategy's ``E[R]`` under the mini-batch time law, commit overhead included."""
+        n = max(1, len(self.members) or self.provisioned)
+        return float(self.sync_strategy.expected_round_s(self.time_law, n, self.delta))
 
     def _apply_policies(self) -> None:
         if not self.policies:
@@ -755,6 +866,7 @@ class Coordinator:
 
     def _act(self, policy: Policy, d: Decision) -> None:
         acted = True
+        why_not: str | None = None
         if isinstance(d, SetLearningRate):
             self.lr = d.lr
         elif isinstance(d, Resize):
@@ -770,12 +882,122 @@ class Coordinator:
             self.sync, self.sync_n = d.sync, d.sync_n
         elif isinstance(d, CheckpointDecision):
             self._checkpoint("policy")
+        elif isinstance(d, SwitchMarket):
+            why_not = self._switch_market(d.market)
+            acted = why_not is None
+        elif isinstance(d, Migrate):
+            why_not = self._migrate(d)
+            acted = why_not is None
         elif isinstance(d, Noop):
             acted = False
         else:
-            acted = False  # Migrate needs a provider that can move the job: logged, not acted on
+            acted, why_not = False, f"{type(d).__name__} is not a decision this executor knows"
         self.counters.decisions += 1
-        self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=acted)
+        extra = {} if why_not is None else {"not_acted": why_not}
+        self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=acted, **extra)
+
+    # ------------------------------------------------------------------ market switches and migrations
+    def _switch_market(self, market: str) -> str | None:
+        """Run the workers on ``market`` from now on; ``None`` if done, else why not.
+
+        Checkpoint, release every worker (their billing stops), switch the provider's capacity,
+        then the restart: the new workers are billed from now but join only ``restart_s`` later
+        (:meth:`_restart`).  Logged as a ``market_switch`` event (from, to, restart cost).
+        """
+        if not self.provider.supports_markets:
+            return "the provider cannot switch markets (a real cluster's capacity is what it is)"
+        old = self.market_name
+        if market == old:
+            return f"the workers already run on {market}"
+        try:
+            self.market.on_demand_price  # noqa: B018  (on-demand billing needs it: refuse before releasing anything)
+        except InputError as e:
+            return e.message
+        t0 = self.T
+        self._checkpoint("market-switch")
+        self._release_all()
+        self.provider.switch_market(market, self.T)
+        self.worker_market = LEDGER_MARKET[market]
+        cost = self._restart()
+        self.log.emit("market_switch", **{"from": old, "to": market}, start=t0, restart_s=self.T - t0, cost=cost,
+                      active=len(self.members))
+        return None
+
+    def _migrate(self, d: Migrate) -> str | None:
+        """Move the job to ``d.instance_type`` in ``d.region``; ``None`` if done, else why not.
+
+        The new place's market (:func:`~spotwise.market.world.market_for_place`: its prices,
+        revocation model, throughput) replaces the current one; the workers are released and
+        re-acquired there with a restart as for a market switch (:meth:`_switch_market`), on the
+        market in force.  Logged as a ``migrate`` event (from, to, restart cost).
+        """
+        if not self.provider.supports_migration:
+            return "the provider cannot move the job to another place"
+        if d.cloud is not None and d.cloud != self.market.instance.cloud:
+            return f"moving to another cloud ({d.cloud}) is not supported"
+        region = d.region if d.region is not None else self.region
+        old = (self.region or self.market.instance.region or "", self.market.instance.name)
+        if (region or "", d.instance_type) == (self.region or "", self.market.instance.name):
+            return "the job already runs there"
+        try:
+            place = market_for_place(self.spec, d.instance_type, region, self.market.catalog, self.market.horizon_s)
+            if self.worker_market == "on_demand":
+                place.on_demand_price  # noqa: B018
+        except InputError as e:
+            return f"no market for {d.instance_type} in {region or 'any region'}: {e.message}"
+        t0 = self.T
+        self._checkpoint("migrate")
+        self._release_all()
+        self.provider.migrate(place, self.T)
+        self.market = dataclasses.replace(place, coordinator=self.market.coordinator)  # the coordinator stays
+        self.region = region
+        self.mean_step_s = self.market.step_seconds(self.spec.workload.family, float(self.spec.workload.step_time_s))
+        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
+        self.log.emit("price", instance=self.market.instance.name, price=self.market.spot_price(self.T))
+        self.last_price_T = self.T
+        cost = self._restart()
+        self.log.emit("migrate", **{"from": list(old), "to": [region or "", self.market.instance.name]}, start=t0,
+                      restart_s=self.T - t0, cost=cost, active=len(self.members))
+        return None
+
+    def _release_all(self) -> None:
+        for w in sorted(self.members):
+            self._drop_member(w, "released")
+
+    def _restart(self) -> float:
+        """New capacity starts: billed from now, it computes only ``restart_s`` later; returns the
+        cost of the restart window (everything billed in it, the coordinator included).
+
+        Market events in the window are applied in order: a slot that gets capacity starts then
+        (billed from then), a starting slot that is revoked is billed until its revocation and
+        does not join.  At the end of the window every started slot joins.
+        """
+        t0 = self.T
+        c0 = self.cost_so_far()
+        t_end = t0 + self.restart_s
+        if self.provider.iteration_driven:
+            self._iteration_market()
+        starting = {w: t0 for w in sorted(self.provider.available_at_start()) if w < self.provisioned}
+        while (t := self.provider.peek_time()) is not None and t <= t_end:
+            ev = self.provider.pop_event()
+            self.clock.advance_to(ev.t)
+            self._emit_prices()
+            w = ev.worker
+            if ev.kind == "available" and w < self.provisioned:
+                starting.setdefault(w, ev.t)
+            elif ev.kind == "revoke" and w in starting:
+                iid = f"worker-{w}"
+                self.ledger.start(iid, starting.pop(w), self._worker_price(), category="worker", market=self.worker_market)
+                self.ledger.stop(iid, ev.t, reason="revoked")
+                self.counters.revocations += 1
+                self.log.emit("revoke", worker=w, reason="market", active=len(self.members), starting=True)
+        self.clock.advance_to(t_end)
+        self._emit_prices()
+        for w, since in sorted(starting.items()):
+            self._add_member(w, self.provider.acquire(w), billed_from=since)
+        self.counters.restarts += 1
+        self.counters.restart_s += self.T - t0
+        return self.cost_so_far() - c0
 
     def _reconcile(self) -> None:
         """Membership after the market changed under us (rebids): drop the outbid, add the newly won."""
@@ -798,6 +1020,11 @@ class Coordinator:
             for w in range(old, self.provisioned):
                 if w in avail and w not in self.members:
                     self._add_member(w, self.provider.acquire(w))
+        for w in range(old, self.provisioned):
+            if w not in self.members:
+                self.provider.request(w)  # requested capacity: joins through _poll_joins
+        for w in range(self.provisioned, old):
+            self.provider.cancel(w)
 
     # ================================================================== checkpoints
     def _checkpoint(self, why: str) -> None:
@@ -806,6 +1033,7 @@ class Coordinator:
             "format": 1, "step": self.step, "params": torch.from_numpy(self.params.copy()), "lr": self.lr, "T": self.T,
             "sampler": self.sampler.state(), "dur_rng": json.dumps(self.dur_rng.bit_generator.state),
             **self.provider.market_state(), "provisioned": self.provisioned,
+            "place": [self.market.instance.name, self.region],
             "sync": self.sync, "sync_n": self.sync_n, "ema_loss": self.ema_loss,
             "counters": {k: v for k, v in self.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
             "ledger": self._ledger_state(),
@@ -851,6 +1079,7 @@ class Coordinator:
                 "worker_price_per_hour": od, "metric": None}
 
     def _finish(self) -> RunSummary:
+        self._end_idle()
         if self.step > self.last_ckpt_step:
             self._checkpoint_quiet()  # before the ledger closes: it holds the open intervals
         for w in sorted(self.members):

@@ -102,6 +102,64 @@ class Provider(ABC):
     def resume_market(self, t: float, state: dict[str, Any]) -> None:
         """Continue the market at virtual time ``t`` from a checkpoint's :meth:`market_state`."""
 
+    # ------------------------------------------------------------------ markets and places
+    @property
+    def supports_markets(self) -> bool:
+        """Whether :meth:`switch_market` can move the workers between spot and on-demand capacity."""
+        return False
+
+    @property
+    def market(self) -> str:
+        """What the workers run on now: ``"spot"`` or ``"on-demand"``."""
+        return "spot"
+
+    def switch_market(self, market: str, t: float) -> None:
+        """Capacity from ``market`` (``"spot"`` or ``"on-demand"``) from time ``t`` on; only where
+        :attr:`supports_markets` (the coordinator releases and re-acquires the workers)."""
+        raise InputError("this capacity cannot switch markets", "use the emulated provider", "policies")
+
+    @property
+    def supports_migration(self) -> bool:
+        """Whether :meth:`migrate` can move the job's capacity to another instance type / place."""
+        return False
+
+    def migrate(self, place: Any, t: float) -> None:
+        """Capacity of ``place`` (a :class:`~spotwise.market.world.Market` built for the new instance
+        type and region) from time ``t`` on; only where :attr:`supports_migration`."""
+        raise InputError("this capacity cannot move to another place", "use the emulated provider", "policies")
+
+    def spot_available(self, t: float) -> bool | None:
+        """Whether spot capacity can be had at ``t`` (``None`` where the provider cannot tell)."""
+        return None
+
+    # ------------------------------------------------------------------ requested capacity (real clusters)
+    @property
+    def requests_capacity(self) -> bool:
+        """Whether workers must be asked for (:meth:`request`) and their joins collected (:meth:`poll`).
+
+        False for a market timeline (capacity comes and goes by scheduled events); True for a
+        real cluster, where a slot's worker starts when a node has room.
+        """
+        return False
+
+    #: how long a coordinator without workers waits for requested capacity before it gives up
+    #: (status ``no-capacity``); only where :attr:`requests_capacity`
+    capacity_timeout_s: float = 1800.0
+
+    def prepare(self, slots: list[int], resume: bool = False) -> None:
+        """Before the first worker joins: ask for ``slots`` and wait for the first to start
+        (where :attr:`requests_capacity`; nothing to do otherwise)."""
+
+    def request(self, slot: int) -> None:
+        """Ask for a worker in ``slot`` (it joins through :meth:`poll`); nothing to do for a timeline."""
+
+    def cancel(self, slot: int) -> None:
+        """Withdraw a request for ``slot`` (or release a started worker nobody acquired)."""
+
+    def poll(self, timeout: float = 0.0) -> list[int]:
+        """Slots whose requested worker has started and waits to be acquired (waiting up to ``timeout``)."""
+        return []
+
     def shutdown(self) -> None:
         """Release every resource the provider holds."""
 
@@ -127,6 +185,12 @@ class EmulatedProvider(Provider):
         compute: Compute | None = None,
     ) -> None:
         self.model = model
+        #: the spot revocation model of the current place (``model`` is NoRevocation while on on-demand)
+        self.spot_model = model
+        self._market = "spot"
+        self.seed = int(seed)
+        #: timelines re-expanded so far (market switches, migrations): seeds each new expansion
+        self._expansions = 0
         self.slots = int(slots)
         self.horizon = float(horizon)
         self.compute = compute
@@ -208,7 +272,7 @@ class EmulatedProvider(Provider):
 
     def market_state(self) -> dict[str, Any]:
         return {"available": sorted(self._available),
-                "iter_rng": json.dumps(self.rng_state()) if self.iteration_driven else ""}
+                "iter_rng": json.dumps(self.rng_state()) if self.iteration_driven else "", "market": self._market}
 
     def resume_market(self, t: float, state: dict[str, Any]) -> None:
         self.fast_forward(t)
@@ -238,6 +302,61 @@ class EmulatedProvider(Provider):
             self._push(ev)
         # the new timeline starts at t: capacity at t is applied now, notices at t (capped at the
         # rebid, the earliest the new bids exist) stay queued for the coordinator
+        self._apply_available_until(t)
+
+    # ------------------------------------------------------------------ markets and places
+    @property
+    def supports_markets(self) -> bool:
+        return True
+
+    @property
+    def market(self) -> str:
+        return self._market
+
+    def switch_market(self, market: str, t: float) -> None:
+        """On-demand capacity is never revoked (:class:`NoRevocation`); back on ``"spot"`` the place's
+        revocation model holds again, its timeline expanded afresh from ``t`` (deterministically)."""
+        from spotwise.market.preemption import NoRevocation
+
+        if market not in ("spot", "on-demand"):
+            raise ValueError(f"market must be 'spot' or 'on-demand', got {market!r}")
+        self._market = market
+        self.model = self.spot_model if market == "spot" else NoRevocation(notice_s=float(self.spot_model.notice_s))
+        self._expand_from(t)
+
+    @property
+    def supports_migration(self) -> bool:
+        return True
+
+    def migrate(self, place: Any, t: float) -> None:
+        """The revocation model of ``place`` (a Market) from ``t`` on, on the market in force."""
+        self.spot_model = place.revocation
+        self.switch_market(self._market, t)
+
+    def spot_available(self, t: float) -> bool | None:
+        from spotwise.market.preemption import BidRevocation
+
+        model = self.spot_model
+        if isinstance(model, BidRevocation):
+            bids = model.bids if isinstance(model.bids, tuple) else (model.bids,)
+            return float(model.prices.value_at(t)) <= max(bids)
+        if self._market == "spot" and not model.is_iteration_driven:
+            return bool(self._available)
+        return None
+
+    def _expand_from(self, t: float) -> None:
+        """Replace the scheduled timeline by :attr:`model`'s from ``t`` to the horizon."""
+        self._expansions += 1
+        self._events = []
+        self._available = set()
+        self._push_up, self._push_revoked = {}, {}
+        if self.model.is_iteration_driven:
+            self._available = set(range(self.slots))
+            return
+        if t < self.horizon:
+            rng = np.random.default_rng([self.seed, 13, self._expansions])
+            for ev in self.model.events(self.slots, t, self.horizon, rng):
+                self._push(ev)
         self._apply_available_until(t)
 
     def set_available(self, slots: set[int]) -> None:
