@@ -230,3 +230,188 @@ def test_window_never_beats_oracle() -> None:
     assert orc.cost == pytest.approx(2.5 * 0.9 + 0.5 * OD)
     for name in ("spot+guard", "on-demand", "spotwise"):
         assert run_window(job, [p], p, T0, STRATEGIES[name]).cost >= orc.cost - 1e-9
+
+
+# ----------------------------------------------------------------------------- UniformProgress rules
+def obs(step: int, t: float, *, active: int = 0, market: str = "spot", spot: bool | None = False, deadline: float = 4 * H,
+        restart: float = 300.0, gap: float = 0.0, places: tuple[PlaceQuote, ...] = (), place_key=("z-1a", "p3.2xlarge"),
+        target: int = 100, step_s: float = 72.0) -> Observation:
+    """C = target * step_s = 7200 s by default; D = 4 h; d = 300 s."""
+    return Observation(step=step, t=t, active=active, provisioned=1, max_workers=1, reference_workers=1, base_lr=1.0,
+                       lr=1.0, sync="full", deadline_s=deadline, target_iterations=target, market=market,
+                       spot_available=spot, step_s=step_s, restart_s=restart, place=place_key, places=places,
+                       next_decision_s=gap)
+
+
+def markets(decisions) -> list[str]:
+    assert all(isinstance(d, SwitchMarket) for d in decisions)
+    return [d.market for d in decisions]
+
+
+def test_rule1_idle_and_behind_goes_on_demand() -> None:
+    g = UniformProgress()
+    # t = 2 h: ep = 3600; done 20 steps * 72 = 1440 < 3600, idle, no spot -> on-demand
+    assert markets(g.decide(obs(20, 2 * H))) == ["on-demand"]
+    # ahead (done 3600 >= ep(1 h) = 1800): wait for spot
+    assert g.decide(obs(50, H)) == []
+    # behind but spot is available (capacity coming back): take the risk (rule 2)
+    assert g.decide(obs(20, 2 * H, spot=True)) == []
+
+
+def test_exploitation_no_decision_while_running_on_spot() -> None:
+    g = UniformProgress()
+    # far behind and with slack below the net, but running on spot: stay (rules 2/exploitation)
+    assert g.decide(obs(0, 4 * H - 7200 - 100, active=1, spot=True)) == []
+    assert g.decide(obs(10, 3 * H, active=1, spot=True)) == []
+
+
+def test_rule3_hysteresis_returns_only_when_ahead_of_ep_t_plus_2d() -> None:
+    g = UniformProgress()
+    # on-demand at t = 1 h: ep(t) = 1800, ep(t + 2d) = ep(4200) = 2100
+    assert g.decide(obs(28, H, market="on-demand", spot=True)) == []  # 2016: ahead of ep(t), not of ep(t+2d)
+    assert markets(g.decide(obs(30, H, market="on-demand", spot=True))) == ["spot"]  # 2160 >= 2100
+    assert g.decide(obs(30, H, market="on-demand", spot=False)) == []  # no spot to go back to
+    # hysteresis_restarts=0 returns as soon as done >= ep(t)
+    assert markets(UniformProgress(hysteresis_restarts=0).decide(obs(28, H, market="on-demand", spot=True))) == ["spot"]
+    # ahead of ep(t + 2d) but the slack after two more restarts would fall into the net: stay.
+    # D = 8000, t = 7000: ep(7600) = 6840 = done (95 steps); slack = 1000 - 360 = 640; 640 - 600 < 600
+    assert g.decide(obs(95, 7000, market="on-demand", spot=True, deadline=8000)) == []
+
+
+def test_rule4_safety_net_counts_the_decision_gap() -> None:
+    g = UniformProgress()
+    # 50 steps done (3600 s left); t = D - 3600 - 700: slack 700 s; net = 2d = 600 (+ gap)
+    t = 4 * H - 3600 - 700
+    assert g.decide(obs(50, t, spot=True)) == []                            # 700 >= 600, spot back: rule 2
+    assert markets(g.decide(obs(50, t, spot=True, gap=200))) == ["on-demand"]  # 700 < 600 + 200
+    # the net fires even when ahead of uniform progress (where rule 1 would wait)
+    t2 = 13300.0  # ep = 6650; done 93 * 72 = 6696 (ahead), 504 s left, slack 1100 - 504 = 596 < 600
+    assert markets(g.decide(obs(93, t2, spot=False))) == ["on-demand"]
+    # with safety_restarts=1 the net is d = 300 <= 596: rule 1 applies, and the job is ahead: wait
+    assert UniformProgress(safety_restarts=1).decide(obs(93, t2, spot=False)) == []
+    # finished, or nothing to guard
+    assert g.decide(obs(100, 2 * H)) == []
+    assert g.decide(Observation(0, 0.0, 0, 1, 1, 1, 1.0, 1.0, "full")) == []
+
+
+def test_guard_defers_to_available_spot_elsewhere() -> None:
+    other = PlaceQuote("z-1b", "p3.2xlarge", 0.9, 1.0, True, "z-1")
+    here = PlaceQuote("z-1a", "p3.2xlarge", 0.9, 1.0, False, "z-1")
+    o = obs(20, 2 * H, places=(here, other))
+    assert markets(UniformProgress().decide(o)) == ["on-demand"]
+    assert UniformProgress(defer_to_places=True).decide(o) == []
+    none_free = obs(20, 2 * H, places=(here, PlaceQuote("z-1b", "p3.2xlarge", 0.9, 1.0, False, "z-1")))
+    assert markets(UniformProgress(defer_to_places=True).decide(none_free)) == ["on-demand"]
+
+
+def test_uniform_progress_bad_params() -> None:
+    with pytest.raises(ValueError):
+        UniformProgress(safety_restarts=0.5)
+    with pytest.raises(ValueError):
+        UniformProgress(hysteresis_restarts=-1)
+
+
+# ----------------------------------------------------------------------------- PriceMigration
+def q(zone: str, price: float, available: bool = True, region: str = "r-1", speed: float = 1.0) -> PlaceQuote:
+    return PlaceQuote(zone, "p3.2xlarge", price, speed, available, region)
+
+
+def mig_obs(places, *, active: int = 1, deadline: float = 10 * H, t: float = 0.0, gap: float = 0.0) -> Observation:
+    # 100 steps * 72 s = 2 h left; restart 300 s
+    return obs(0, t, active=active, spot=active > 0, deadline=deadline, places=places, place_key=("a", "p3.2xlarge"), gap=gap)
+
+
+def test_migration_moves_only_above_min_saving_with_restart_counted() -> None:
+    m = PriceMigration(min_saving=0.05)
+    # stay = 1.0 * 2 h = 2.0; move to 0.9: 0.9 * (2 h + 300 s) = 1.875 -> saves 6.25 % > 5 %
+    d = m.decide(mig_obs((q("a", 1.0), q("b", 0.9))))
+    assert len(d) == 1 and isinstance(d[0], Migrate) and d[0].region == "b" and d[0].instance_type == "p3.2xlarge"
+    # 0.94: 6 % cheaper per hour, but 0.94 * 2.0833 = 1.958 saves only 2.1 % once the restart counts
+    assert m.decide(mig_obs((q("a", 1.0), q("b", 0.94)))) == []
+    # the cheapest available candidate wins; unavailable ones are ignored
+    d = m.decide(mig_obs((q("a", 1.0), q("b", 0.9), q("c", 0.85), q("e", 0.1, available=False))))
+    assert d[0].region == "c"
+    # a faster type needs fewer hours: speed 2 at 1.8 $/h: 1.8 * (1 h + 300 s) = 1.95 < 2.0 but < 5 %
+    assert m.decide(mig_obs((q("a", 1.0), q("f", 1.8, speed=2.0)))) == []
+    assert m.decide(mig_obs((q("a", 1.0), q("f", 1.6, speed=2.0))))[0].region == "f"  # 1.7333: 13 %
+
+
+def test_migration_counts_egress_across_regions() -> None:
+    m = PriceMigration(min_saving=0.05, checkpoint_gb=10, egress_per_gb=0.09)  # 0.9 $ per cross-region move
+    # 0.5 $/h in another region: 0.5 * 2.0833 + 0.9 = 1.9417 vs 2.0: 2.9 % -> stay
+    assert m.decide(mig_obs((q("a", 1.0), q("x", 0.5, region="r-2")))) == []
+    # the same price in the same region: 1.0417, 48 % -> move
+    assert m.decide(mig_obs((q("a", 1.0), q("b", 0.5))))[0].region == "b"
+    # both offered: the same-region one is cheaper once egress counts
+    assert m.decide(mig_obs((q("a", 1.0), q("x", 0.45, region="r-2"), q("b", 0.5))))[0].region == "b"
+
+
+def test_migration_idle_goes_to_cheapest_available_elsewhere() -> None:
+    m = PriceMigration(min_saving=0.5)
+    places = (q("a", 0.5, available=False), q("b", 0.99), q("c", 0.95), q("e", 0.1, available=False))
+    d = m.decide(mig_obs(places, active=0))
+    assert len(d) == 1 and d[0].region == "c"  # pricier than home, below any threshold: beats waiting
+    # nothing available elsewhere: no move
+    assert m.decide(mig_obs((q("a", 0.5, available=False), q("e", 0.1, available=False)), active=0)) == []
+
+
+def test_migration_not_when_slack_is_short() -> None:
+    m = PriceMigration()
+    # 2 h left, deadline 2 h + 899 s: slack 899 < 3 restarts (900)
+    assert m.decide(mig_obs((q("a", 1.0), q("b", 0.1)), deadline=2 * H + 899)) == []
+    assert m.decide(mig_obs((q("a", 1.0, available=False), q("b", 0.1)), active=0, deadline=2 * H + 899)) == []
+    assert m.decide(mig_obs((q("a", 1.0), q("b", 0.1)), deadline=2 * H + 900))[0].region == "b"
+    # the decision gap counts too
+    assert m.decide(mig_obs((q("a", 1.0), q("b", 0.1)), deadline=2 * H + 900, gap=1)) == []
+    # on on-demand the policy stays out (the guard owns the job)
+    on_dem = obs(0, 0.0, active=1, market="on-demand", places=(q("a", 1.0), q("b", 0.1)), place_key=("a", "p3.2xlarge"))
+    assert m.decide(on_dem) == []
+
+
+def test_spotwise_migrates_during_an_outage_and_never_pays_on_demand() -> None:
+    # home a: no capacity on [30 min, 5 h); b: 1.0 $/h, always there.  The cheapest start is a
+    # (0.9 < 1.0).  Revoked at 1800; at the 1800 tick it moves to b (idle rule): ready 2100,
+    # 7200 - 1500 = 5700 s left -> finish 7800, no on-demand at all.
+    job = SweepJob(2 * H, 4 * H, restart_s=300, history_s=H)
+    a = place([(T0 - H, 0.9)], T0 + 30 * H, cap=[(T0 - H, 1), (T0 + 1800, 0), (T0 + 5 * H, 1)], zone="z-1a")
+    b = place([(T0 - H, 1.0)], T0 + 30 * H, zone="z-1b")
+    r = run_window(job, [a, b], a, T0, STRATEGIES["spotwise"], tick_s=600)
+    assert r.place_start == a.id and r.moves == 1 and r.on_demand_s == 0.0
+    assert r.finish_s == pytest.approx(7800.0) and r.deadline_met
+    assert r.cost == pytest.approx((1800 * 0.9 + (7800 - 1800) * 1.0) / H, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- bad inputs
+def test_bad_inputs_raise_input_error() -> None:
+    with pytest.raises(InputError, match="deadline"):
+        SweepJob(2 * H, 2 * H + 299, restart_s=300)
+    SweepJob(2 * H, 2 * H + 300, restart_s=300)  # exactly feasible
+    for bad in (dict(work_s=0, deadline_s=H), dict(work_s=H, deadline_s=-1), dict(work_s=H, deadline_s=2 * H, workers=0),
+                dict(work_s=H, deadline_s=2 * H, restart_s=math.nan)):
+        with pytest.raises(InputError):
+            SweepJob(**bad)
+    with pytest.raises(InputError, match="did you mean 'spotwise'"):
+        parse_strategies("on-demand,spotwize")
+    with pytest.raises(InputError):
+        parse_strategies("nothing-like-it")
+    assert [s.name for s in parse_strategies(None)] == ["on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise"]
+    with pytest.raises(InputError):
+        Strategy("x", start="nowhere")  # type: ignore[arg-type]
+    job = SweepJob(2 * H, 4 * H, history_s=H)
+    p = place([(T0, 0.5)], T0 + 4.5 * H)  # 1 h of history + 4 h of deadline need 5 h
+    with pytest.raises(InputError, match="too short"):
+        window_starts([p], job, 600)
+    with pytest.raises(InputError):
+        window_starts([p], job, 0)
+    long = place([(T0, 0.5)], T0 + 7 * H)
+    assert window_starts([long], job, H) == [T0 + H, T0 + 2 * H, T0 + 3 * H]
+    with pytest.raises(InputError, match="home place"):
+        sweep(job, [long], [("nowhere", "p3.2xlarge")], parse_strategies("on-demand"), [T0 + H])
+
+
+def test_wilson_interval() -> None:
+    lo, hi = wilson(10, 10)
+    assert hi == 1.0 and 0.69 < lo < 0.73  # 95 % Wilson for 10/10: [0.722, 1]
+    assert wilson(0, 0) == (0.0, 1.0)
+    lo, hi = wilson(5, 10)
+    assert lo < 0.5 < hi and hi - 0.5 == pytest.approx(0.5 - lo)
