@@ -122,6 +122,14 @@ def test_billing_minimum_applies_to_a_short_interval() -> None:
     assert r.cost == pytest.approx((60 + 7500) / H * 0.9, rel=1e-9)
 
 
+def test_no_interruptions_ignores_an_availability_trace() -> None:
+    # "as if never revoked": also where an availability trace says there is no capacity
+    job = SweepJob(2 * H, 4 * H, restart_s=300)
+    p = place([(T0, 0.9)], T0 + 20 * H, cap=[(T0, 1), (T0 + 30, 0), (T0 + 3600, 1)])
+    r = run_window(job, [p], p, T0, STRATEGIES["no-interruptions"])
+    assert r.revocations == 0 and r.finish_s == pytest.approx(7500.0) and r.cost == pytest.approx(7500 / H * 0.9)
+
+
 def test_thm3_bid_is_the_history_median() -> None:
     # 2 h work / 4 h deadline: Thm 3 level J E[R] / theta = 0.5, the time-weighted median of the
     # history_s = 4 h before the start: 1 h at 0.5, 2 h at 0.7, 1 h at 1.2 -> F(0.5) = 0.25,

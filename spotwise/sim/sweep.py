@@ -50,6 +50,7 @@ from spotwise.sim.oracle import OracleResult, hindsight_oracle
 from spotwise.sim.places import Place
 
 StartRule = Literal["home", "cheapest"]
+#: "none": no bid limit and no revocation at all (also not by an availability trace)
 BidRule = Literal["on-demand", "thm3", "none"]
 _EPS = 1e-6
 
@@ -226,6 +227,8 @@ class _Run:
     def capacity(self) -> bool:
         if self.market == "on-demand":
             return True
+        if self.strategy.bid == "none":
+            return True  # no bid limit and never revoked: the optimistic estimate, availability traces included
         return self.place.has_capacity(self.t, self.bid(self.place))
 
     def acquire(self) -> None:
