@@ -52,6 +52,9 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "idle": ("duration",),
     "eval": ("step", "metric_name", "metric"),
     "end": ("status",),
+    # the executor moved the workers: spot <-> on-demand, or to another instance type / place
+    "market_switch": ("from", "to"),
+    "migrate": ("from", "to"),
 }
 #: Fields that must be numbers when present.
 _NUMERIC = {"t", "wall", "price", "step", "loss", "active", "lr", "total", "duration"}

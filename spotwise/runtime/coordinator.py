@@ -72,6 +72,7 @@ from spotwise.market.preemption import (
     MarketEvent,
     RevocationModel,
 )
+from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.market.world import Market, build_market, market_for_place
 from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
@@ -201,6 +202,8 @@ class Coordinator:
             raise ValueError(f"restart_s must be a finite number of seconds >= 0, got {restart_s!r}")
         #: the region (or zone) the job runs in; a migration changes it
         self.region: str | None = spec.cluster.region
+        #: the on-demand price of the current instance as a series (billing), built when first needed
+        self._od_series: tuple[Any, StepSeries] | None = None
         self.market = market or build_market(spec)
         cl = spec.cluster
         self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
@@ -373,7 +376,12 @@ class Coordinator:
         """What a worker costs on ``market`` (ledger name; default: the one in force): the spot price
         series, or the instance's on-demand $/h."""
         if (market or self.worker_market) == "on_demand":
-            return self.market.on_demand_price
+            inst = self.market.instance
+            if self._od_series is None or self._od_series[0] != inst:
+                meta = SeriesMeta(id=f"on-demand:{inst.name}", kind="price", instance=inst.name, source="catalog/on-demand")
+                series = StepSeries(np.array([0.0]), np.array([self.market.on_demand_price]), self.market.horizon_s, meta)
+                self._od_series = (inst, series)
+            return self._od_series[1]
         return self.market.prices
 
     def _drop_member(self, w: int, reason: str) -> None:
