@@ -96,7 +96,8 @@ class Strategy:
 
     name: str
     start: StartRule = "home"
-    bid: BidRule = "on-demand"
+    #: a rule, or a fixed bid in $/h
+    bid: BidRule | float = "on-demand"
     market: Literal["spot", "on-demand"] = "spot"
     #: policy names, or ``(name, params)`` pairs, from :data:`spotwise.policies.registry.POLICIES`
     policies: tuple[str | tuple[str, dict[str, Any]], ...] = ()
@@ -105,7 +106,10 @@ class Strategy:
     def __post_init__(self) -> None:
         if self.start not in ("home", "cheapest"):
             raise InputError(f"strategy {self.name!r}: start must be 'home' or 'cheapest'", where="--strategies")
-        if self.bid not in ("on-demand", "thm3", "none"):
+        if isinstance(self.bid, (int, float)) and not isinstance(self.bid, bool):
+            if not (math.isfinite(self.bid) and self.bid > 0):
+                raise InputError(f"strategy {self.name!r}: a fixed bid must be a positive price, got {self.bid!r}", where="--strategies")
+        elif self.bid not in ("on-demand", "thm3", "none"):
             raise InputError(f"strategy {self.name!r}: bid must be 'on-demand', 'thm3' or 'none'", where="--strategies")
         if self.market not in ("spot", "on-demand"):
             raise InputError(f"strategy {self.name!r}: market must be 'spot' or 'on-demand'", where="--strategies")
@@ -209,7 +213,9 @@ class _Run:
         key = id(place)
         if key not in self._bids:
             rule = self.strategy.bid
-            if rule == "none":
+            if isinstance(rule, (int, float)):
+                b = float(rule)
+            elif rule == "none":
                 b = math.inf
             elif rule == "on-demand":
                 b = place.on_demand_per_hour
