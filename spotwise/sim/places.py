@@ -161,3 +161,63 @@ def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, ho
         raise InputError(f"no place to run {home_instance} in the traces (they hold {', '.join(sorted(set(seen))[:12]) or 'nothing'})",
                          "pass traces of the job's instance type, or list the types it may use with --types", "--trace")
     return places, skipped
+
+
+def capacity_from_lifetimes(table_or_model: object, start: float, end: float, seed: int, zone: str, instance: str,
+                            **params: object) -> StepSeries:
+    """A 0/1 capacity series drawn from a preemptible-VM lifetime distribution, so that a sweep can
+    replay e.g. GCP preemptible lifetimes (:func:`spotwise.market.traces.load_gcp_lifetime_csv`).
+
+    Renewal process (:class:`spotwise.market.preemption.LifetimeRevocation`): capacity is up for
+    a lifetime drawn from the table (capped, 24 h on GCE), down for the restart gap after each
+    revocation, up again for a fresh lifetime, ... over ``[start, end)``.  ``table_or_model`` is
+    a lifetime table (anything with ``lifetimes_s``; lifetimes <= 0 are dropped; ``params`` go to
+    :class:`LifetimeRevocation`, e.g. ``restart_delay_s``, ``cap_s``) or a revocation model with
+    ``active_intervals`` (worker 0's intervals are used).  Deterministic for a given ``seed``.
+    The series' meta names ``zone``, its region and ``instance`` so that :func:`build_places`
+    pairs it with the catalog's fixed spot price (GCE types have one).
+    """
+    from spotwise.market.preemption import LifetimeRevocation
+
+    where = "capacity_from_lifetimes"
+    if not (isinstance(start, (int, float)) and isinstance(end, (int, float)) and math.isfinite(start)
+            and math.isfinite(end) and end > start):
+        raise InputError(f"need finite start < end, got {start!r}, {end!r}", where=where)
+    if not zone or not instance:
+        raise InputError("zone and instance must be non-empty", "name the place the series stands for", where)
+    if hasattr(table_or_model, "active_intervals"):
+        if params:
+            raise InputError("params apply to a lifetime table, not to a model", "set them on the model", where)
+        model = table_or_model
+    elif hasattr(table_or_model, "lifetimes_s"):
+        lifes = np.asarray(getattr(table_or_model, "lifetimes_s"), dtype=float)
+        lifes = lifes[np.isfinite(lifes) & (lifes > 0)]  # a zero-length life is no up-time (one K80 row of lifetime.csv)
+        if lifes.size == 0:
+            raise InputError("the lifetime table has no positive lifetime", "check the filter (by_gpu, by_zone)", where)
+        model = LifetimeRevocation(lifes, **params)  # type: ignore[arg-type]
+    else:
+        raise InputError(f"{type(table_or_model).__name__} is neither a lifetime table nor a revocation model",
+                         "pass load_gcp_lifetime_csv(...) or a LifetimeRevocation", where)
+    intervals = model.active_intervals(0, float(start), float(end), rng=np.random.default_rng(seed))  # type: ignore[attr-defined]
+    times: list[float] = [float(start)]
+    values: list[float] = [0.0]
+    for a, b in intervals:
+        if b <= a:
+            continue
+        if times[-1] == a and values[-1] == 0.0 and len(times) > 1 and values[-2] == 1.0:
+            times.pop()  # a zero-length gap: the capacity stays up
+            values.pop()
+        elif times[-1] == a:
+            values[-1] = 1.0
+        else:
+            times.append(float(a))
+            values.append(1.0)
+        if b < end:
+            times.append(float(b))
+            values.append(0.0)
+    region = zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
+    cloud = "gcp" if hasattr(table_or_model, "lifetimes_s") else ""
+    meta = SeriesMeta(f"lifetimes:{zone}:{instance}:seed{seed}", "availability", cloud, region, zone, instance,
+                      str(getattr(table_or_model, "source", "") or type(table_or_model).__name__),
+                      {"seed": seed, "model": type(model).__name__})
+    return StepSeries(np.array(times), np.array(values), float(end), meta)
