@@ -142,7 +142,9 @@ def test_thm3_bid_is_the_history_median() -> None:
     # at 0.75 (above the bid, below on-demand) the Thm 3 bid never runs; the on-demand bid does
     p2 = place([(T0 - 4 * H, 0.5), (T0 - 3 * H, 0.7), (T0 - H, 1.2), (T0, 0.75)], T0 + 20 * H)
     r2 = run_window(job, [p2], p2, T0, STRATEGIES["thm3-bid"])
-    assert r2.bid == pytest.approx(0.7) and r2.finish_s is None and not r2.deadline_met and r2.cost == 0.0
+    assert r2.bid == pytest.approx(0.7) and r2.finish_s is None and not r2.deadline_met and r2.spent == 0.0
+    # it spent nothing, but still owes the whole job: priced at on-demand (work + one restart), never "free"
+    assert r2.cost == pytest.approx((2 * H + 300) / H * p2.on_demand_per_hour)
     assert run_window(job, [p2], p2, T0, SPOT_NO_GUARD).finish_s == pytest.approx(7500.0)
 
 

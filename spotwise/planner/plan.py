@@ -701,7 +701,8 @@ def compare(inp: Inputs, spec: JobSpec) -> list[Alternative]:
 
 
 def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Objective = "cost", pilot_dir: str | None = None,
-              pilot_steps: int = DEFAULT_PILOT_STEPS, error_model: ErrorModel | None = None) -> Plan:
+              pilot_steps: int = DEFAULT_PILOT_STEPS, error_model: ErrorModel | None = None,
+              types: list[str] | None = None) -> Plan:
     """Compare the strategies and pick one (module docstring).  ``InputError``/``InfeasibleError`` (exit 2)
     for bad input: unknown objective, ``pilot_steps`` out of range, a trace of another instance type or
     region, or no strategy meeting the deadline, budget and error target."""
@@ -738,6 +739,22 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
                              "pilot_problems": list(inp.pilot_problems)}
     if inp.plan_start is not None:
         extra["plan_start"] = _iso(inp.plan_start)
+        src = list(traces or spec.market.traces)
+        if src:
+            from spotwise.planner.trace_plan import plan_placement
+
+            try:
+                placement = plan_placement(spec, src, inp.plan_start, types=types)
+            except InputError as e:  # the bid plan above stands; say why there is no placement
+                placement = {"error": e.message}
+            extra["placement"] = placement
+            bt = placement.get("backtest")
+            if bt:
+                sw = next(s for s in bt["strategies"] if s["strategy"] == "spotwise")
+                ch = placement["choice"]
+                why += (f"; place: {ch['zone']} {ch['instance']} at {ch['spot_price']:.4g} $/h (cheapest at the start among "
+                        f"{ch['candidates']}); on the {bt['windows']} past windows the spotwise strategy met the deadline "
+                        f"in {sw['deadline_met']:.0%} (95% CI {sw['ci95'][0]:.0%}-{sw['ci95'][1]:.0%})")
     return Plan(best.strategy, best.bids, best.workers, best.iterations, float(best.expected_cost),
                 float(best.expected_time_s), float(best.expected_error or inp.eps), objective, inp.deadline, why,
                 tuple(alts), inp.measured, inp.assumed, inp.price_source, policies, extra,

@@ -35,7 +35,7 @@ def sweep_table(result: SweepResult) -> Any:
                   "-" if s.p95_finish_h is None else f"{s.p95_finish_h:.1f}", str(s.unfinished), f"{s.mean_on_demand_h:.2f}",
                   f"{s.mean_moves:.2f}")
     t.caption = (f"oracle: cheapest place and slots in hindsight, mean {d['oracle_mean_cost']:.2f} $ (a lower bound: no restarts, "
-                 "no moves); cost of an unfinished run is what it spent by the end of the data")
+                 "no moves); a run the data ended before it finished is charged the work it had left at on-demand prices")
     return t
 
 

@@ -167,13 +167,16 @@ class WindowResult:
     spot_s: float = 0.0
     bid: float | None = None
     oracle_cost: float | None = None
+    #: what the run paid by its end; ``cost`` adds, for a run the data ended first, the work left
+    #: on on-demand (``cost == spent`` for a finished run)
+    spent: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "start": iso8601(self.start), "cost": self.cost, "finish_h": None if self.finish_s is None else self.finish_s / 3600,
                 "deadline_met": self.deadline_met, "place_start": self.place_start, "work_done": self.work_done,
                 "moves": self.moves, "market_switches": self.market_switches, "revocations": self.revocations,
                 "on_demand_h": self.on_demand_s / 3600, "spot_h": self.spot_s / 3600, "bid": self.bid,
-                "oracle_cost": self.oracle_cost,
+                "spent": self.spent, "oracle_cost": self.oracle_cost,
                 "vs_oracle": None if not self.oracle_cost else self.cost / self.oracle_cost}
 
 
@@ -349,11 +352,18 @@ class _Run:
                 elif not self.held and cap:
                     self.acquire()
         self.release("finished")
-        cost = self.ledger.close(self.t) + self.egress
+        spent = self.ledger.close(self.t) + self.egress
+        # a run the data ended before it finished still owes the work left: price it at on-demand
+        # (plus the coordinator and one restart), so that missing the deadline never looks cheap
+        finish_usd = 0.0
+        if finish is None and self.left > 0:
+            hours = (self.left / self.place.speed + job.restart_s) / 3600.0
+            finish_usd = hours * (self.place.on_demand_per_hour * job.workers + job.coordinator_per_hour)
         met = finish is not None and finish <= job.deadline_s + _EPS
-        return WindowResult(self.strategy.name, self.t0, cost, finish, met, place0, 1.0 - self.left / job.work_s,
+        return WindowResult(self.strategy.name, self.t0, spent + finish_usd, finish, met, place0, 1.0 - self.left / job.work_s,
                             self.moves, self.switches, self.revocations, self.od_s, self.spot_s,
-                            None if self.strategy.market == "on-demand" else self.bid(self.place0))
+                            None if self.strategy.market == "on-demand" else self.bid(self.place0),
+                            spent=spent)
 
 
 def run_window(job: SweepJob, places: Sequence[Place], home: Place, start: float, strategy: Strategy, *,
