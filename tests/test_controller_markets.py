@@ -171,3 +171,34 @@ def test_migrate_to_an_unknown_place_is_not_acted(tmp_path: Path) -> None:
     (d,) = [e for e in events if e["kind"] == "decision"]
     assert d["acted"] is False and "no-such-instance" in d["not_acted"]
     assert not [e for e in events if e["kind"] == "migrate"]
+
+
+def test_a_resumed_run_stays_on_its_market_and_place(tmp_path: Path) -> None:
+    """Stopped after a switch to on-demand and a migration, the resumed run continues there."""
+    spec = spec_with(BASE, market={"min_charge_s": 0}, target__iterations=16)
+    market = build_market(spec, horizon_s=7 * 24 * 3600.0)
+    out = tmp_path / "run"
+    script = {3: SwitchMarket(reason="r", market="on-demand"), 5: Migrate(reason="r", instance_type="c5.2xlarge")}
+
+    def coordinator(resume: bool, stop: int | None) -> tuple[Coordinator, Scripted]:
+        compute = LocalCompute(worker_args_for(spec))
+        provider = EmulatedProvider(market.revocation, spec.cluster.workers, market.horizon_s, spec.seed, compute=compute)
+        coord = Coordinator(spec, out, market=market, provider=provider, compute=compute, restart_s=RESTART_S,
+                            resume=resume, stop_after_steps=stop)
+        policy = Scripted(script if not resume else {})
+        coord.policies = [policy]
+        return coord, policy
+
+    first, _ = coordinator(False, 8)
+    assert first.run().status == "stopped"
+    again, policy = coordinator(True, None)
+    assert again.market.instance.name == "c5.2xlarge" and again.worker_market == "on_demand"
+    summary = again.run()
+    assert summary.status == "completed" and summary.steps == 16
+    assert {o.market for o in policy.seen} == {"on-demand"} and {o.place for o in policy.seen} == {("", "c5.2xlarge")}
+    ivs = again.ledger.to_dict()["intervals"]
+    workers = [iv for iv in ivs if iv["category"] == "worker"]
+    assert workers and all(iv["market"] == "on_demand" and iv["instance_type"] == "c5.2xlarge" for iv in workers), \
+        "the open on-demand intervals were reopened, not restarted on spot"
+    steps = [e["step"] for e in read_events(out / "events.jsonl") if e["kind"] == "step"]
+    assert steps == list(range(1, 17))

@@ -305,6 +305,13 @@ class Coordinator:
         self.dur_rng.bit_generator.state = json.loads(state["dur_rng"])
         self.provisioned = int(state["provisioned"])
         self.provider.prepare(list(range(self.provisioned)), resume=True)
+        self.worker_market = str(state.get("worker_market", self.worker_market))
+        place = state.get("place")
+        if place and (place[0], place[1]) != (self.market.instance.name, self.region):
+            # the run had migrated: continue in its place (the provider's timeline follows in resume_market)
+            self._enter_place(market_for_place(self.spec, place[0], place[1], self.market.catalog, self.market.horizon_s),
+                              place[1])
+            self.provider.migrate(self.market, self.T)
         self.sync = str(state["sync"])
         self.sync_n = None if state["sync_n"] is None else int(state["sync_n"])
         self.ema_loss = None if state["ema_loss"] is None else float(state["ema_loss"])
@@ -957,16 +964,20 @@ class Coordinator:
         self._checkpoint("migrate")
         self._release_all()
         self.provider.migrate(place, self.T)
-        self.market = dataclasses.replace(place, coordinator=self.market.coordinator)  # the coordinator stays
-        self.region = region
-        self.mean_step_s = self.market.step_seconds(self.spec.workload.family, float(self.spec.workload.step_time_s))
-        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
+        self._enter_place(place, region)
         self.log.emit("price", instance=self.market.instance.name, price=self.market.spot_price(self.T))
         self.last_price_T = self.T
         cost = self._restart()
         self.log.emit("migrate", **{"from": list(old), "to": [region or "", self.market.instance.name]}, start=t0,
                       restart_s=self.T - t0, cost=cost, active=len(self.members))
         return None
+
+    def _enter_place(self, place: Market, region: str | None) -> None:
+        """The job's market is ``place``'s from now on (prices, instance, throughput); the coordinator stays."""
+        self.market = dataclasses.replace(place, coordinator=self.market.coordinator)
+        self.region = region
+        self.mean_step_s = self.market.step_seconds(self.spec.workload.family, float(self.spec.workload.step_time_s))
+        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
 
     def _release_all(self) -> None:
         for w in sorted(self.members):
@@ -1041,7 +1052,7 @@ class Coordinator:
             "format": 1, "step": self.step, "params": torch.from_numpy(self.params.copy()), "lr": self.lr, "T": self.T,
             "sampler": self.sampler.state(), "dur_rng": json.dumps(self.dur_rng.bit_generator.state),
             **self.provider.market_state(), "provisioned": self.provisioned,
-            "place": [self.market.instance.name, self.region],
+            "place": [self.market.instance.name, self.region], "worker_market": self.worker_market,
             "sync": self.sync, "sync_n": self.sync_n, "ema_loss": self.ema_loss,
             "counters": {k: v for k, v in self.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
             "ledger": self._ledger_state(),

@@ -272,9 +272,21 @@ class EmulatedProvider(Provider):
 
     def market_state(self) -> dict[str, Any]:
         return {"available": sorted(self._available),
-                "iter_rng": json.dumps(self.rng_state()) if self.iteration_driven else "", "market": self._market}
+                "iter_rng": json.dumps(self.rng_state()) if self.iteration_driven else "", "market": self._market,
+                "expansions": self._expansions}
 
     def resume_market(self, t: float, state: dict[str, Any]) -> None:
+        """Continue at ``t``: the original timeline fast-forwarded; after a market switch or a
+        migration (``expansions`` in the state) the timeline is expanded afresh from ``t`` on the
+        market in force (deterministic, but not the one the interrupted run would have seen)."""
+        expansions = int(state.get("expansions", 0) or 0)
+        if expansions:
+            self._expansions = expansions - 1
+            self.switch_market(str(state.get("market", "spot")), t)
+            self.set_available(set(state["available"]) if self.iteration_driven else self._available)
+            if self.iteration_driven and state.get("iter_rng"):
+                self.set_rng_state(json.loads(state["iter_rng"]))
+            return
         self.fast_forward(t)
         if self.iteration_driven:
             self.set_available(set(state["available"]))
