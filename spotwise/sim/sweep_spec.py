@@ -95,7 +95,7 @@ class SweepRequest:
     def __post_init__(self) -> None:
         if not self.traces:
             raise InputError("no trace given", "pass --trace FILE_OR_DIR (AWS/Azure prices, SkyPilot availability)", "--trace")
-        for name, v, lo in (("--restart-s", self.restart_s, 0.0), ("--history", self.history_s, 0.0), ("--tick", self.tick_s, 1.0)):
+        for name, v, lo in (("--restart", self.restart_s, 0.0), ("--history", self.history_s, 0.0), ("--tick", self.tick_s, 1.0)):
             if not (math.isfinite(v) and v >= lo):
                 raise InputError(f"{name} must be a number >= {lo:g}, got {v!r}", f"e.g. {name} 300", name)
 
