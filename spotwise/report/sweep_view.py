@@ -58,47 +58,45 @@ def write_sweep(result: SweepResult, out: Path, plots: bool = True) -> list[Path
     return written
 
 
-def plot_sweep(result: SweepResult, out: Path) -> list[Path]:
+def _cdf_figure(curves: dict[str, Any], path: Path, xlabel: str, title: str, *, log_x: bool = False,
+                vline: tuple[float, str] | None = None) -> Path:
+    """One CDF plot: ``curves`` maps a label to its sorted values (one per window)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, v in curves.items():
+        if len(v):
+            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=label)
+    if vline is not None:
+        ax.axvline(vline[0], color="k", ls="--", lw=1, label=vline[1])
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of windows")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sweep(result: SweepResult, out: Path) -> list[Path]:
+    import numpy as np
+
     names = [s.strategy for s in result.summaries]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for n in names:
-        v = np.sort([r.cost / r.oracle_cost for r in result.rows if r.strategy == n and r.oracle_cost])
-        if v.size:
-            ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=n)
-    ax.set_xlabel("cost / hindsight oracle")
-    ax.set_ylabel("fraction of windows")
-    ax.set_xscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Cost relative to the hindsight oracle (CDF over windows)")
-    fig.tight_layout()
-    p = out / "cost_cdf.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
     dl = result.job.deadline_s / 3600
-    for n in names:
-        rs = [r for r in result.rows if r.strategy == n]
-        v = np.sort([r.finish_s / 3600 if r.finish_s is not None else np.inf for r in rs])
-        if v.size:
-            ax.step(np.minimum(v, 3 * dl), np.arange(1, v.size + 1) / v.size, where="post", label=n)
-    ax.axvline(dl, color="k", ls="--", lw=1, label="deadline")
-    ax.set_xlabel("finish time (h); unfinished runs drawn at the right edge")
-    ax.set_ylabel("fraction of windows")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title("Finish time (CDF over windows)")
-    fig.tight_layout()
-    p = out / "finish_cdf.png"
-    fig.savefig(p, dpi=110)
-    plt.close(fig)
-    paths.append(p)
-    return paths
+    cost = {n: np.sort([r.cost / r.oracle_cost for r in result.rows if r.strategy == n and r.oracle_cost]) for n in names}
+    finish = {n: np.sort([min(r.finish_s / 3600, 3 * dl) if r.finish_s is not None else 3 * dl
+                          for r in result.rows if r.strategy == n]) for n in names}
+    return [
+        _cdf_figure(cost, out / "cost_cdf.png", "cost / hindsight oracle", "Cost relative to the hindsight oracle (CDF over windows)",
+                    log_x=True),
+        _cdf_figure(finish, out / "finish_cdf.png", "finish time (h); unfinished runs drawn at the right edge",
+                    "Finish time (CDF over windows)", vline=(dl, "deadline")),
+    ]
