@@ -61,7 +61,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 
 from spotwise.errors import InputError
 from spotwise.theory.bounds import ErrorModel
-from spotwise.theory.runtime import RuntimeModel
+from spotwise.theory.runtime import MiniBatchTimeLaw, RuntimeModel
 
 MIN_POINTS = 10
 #: the most steps :func:`run_pilot` runs (the planner caps it lower, at the job's own length)
@@ -604,8 +604,8 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     market = build_market(spec)
     mean_s = float(market.step_seconds(wl.family, float(wl.step_time_s)))
     s = float(spec.cluster.straggler)
-    rng = np.random.default_rng([seed, 7])
-    draws = mean_s * ((1.0 - s) + s * rng.exponential(1.0, size=steps * workers))
+    law = MiniBatchTimeLaw(mean_s, s)  # the coordinator's law of one mini-batch's virtual time
+    draws = np.asarray(law.draw(np.random.default_rng([seed, 7]), size=steps * workers), dtype=float)
     rt = fit_runtime(draws, float(spec.cluster.sync_overhead_s), seed=seed)
     rt.notes.append(f"time is modelled from the catalog, not measured: {draws.size} mini-batch times drawn from "
                     f"mean {mean_s:.4g} s x ((1 - s) + s Exp(1)) with straggler s = {s:g} "

@@ -204,6 +204,9 @@ class Coordinator:
         self.region: str | None = spec.cluster.region
         #: the on-demand price of the current instance as a series (billing), built when first needed
         self._od_series: tuple[Any, StepSeries] | None = None
+        #: the parameters shared with the data plane for step ``_pref_step`` (continuous modes)
+        self._pref: Any = None
+        self._pref_step = -1
         self.market = market or build_market(spec)
         cl = spec.cluster
         self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
@@ -723,7 +726,7 @@ class Coordinator:
         self.tasks[w] = Task(w, b, self.step, self.T, self._finish_time(self.T), ref)
 
     def _params_ref(self) -> Any:
-        if getattr(self, "_pref_step", None) != self.step:
+        if self._pref_step != self.step:
             self._pref = self.compute.share(self.params)
             self._pref_step = self.step
         return self._pref
