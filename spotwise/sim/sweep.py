@@ -23,9 +23,10 @@ Model (one job = ``workers`` instances moving together; Can't Be Late's single-j
   of capacity revokes every worker (they share the price and the zone); committed progress is
   kept (the coordinator holds it: spotwise survives revocations in place), so a revocation costs
   the restart ``d`` when capacity returns, not lost work;
-* every (re)start -- the first one, a return of capacity, a switch of market, a move -- costs
-  ``restart_s`` seconds billed at the new capacity's price with no progress; a move across
-  regions also ships the checkpoint (egress);
+* every (re)start costs seconds billed at the new capacity's price with no progress:
+  ``restart_s`` for a switch of market or a move (a move across regions also ships the
+  checkpoint: egress), ``start_s`` for the first start and ``rejoin_s`` for a return of capacity
+  at the same place (both default to ``restart_s``);
 * on-demand capacity is always there, at the catalog's on-demand price.
 
 Hold-out: a strategy decides only from what is known at the time -- the prices in force, and for
@@ -72,20 +73,30 @@ class SweepJob:
     history_s: float = 7 * 86400.0
     billing: BillingPolicy = field(default_factory=BillingPolicy.per_second)
     name: str = "job"
+    #: seconds lost by the very first start and by a rejoin after a revocation at the same place
+    #: (``None``: ``restart_s``).  ``restart_s`` itself is what a switch of market or a move loses.
+    #: The emulated runtime starts and rejoins at once (0, 0), which is how the fidelity benchmark
+    #: sets them; a cloud instance boots and restores, which is the default.
+    start_s: float | None = None
+    rejoin_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("work_s", "deadline_s", "history_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise InputError(f"{name} must be a positive number of seconds, got {v!r}", where="sweep job")
-        for name in ("restart_s", "coordinator_per_hour", "checkpoint_gb", "egress_per_gb"):
+        if self.start_s is None:
+            object.__setattr__(self, "start_s", self.restart_s)
+        if self.rejoin_s is None:
+            object.__setattr__(self, "rejoin_s", self.restart_s)
+        for name in ("restart_s", "start_s", "rejoin_s", "coordinator_per_hour", "checkpoint_gb", "egress_per_gb"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise InputError(f"{name} must be a number >= 0, got {v!r}", where="sweep job")
         if not isinstance(self.workers, int) or self.workers < 1 or not isinstance(self.iterations, int) or self.iterations < 1:
             raise InputError("workers and iterations must be integers >= 1", where="sweep job")
-        if self.work_s + self.restart_s > self.deadline_s:
-            raise InputError(f"{self.work_s / 3600:.2f} h of work plus a {self.restart_s:.0f} s start cannot finish in "
+        if self.work_s + self.start_s > self.deadline_s:  # type: ignore[operator]
+            raise InputError(f"{self.work_s / 3600:.2f} h of work plus a {self.start_s:.0f} s start cannot finish in "
                              f"the {self.deadline_s / 3600:.2f} h deadline even on on-demand",
                              "extend the deadline or shrink the job", "deadline")
 
@@ -202,6 +213,7 @@ class _Run:
         self.ledger = Ledger(job.billing)
         self.ledger.start("coordinator", start, job.coordinator_per_hour, category="coordinator", market="on_demand")
         self.left = float(job.work_s)  # compute seconds at home speed
+        self.pending = "start"         # what the next acquire is: start, rejoin or restart
         self.held = False              # instances running (billed)
         self.ready_at = math.inf       # restarting until
         self.gen = 0
@@ -240,7 +252,10 @@ class _Run:
             return True  # no bid limit and never revoked: the optimistic estimate, availability traces included
         return self.place.has_capacity(self.t, self.bid(self.place))
 
-    def acquire(self) -> None:
+    def acquire(self, kind: str | None = None) -> None:
+        """Start the workers; the delay before they compute is the pending kind's (start, rejoin, restart)."""
+        kind = kind or self.pending
+        self.pending = "rejoin"
         self.gen += 1
         for w in range(self.job.workers):
             iid = f"w{w}.{self.gen}"
@@ -249,7 +264,8 @@ class _Run:
             else:
                 self.ledger.start(iid, self.t, self.place.on_demand_per_hour, market="on_demand")
         self.held = True
-        self.ready_at = self.t + self.job.restart_s
+        delay = {"start": self.job.start_s, "rejoin": self.job.rejoin_s}.get(kind, self.job.restart_s)
+        self.ready_at = self.t + float(delay)  # type: ignore[arg-type]
 
     def release(self, reason: str) -> None:
         if not self.held:
@@ -291,6 +307,7 @@ class _Run:
             self.release("released")
             self.market = d.market
             self.switches += 1
+            self.pending = "restart"  # the next workers restore the checkpoint on new machines
             if self.capacity():
                 self.acquire()
         elif isinstance(d, Migrate):
@@ -302,6 +319,7 @@ class _Run:
                 self.egress += self.job.checkpoint_gb * self.job.egress_per_gb
             self.place = target
             self.moves += 1
+            self.pending = "restart"
             if self.capacity():
                 self.acquire()
 
