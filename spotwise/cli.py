@@ -263,7 +263,7 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
         from spotwise.runtime.baseline import compare_on_demand
 
         after = functools.partial(compare_on_demand, out_dir=out, progress=not as_json)
-    from spotwise.runtime.coordinator import NoProgressError
+    from spotwise.runtime.progress import NoProgressError
 
     try:
         summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,

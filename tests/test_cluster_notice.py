@@ -17,7 +17,7 @@ from test_runtime import make_spec
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.runtime.cluster import ClusterCoordinator, ClusterProvider
-from spotwise.runtime.coordinator import worker_args_for
+from spotwise.runtime.worker import worker_args_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -18,7 +18,8 @@ from _specs import single_process_sgd, spec_with
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.runtime.compute import LocalCompute, WorkerLost
-from spotwise.runtime.coordinator import Coordinator, worker_args_for
+from spotwise.runtime.controller import JobController
+from spotwise.runtime.worker import worker_args_for
 from spotwise.runtime.faults import ScriptedRevocation, outage, random_outages
 from spotwise.workloads.params import flat_params
 from spotwise.workloads.registry import make_workload
@@ -50,7 +51,7 @@ def run_local(spec, out: Path, revocation=None):
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
     compute = LocalCompute(worker_args_for(spec))
-    coord = Coordinator(spec, out, market=market, compute=compute)
+    coord = JobController(spec, out, market=market, compute=compute)
     return coord, coord.run()
 
 

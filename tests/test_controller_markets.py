@@ -16,7 +16,8 @@ from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.policies.base import Decision, Migrate, Observation, Policy, SwitchMarket
 from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.coordinator import Coordinator, worker_args_for
+from spotwise.runtime.controller import JobController
+from spotwise.runtime.worker import worker_args_for
 from spotwise.runtime.faults import ScriptedRevocation, outage
 from spotwise.runtime.provider import EmulatedProvider
 
@@ -56,7 +57,7 @@ class Scripted(Policy):
 
 
 def run(tmp_path: Path, script: dict[int, Decision], provider_cls: type[EmulatedProvider] = EmulatedProvider,
-        revocation: Any = None, **over: Any) -> tuple[Coordinator, Scripted, list[dict[str, Any]]]:
+        revocation: Any = None, **over: Any) -> tuple[JobController, Scripted, list[dict[str, Any]]]:
     spec = spec_with(BASE, **over)
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:
@@ -65,7 +66,7 @@ def run(tmp_path: Path, script: dict[int, Decision], provider_cls: type[Emulated
         market = dataclasses.replace(market, revocation=revocation)
     compute = LocalCompute(worker_args_for(spec))
     provider = provider_cls(market.revocation, spec.cluster.workers, market.horizon_s, spec.seed, compute=compute)
-    coord = Coordinator(spec, tmp_path / "run", market=market, provider=provider, compute=compute, restart_s=RESTART_S)
+    coord = JobController(spec, tmp_path / "run", market=market, provider=provider, compute=compute, restart_s=RESTART_S)
     policy = Scripted(script)
     coord.policies = [policy]
     summary = coord.run()
@@ -180,11 +181,11 @@ def test_a_resumed_run_stays_on_its_market_and_place(tmp_path: Path) -> None:
     out = tmp_path / "run"
     script = {3: SwitchMarket(reason="r", market="on-demand"), 5: Migrate(reason="r", instance_type="c5.2xlarge")}
 
-    def coordinator(resume: bool, stop: int | None) -> tuple[Coordinator, Scripted]:
+    def coordinator(resume: bool, stop: int | None) -> tuple[JobController, Scripted]:
         compute = LocalCompute(worker_args_for(spec))
         provider = EmulatedProvider(market.revocation, spec.cluster.workers, market.horizon_s, spec.seed, compute=compute)
-        coord = Coordinator(spec, out, market=market, provider=provider, compute=compute, restart_s=RESTART_S,
-                            resume=resume, stop_after_steps=stop)
+        coord = JobController(spec, out, market=market, provider=provider, compute=compute, restart_s=RESTART_S,
+                              resume=resume, stop_after_steps=stop)
         policy = Scripted(script if not resume else {})
         coord.policies = [policy]
         return coord, policy

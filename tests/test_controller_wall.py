@@ -22,7 +22,8 @@ from spotwise.market.preemption import MarketEvent
 from spotwise.market.world import build_market
 from spotwise.runtime.clock import WallClock
 from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.coordinator import Coordinator, worker_args_for
+from spotwise.runtime.controller import JobController
+from spotwise.runtime.worker import worker_args_for
 from spotwise.runtime.provider import Provider
 
 pytestmark = pytest.mark.timeout(120)
@@ -117,8 +118,8 @@ def test_wall_clock_loop_requests_capacity_again_after_node_loss(tmp_path: Path,
             lost.append(1)
             provider.lose(1)
 
-    coord = Coordinator(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
-                        clock=WallClock(), mode="cluster", progress=node_loss_at_step_10)
+    coord = JobController(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
+                          clock=WallClock(), mode="cluster", progress=node_loss_at_step_10)
     summary = coord.run()
     assert summary.status == "completed" and summary.steps == 30 and summary.mode == "cluster"
     events = read_events(tmp_path / "run" / "events.jsonl")
@@ -148,8 +149,8 @@ def test_wall_clock_gives_up_without_capacity(tmp_path: Path) -> None:
             return []
 
     provider = NeverStarts(compute)
-    coord = Coordinator(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
-                        clock=WallClock(), mode="cluster")
+    coord = JobController(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
+                          clock=WallClock(), mode="cluster")
     summary = coord.run()
     assert summary.status == "no-capacity" and summary.steps == 0
     idle = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["kind"] == "idle"]

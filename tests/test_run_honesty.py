@@ -28,7 +28,7 @@ from spotwise.events import read_events, read_summary
 from spotwise.market.preemption import BidRevocation, ExponentialLifetime, MarketEvent
 from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.market.world import build_market
-from spotwise.runtime.coordinator import Coordinator
+from spotwise.runtime.controller import JobController
 from spotwise.runtime.faults import ScriptedRevocation, outage
 from spotwise.runtime.provider import EmulatedProvider
 
@@ -49,11 +49,11 @@ def make_spec(**over: Any):
     return spec_with(BASE, **over)
 
 
-def coordinator(spec, out: Path, revocation=None, horizon_s: float = 7 * 24 * 3600.0, **kw: Any) -> Coordinator:
+def coordinator(spec, out: Path, revocation=None, horizon_s: float = 7 * 24 * 3600.0, **kw: Any) -> JobController:
     market = build_market(spec, horizon_s=horizon_s)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
-    return Coordinator(spec, out, market=market, **kw)
+    return JobController(spec, out, market=market, **kw)
 
 
 def run(spec, out: Path, revocation=None, horizon_s: float = 7 * 24 * 3600.0, **kw: Any):
@@ -309,7 +309,7 @@ def test_item17_stuck_run_on_the_cli_exits_2_with_its_summary_and_report(ray_ses
         return dataclasses.replace(real_build(spec, horizon_s=400.0), revocation=rev)
 
     monkeypatch.setattr(runner, "build_market", stuck_market)
-    monkeypatch.setattr(runner.Coordinator, "no_progress_attempts", 6)  # each attempt starts a new actor
+    monkeypatch.setattr(runner.JobController, "no_progress_attempts", 6)  # each attempt starts a new actor
     d = copy.deepcopy(BASE)
     d["cluster"].update(workers=1, standby=1)
     d["outputs"]["plots"] = True
@@ -338,7 +338,7 @@ def test_item17_hopeless_lifetime_refused_up_front(ray_session, tmp_path: Path, 
     assert "mttf_s" in stderr
     # a lifetime comfortably above a step is accepted (the check does not refuse volatile markets)
     d["market"]["revocation"] = {"model": "lifetime", "mttf_s": 5.0}
-    from spotwise.runtime.coordinator import check_progress_possible
+    from spotwise.runtime.progress import check_progress_possible
 
     ok = spec_from_dict(d)
     check_progress_possible(ok, build_market(ok))

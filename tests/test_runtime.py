@@ -25,7 +25,7 @@ from _specs import single_process_sgd, spec_with
 
 from spotwise.events import read_events, read_summary
 from spotwise.market.world import build_market
-from spotwise.runtime.coordinator import Coordinator
+from spotwise.runtime.controller import JobController
 from spotwise.runtime.faults import ScriptedRevocation, outage, random_outages
 from spotwise.runtime.sampler import EpochSampler
 
@@ -50,7 +50,7 @@ def run(spec, out: Path, revocation=None, **kw):
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
-    coord = Coordinator(spec, out, market=market, **kw)
+    coord = JobController(spec, out, market=market, **kw)
     return coord, coord.run()
 
 

@@ -20,7 +20,8 @@ import yaml
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.coordinator import Coordinator, worker_args_for
+from spotwise.runtime.controller import JobController
+from spotwise.runtime.worker import worker_args_for
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 from spotwise.sim.simulate import simulate_job
 from spotwise.theory.bounds import ErrorModel, error_bound
@@ -52,7 +53,7 @@ def spec(**over: Any):
 
 
 def emulated(s, out: Path):
-    coord = Coordinator(s, out, market=build_market(s), compute=LocalCompute(worker_args_for(s)))
+    coord = JobController(s, out, market=build_market(s), compute=LocalCompute(worker_args_for(s)))
     return coord.run()
 
 
@@ -84,7 +85,7 @@ def test_modelled_loss_follows_the_thm1_recursion(no_ray, tmp_path: Path) -> Non
     s = spec(market={"synthetic": {"kind": "constant", "price": 0.07}}, cluster__bids=None, target__iterations=50)
     state = ModelledState(MODEL, n_train=32 * 100)  # whole rounds: no short step at an epoch end
     compute = ModelledCompute(state)
-    coord = Coordinator(s, tmp_path / "sim", market=build_market(s), compute=compute, state=state, mode="simulate")
+    coord = JobController(s, tmp_path / "sim", market=build_market(s), compute=compute, state=state, mode="simulate")
     summary = coord.run()
     assert summary.steps == 50
     assert state.error == pytest.approx(error_bound(50, MODEL, 1 / 4), rel=1e-5)

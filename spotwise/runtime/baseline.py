@@ -75,7 +75,7 @@ def run_on_demand_baseline(
     "cost_breakdown", "metric", "metric_name", "final_loss", "status", "dir"}``.  Needs Ray to be
     initialised (the spot run's Ray is reused).
     """
-    from spotwise.runtime.coordinator import Coordinator
+    from spotwise.runtime.controller import JobController
 
     if samples < 1:
         raise ValueError("a baseline needs at least one sample to match")
@@ -83,7 +83,7 @@ def run_on_demand_baseline(
     base = on_demand_spec(spec, spot_market.on_demand_price)
     base.target = TargetSpec(iterations=max(base.target.iterations or 1, samples), loss=None)
     out = Path(out_dir)
-    coord = Coordinator(base, out, resume=False, progress=progress, mode="emulated",
+    coord = JobController(base, out, resume=False, progress=progress, mode="emulated",
                         stop_after_samples=int(samples), worker_market="on_demand")
     summary = coord.run()
     return {

@@ -1,6 +1,6 @@
 """Clocks: how time passes for the coordinator (DESIGN.md, "clocks ... passed in as parameters").
 
-The coordinator (:mod:`spotwise.runtime.coordinator`) never reads a system clock to decide what
+The job controller (:mod:`spotwise.runtime.controller`) never reads a system clock to decide what
 happens next: it asks one :class:`Clock`.
 
 * :class:`VirtualClock` -- simulated and emulated runs.  Time stands still until the coordinator

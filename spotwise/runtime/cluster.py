@@ -10,7 +10,7 @@ aborted and retried with the survivors; the slot is requested again and fills wh
 with free capacity joins).  A worker whose node's metadata service announces a preemption (AWS
 two-minute notice, GCP 30 s) reports it with its next gradient and the coordinator checkpoints.
 
-The job's loop is :class:`~spotwise.runtime.coordinator.Coordinator`'s, unchanged: a cluster run
+The job's loop is :class:`~spotwise.runtime.controller.JobController`'s, unchanged: a cluster run
 differs only by what is injected -- a :class:`~spotwise.runtime.clock.WallClock`, this module's
 :class:`ClusterProvider` (capacity requested and polled) and the Ray data plane.
 :class:`ClusterCoordinator` is a constructor that puts them together.
@@ -26,7 +26,7 @@ import numpy as np
 from spotwise.errors import InputError
 from spotwise.market.preemption import MarketEvent
 from spotwise.runtime.clock import Clock, WallClock
-from spotwise.runtime.coordinator import Coordinator
+from spotwise.runtime.controller import JobController
 from spotwise.runtime.provider import Provider
 
 SPOT_RESOURCE = "spot"
@@ -168,7 +168,7 @@ def check_spot_capacity(resource: str = SPOT_RESOURCE, workers: int | None = Non
     return total
 
 
-class ClusterCoordinator(Coordinator):
+class ClusterCoordinator(JobController):
     """The coordinator on a real cluster: only a constructor over the shared loop.
 
     Everything that differs from an emulated run comes from the injected parts: a
@@ -180,7 +180,7 @@ class ClusterCoordinator(Coordinator):
 
     def __init__(self, *args: Any, startup_timeout_s: float = 120.0, capacity_timeout_s: float = 1800.0,
                  clock: Clock | None = None, **kw: Any) -> None:
-        """As :class:`Coordinator` with ``mode="cluster"`` and a wall clock; first checks
+        """As :class:`JobController` with ``mode="cluster"`` and a wall clock; first checks
         (InputError) that the cluster's ``spot`` units hold ``spec.cluster.workers`` -- before any
         actor is requested."""
         spec = args[0] if args else kw.get("spec")

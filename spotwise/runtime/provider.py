@@ -1,6 +1,6 @@
 """Providers: where workers come from and when they disappear.
 
-The coordinator (:mod:`spotwise.runtime.coordinator`) talks to one :class:`Provider`:
+The job controller (:mod:`spotwise.runtime.controller`) talks to one :class:`Provider`:
 
 * :class:`EmulatedProvider` (the default) -- the market (trace replay or synthetic prices) and
   the revocation model decide, on the *virtual* clock, when each worker slot has capacity; the

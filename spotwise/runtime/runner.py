@@ -13,7 +13,10 @@ from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
 from spotwise.runtime.checkpoint import load_latest_checkpoint
-from spotwise.runtime.coordinator import Coordinator, NoProgressError, load_run_spec, worker_args_for
+from spotwise.runtime.controller import JobController
+from spotwise.runtime.progress import NoProgressError
+from spotwise.runtime.rundir_io import load_run_spec
+from spotwise.runtime.worker import worker_args_for
 from spotwise.runtime.raystart import check_local_workers, ensure_ray
 from spotwise.rundir import open_run_dir
 
@@ -114,10 +117,10 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
             if notice_source != "none":
                 notices = {"cloud": notice_source, **({"base_url": metadata_url} if metadata_url else {})}
             provider = ClusterProvider(worker_args_for(spec, notices))
-            coord: Coordinator = ClusterCoordinator(spec, out, market=market, provider=provider, resume=resume,
-                                                    progress=callback)
+            coord: JobController = ClusterCoordinator(spec, out, market=market, provider=provider, resume=resume,
+                                                      progress=callback)
         else:
-            coord = Coordinator(spec, out, market=market, resume=resume, progress=callback)
+            coord = JobController(spec, out, market=market, resume=resume, progress=callback)
         try:
             summary = coord.run()
         except NoProgressError:

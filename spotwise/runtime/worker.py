@@ -17,10 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from spotwise.config import WorkloadSpec
-from spotwise.specload import build
+from spotwise.config import JobSpec, WorkloadSpec
+from spotwise.specload import build, to_plain
 from spotwise.workloads.params import flat_grad, num_params, set_flat_params, zero_grad
 from spotwise.workloads.registry import make_workload
+
+
+def worker_args_for(spec: JobSpec, notices: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """Constructor arguments of a worker actor for ``spec`` (workload, seed, threads, notice watcher)."""
+    return (to_plain(spec.workload), spec.seed, 1, notices)
 
 
 class GradientWorker:
