@@ -55,6 +55,9 @@ from spotwise.runtime.checkpointing import CheckpointMixin
 from spotwise.runtime.clock import Clock, VirtualClock
 from spotwise.runtime.compute import Compute, RayCompute
 from spotwise.runtime.market_actions import DEFAULT_RESTART_S, MarketActionsMixin
+
+#: seconds between two consultations of the policies while no worker computes (an outage)
+IDLE_DECISION_S = 60.0
 from spotwise.runtime.progress import NoProgressError, check_progress_possible, progress_fix
 from spotwise.runtime.provider import EmulatedProvider, Provider
 from spotwise.runtime.records import Contribution, Counters, Task
@@ -116,6 +119,10 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         self.worker_market = worker_market
         #: seconds a market switch or migration costs before the new workers compute (billed)
         self.restart_s = DEFAULT_RESTART_S if restart_s is None else float(restart_s)
+        #: while no worker computes, the policies are consulted at least this often (virtual or
+        #: wall seconds): the executor's decision gap that a deadline guard adds to its margin
+        self.idle_decision_s = IDLE_DECISION_S
+        self._next_idle_decision = -math.inf
         if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
             raise ValueError(f"restart_s must be a finite number of seconds >= 0, got {restart_s!r}")
         #: the region (or zone) the job runs in; a migration changes it
@@ -372,13 +379,27 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         """
         if self._idle_since is None:
             self._idle_since = self.T
+        if self.policies and self.T >= self._next_idle_decision:
+            # a policy may act on the outage (a deadline guard switches to on-demand, a migration
+            # moves the job): consulted at least every idle_decision_s while no worker computes
+            self._next_idle_decision = self.T + self.idle_decision_s
+            self._apply_policies()
+            if self.members:
+                self._end_idle()
+                return True
         if self.provider.iteration_driven:
             self.clock.advance(self.mean_step_s)
             self._iteration_market()
         else:
             t = self.provider.peek_time()
-            if t is not None and t < self.market.horizon_s:
+            # virtual time jumps to the next capacity change, but no further than the next idle
+            # decision while policies could act (and, with no capacity in sight, up to the horizon)
+            cap = self._next_idle_decision if (self.policies and not self.clock.measured) else math.inf
+            if t is not None and t < self.market.horizon_s and t <= cap:
                 self._drain_market(t)
+            elif cap < self.market.horizon_s:
+                self.clock.advance_to(cap)
+                self._emit_prices()
             elif self.provider.requests_capacity and self.T - self._idle_since < self.provider.capacity_timeout_s:
                 self._poll_joins(timeout=0.25)
             else:
@@ -475,6 +496,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             spot_available=self.provider.spot_available(self.T), step_s=self.expected_step_s(), restart_s=self.restart_s,
             place=(self.region or self.market.instance.region or "", self.market.instance.name),
             on_demand_price=self.market.instance.on_demand_per_hour,
+            next_decision_s=self.idle_decision_s if not self.members else self.expected_step_s(),
         )
 
     @property
