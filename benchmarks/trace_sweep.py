@@ -15,7 +15,7 @@ Three parts, all measured in one process:
 2. **Speed**: simulated worker-iterations per second of the sweep engine against the
    step-by-step simulator (the run's coordinator with modelled compute) on the same job and
    window (baseline measured in the same run).  Goal: >= 1 M/s.
-3. **Fidelity**: the sweep engine against the step-by-step simulator on windows of a real trace
+3. **Fidelity** (no policy, then with the Uniform Progress guard forced to on-demand by outages): the sweep engine against the step-by-step simulator on windows of a real trace
    where the price rises above the bid (a quantile of the zone's prices) 2 h into the run and falls
    back within 12 h (a revocation and a rejoin): 6 h of compute due in 24 h: finish time and cost, relative
    difference (goal: within 5%, median over windows).
@@ -100,17 +100,18 @@ def part_policies(series, types, every_h: float) -> dict:
     return out
 
 
-def _controller_window(trace: list[str], zone: str, start: float, bid: float, iterations: int, step_s: float, model):
+def _controller_window(trace: list[str], zone: str, start: float, bid: float, iterations: int, step_s: float, model,
+                       deadline: str = "24h", policies: list | None = None):
     """The step-by-step simulator (the run's coordinator, modelled compute) on one trace window."""
     from spotwise.config import spec_from_dict
     from spotwise.market.series import iso8601
     from spotwise.market.world import build_market
-    from spotwise.runtime.coordinator import Coordinator
+    from spotwise.runtime.controller import JobController
     from spotwise.runtime.provider import EmulatedProvider
     from spotwise.sim.modelled import ModelledCompute, ModelledState
 
     d = dict(name="fidelity", seed=0, workload=dict(name="mlp-digits", family="resnet50", step_time_s=9.6 * step_s),
-             target=dict(iterations=iterations), deadline="24h",
+             target=dict(iterations=iterations), deadline=deadline, policies=policies or [],
              cluster=dict(instance_type="p3.2xlarge", workers=1, region=zone, coordinator_instance="c5.large", straggler=0,
                           sync_overhead_s=0, bids=bid),
              market=dict(traces=list(trace), start=iso8601(start), revocation=dict(model="bid", notice_s=0), billing="per-second"))
@@ -121,7 +122,8 @@ def _controller_window(trace: list[str], zone: str, start: float, bid: float, it
     provider = EmulatedProvider(market.revocation, 1, market.horizon_s, 0, compute=compute)
     out = Path(tempfile.mkdtemp(prefix="tracefid-"))
     t = time.perf_counter()
-    summary = Coordinator(spec, out / "run", market=market, provider=provider, compute=compute, state=state, mode="simulate").run()
+    summary = JobController(spec, out / "run", market=market, provider=provider, compute=compute, state=state, mode="simulate",
+                            restart_s=120.0).run()
     return summary, time.perf_counter() - t
 
 
@@ -196,6 +198,65 @@ def part_fidelity_and_speed(windows: int) -> dict:
             "sweep_worker_it_per_s": speed_sweep, "speedup": speed_sweep / speed_ctrl}
 
 
+def part_guard_fidelity(windows: int) -> dict:
+    """The Uniform Progress guard in the controller against the sweep engine: outages that force it to on-demand."""
+    from spotwise.config import spec_from_dict
+    from spotwise.market.catalog import Catalog
+    from spotwise.market.traces import load_traces
+    from spotwise.planner.plan import error_model_for
+    from spotwise.sim.places import build_places
+    from spotwise.sim.sweep import Strategy, SweepJob, run_window
+    from spotwise.workloads.registry import make_workload
+
+    iterations, step_s = 21600, 1.0  # 6 h of compute due in 12 h
+    cands = []
+    for region in sorted(TRACES.iterdir()):
+        fs = sorted(str(f) for f in region.glob("*p3.2xlarge.json"))
+        series = load_traces(fs) if fs else []
+        if not series:
+            continue
+        for place in build_places(series, Catalog.default(), "resnet50", "p3.2xlarge")[0]:
+            v, ts = place.price.values, place.price.times
+            bid = float(np.median(v))
+            for i in range(1, ts.size - 1):  # the price rises above the bid 30 min in and stays there > 4 h
+                if v[i - 1] <= bid < v[i] and ts[i] - 1800 > place.price.start + 7 * 86400:
+                    back = np.nonzero((ts > ts[i]) & (v <= bid))[0]
+                    if (float(ts[back[0]]) if back.size else place.end) - ts[i] > 4 * 3600:
+                        cands.append((place, fs, bid, float(ts[i]) - 1800.0))
+    picks = [cands[i] for i in np.linspace(0, len(cands) - 1, min(windows, len(cands))).astype(int)]
+    spec0 = spec_from_dict(dict(name="pilot", seed=0, workload=dict(name="mlp-digits", family="resnet50"), target=dict(iterations=10),
+                                cluster=dict(instance_type="p3.2xlarge"), market=dict(synthetic=dict(kind="constant", price=1.0))))
+    em = error_model_for(spec0, None, 50)
+    model = (em[0], em[1], None, len(make_workload(spec0.workload, 0).train))
+    job = SweepJob(work_s=iterations * step_s, deadline_s=12 * 3600.0, restart_s=120.0, start_s=0.0, rejoin_s=0.0,
+                   coordinator_per_hour=0.085, iterations=iterations)
+    rows, dt, dc = [], [], []
+    met_ctrl = met_sweep = 0
+    for place, fs, bid, st in picks:
+        summary, wall = _controller_window(fs, place.zone, st, bid, iterations, step_s, model, deadline="12h",
+                                           policies=[{"name": "uniform-progress"}])
+        r = run_window(job, [place], place, st, Strategy("thm3-bid+guard", bid=bid, policies=("uniform-progress",)), tick_s=60.0)
+        ok_c = summary.status == "completed" and summary.virtual_s <= job.deadline_s
+        met_ctrl += ok_c
+        met_sweep += r.deadline_met
+        if r.finish_s is not None and summary.status == "completed":
+            dt.append(abs(r.finish_s - summary.virtual_s) / summary.virtual_s)
+            dc.append(abs(r.cost - summary.cost_usd) / summary.cost_usd)
+        od = summary.cost_breakdown.get("by_market", {}).get("on_demand", 0.0)
+        rows.append([time.strftime("%Y-%m-%d %H:%M", time.gmtime(st)), place.zone, summary.virtual_s / 3600,
+                     None if r.finish_s is None else r.finish_s / 3600, summary.cost_usd, r.cost, od, r.market_switches,
+                     f"{dt[-1]:.2%}" if dt else "-", f"{dc[-1]:.2%}" if dc else "-"])
+    print(f"\nGuard fidelity: the Uniform Progress guard in the controller (step by step) vs the sweep engine (60 s ticks); "
+          f"p3.2xlarge, 6 h of compute due in 12 h, bid = the zone's median, {len(picks)} windows where the price rises "
+          "above it 30 min in and stays there > 4 h; restart 120 s")
+    print(table(["start", "zone", "time h ctrl", "time h sweep", "cost ctrl", "cost sweep", "on-demand $ ctrl (incl. coord.)",
+                 "switches sweep", "d time", "d cost"], rows))
+    print(f"deadline met: controller {met_ctrl}/{len(picks)}, sweep {met_sweep}/{len(picks)}; median |d time| {med(dt):.3%}, "
+          f"median |d cost| {med(dc):.3%} (goal <= 5%)")
+    return {"windows": len(picks), "met_controller": met_ctrl, "met_sweep": met_sweep, "median_rel_time_diff": med(dt),
+            "median_rel_cost_diff": med(dc), "max_rel_time_diff": max(dt) if dt else None, "max_rel_cost_diff": max(dc) if dc else None}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--types", default=",".join(TYPES))
@@ -214,6 +275,7 @@ def main() -> None:
         series = load_traces(str(TRACES))
         payload["policies"] = part_policies(series, [t for t in args.types.split(",") if t], parse_duration(args.every, "--every") / 3600)
     payload["fidelity"] = part_fidelity_and_speed(args.fidelity_windows)
+    payload["guard_fidelity"] = part_guard_fidelity(args.fidelity_windows)
     print(f"\nresult: {write_result('trace_sweep', payload)}")
 
 
