@@ -452,6 +452,8 @@ def simulate(
     restart: str = typer.Option("300s", "--restart", help="Sweep: time lost by each (re)start or move (cold start + restore)."),
     history: str = typer.Option("7d", "--history", help="Sweep: price history a strategy may use before each start."),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Sweep: CDF plots of cost vs oracle and finish time into --out."),
+    spot_price: Optional[float] = typer.Option(None, "--spot-price", help="Sweep: $/h of spot capacity that has an "
+                                               "availability trace but no price trace (SkyPilot)."),
 ) -> None:
     """Simulate a job in virtual time (no Ray): one run on its market, or with --trace a sweep over real traces.
 
@@ -466,7 +468,7 @@ def simulate(
 
     if trace:
         _simulate_sweep(spec, out, overwrite, as_json, trace, strategies, starts, all_zones, types, work_hours,
-                        deadline_hours, restart, history, plot)
+                        deadline_hours, restart, history, plot, spot_price)
         return
     if pilot_steps < 10:
         raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
@@ -497,7 +499,8 @@ def simulate(
 
 def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: bool, trace: list[Path],
                     strategies: Optional[str], starts: str, all_zones: bool, types: Optional[str],
-                    work_hours: Optional[float], deadline_hours: Optional[float], restart: str, history: str, plot: bool) -> None:
+                    work_hours: Optional[float], deadline_hours: Optional[float], restart: str, history: str, plot: bool,
+                    spot_price: Optional[float] = None) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from spotwise.config import load_spec
@@ -511,7 +514,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
         traces=[str(t) for t in trace], strategies=strategies, every_s=parse_duration(starts, "--starts"),
         types=[t.strip() for t in types.split(",") if t.strip()] if types else [], all_zones=all_zones,
         work_hours=work_hours, deadline_h=deadline_hours, restart_s=parse_duration(restart, "--restart"),
-        history_s=parse_duration(history, "--history"))
+        history_s=parse_duration(history, "--history"), spot_price=spot_price)
 
     def go() -> Any:
         with Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} starts"),

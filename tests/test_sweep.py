@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from spotwise.errors import InfeasibleError, InputError
-from spotwise.market.catalog import Catalog, InstanceType
+from spotwise.market.catalog import Catalog
 from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.policies.base import Migrate, Observation, PlaceQuote, SwitchMarket
 from spotwise.policies.deadline_guard import UniformProgress
@@ -460,23 +460,19 @@ def test_real_aws_p3_sweep_spotwise_meets_every_deadline_near_the_oracle(aws_p3:
 def skypilot_places() -> tuple[list[Place], list[str]]:
     """The 45-day SkyPilot 1-node V100 availability traces (9 AWS zones, 195 s ticks).
 
-    The traces name the type ``v100_1`` (one V100: p3.2xlarge) and hold no prices.  The default
-    catalog knows neither ``v100_1`` nor a spot price for any AWS type (AWS spot prices vary), so
-    ``build_places`` cannot place them as they are.  Here a test-only catalog entry gives
-    ``v100_1`` the p3.2xlarge on-demand price and an *assumed* fixed spot price of 30 % of it:
-    the deadline assertions below do not depend on that level (any spot < on-demand)."""
+    The traces name the type ``v100_1`` (one V100), read as the AWS type they were collected on,
+    p3.2xlarge (:data:`spotwise.sim.places.SKYPILOT_AWS_TYPES`), and hold no prices: without a
+    spot price (the catalog has none for AWS types) they cannot be placed; with an *assumed*
+    fixed spot price of 30 % of on-demand they can (the deadline assertions below do not depend
+    on that level: any spot price below on-demand)."""
     from spotwise.market.traces import load_traces
 
     series = load_traces(need(SKY_AVAIL))
-    with pytest.raises(InputError, match="unknown instance type 'v100_1'"):
-        build_places(series, Catalog.default(), "resnet", "v100_1")
-    v100 = InstanceType("v100_1", "aws", accelerator="V100", accelerator_count=1, on_demand_per_hour=OD,
-                        spot_per_hour=round(0.3 * OD, 4), notes="test-only: SkyPilot's one-V100 type, assumed spot price")
-    no_spot = Catalog.default().merge(Catalog([InstanceType("v100_1", "aws", accelerator="V100", accelerator_count=1,
-                                                            on_demand_per_hour=OD)]))
-    with pytest.raises(InputError, match="no place"):
-        build_places(series, no_spot, "resnet", "v100_1")
-    return build_places(series, Catalog.default().merge(Catalog([v100])), "resnet", "v100_1")
+    with pytest.raises(InputError, match="no price"):
+        build_places(series, Catalog.default(), "resnet50", "p3.2xlarge")
+    with pytest.raises(InputError, match="--spot-price"):
+        build_places(series, Catalog.default(), "resnet50", "p3.2xlarge", spot_price=-1.0)
+    return build_places(series, Catalog.default(), "resnet50", "p3.2xlarge", spot_price=round(0.3 * OD, 4))
 
 
 def test_real_skypilot_availability_sweep_guard_meets_deadlines_no_guard_misses() -> None:

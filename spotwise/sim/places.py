@@ -103,14 +103,32 @@ def _constant_price(value: float, cap: StepSeries, instance: str) -> StepSeries:
     return StepSeries(np.array([cap.start]), np.array([value]), cap.end, meta)
 
 
+#: SkyPilot's availability traces name an accelerator and count (``v100_1``); on AWS, where they
+#: were collected, these are the instance types below (``skypilot-spot-traces/SOURCE.txt``)
+SKYPILOT_AWS_TYPES = {"k80_1": "p2.xlarge", "k80_8": "p2.8xlarge", "k80_16": "p2.16xlarge",
+                      "v100_1": "p3.2xlarge", "v100_4": "p3.8xlarge", "v100_8": "p3.16xlarge"}
+
+
+def _type_name(s: StepSeries) -> str:
+    name = s.meta.instance
+    if s.kind == "availability" and (s.meta.cloud in ("", "aws")) and name in SKYPILOT_AWS_TYPES:
+        return SKYPILOT_AWS_TYPES[name]
+    return name
+
+
 def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, home_instance: str,
-                 instance_types: Sequence[str] | None = None) -> tuple[list[Place], list[str]]:
+                 instance_types: Sequence[str] | None = None, spot_price: float | None = None) -> tuple[list[Place], list[str]]:
     """Places from loaded trace series (:func:`spotwise.market.traces.load_traces`).
 
-    ``instance_types``: the types the job may use (default: ``home_instance`` only).  Returns
-    ``(places, skipped)``, ``skipped`` naming each series left out and why.  No place at all is an
-    :class:`InputError` saying which zones and types the traces hold.
+    ``instance_types``: the types the job may use (default: ``home_instance`` only).  SkyPilot's
+    accelerator names are read as the AWS types they were collected on (:data:`SKYPILOT_AWS_TYPES`).
+    A place with an availability trace and no price trace is priced at ``spot_price`` ($/h) if
+    given, else at the catalog's fixed spot price of its type.  Returns ``(places, skipped)``,
+    ``skipped`` naming each series left out and why.  No place at all is an :class:`InputError`
+    saying which zones and types the traces hold.
     """
+    if spot_price is not None and not (math.isfinite(spot_price) and spot_price > 0):
+        raise InputError(f"--spot-price must be a positive $/h, got {spot_price!r}", "e.g. --spot-price 0.92", "--spot-price")
     types = list(instance_types) if instance_types else [home_instance]
     home = catalog.instance(home_instance)
     try:
@@ -122,10 +140,10 @@ def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, ho
     skipped: list[str] = []
     seen: list[str] = []
     for s in series:
-        key = (s.meta.zone or s.meta.region, s.meta.instance)
+        key = (s.meta.zone or s.meta.region, _type_name(s))
         seen.append(f"{key[0]}/{key[1]}")
-        if s.meta.instance not in types:
-            skipped.append(f"{s.meta.id}: type {s.meta.instance!r} not among {types}")
+        if key[1] not in types:
+            skipped.append(f"{s.meta.id}: type {key[1]!r} not among {types}")
             continue
         (prices if s.kind == "price" else caps)[key] = s
     places: list[Place] = []
@@ -143,10 +161,12 @@ def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, ho
         price = prices.get(key)
         if price is None:
             assert cap is not None
-            if inst.spot_per_hour is None:
-                skipped.append(f"{zone}/{inst_name}: availability only and the catalog has no spot price")
+            fixed = spot_price if spot_price is not None else inst.spot_per_hour
+            if fixed is None:
+                skipped.append(f"{zone}/{inst_name}: availability only, and no spot price (pass --spot-price, "
+                               "or add spot_per_hour to the type in a user catalog)")
                 continue
-            price = _constant_price(float(inst.spot_per_hour), cap, inst_name)
+            price = _constant_price(float(fixed), cap, inst_name)
         if inst_name == home_instance or home_thr is None:
             speed = 1.0
         else:
@@ -158,6 +178,10 @@ def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, ho
         region = (price.meta.region or (cap.meta.region if cap is not None else "")) or zone
         places.append(Place(zone, region, inst, price, float(inst.on_demand_per_hour), speed, cap))
     if not places:
+        unpriced = [k for k in skipped if "no spot price" in k]
+        if unpriced:
+            raise InputError(f"the availability traces of {home_instance} have no price ({unpriced[0]})",
+                             "pass --spot-price P ($/h), or price traces of the same zones and period", "--spot-price")
         raise InputError(f"no place to run {home_instance} in the traces (they hold {', '.join(sorted(set(seen))[:12]) or 'nothing'})",
                          "pass traces of the job's instance type, or list the types it may use with --types", "--trace")
     return places, skipped

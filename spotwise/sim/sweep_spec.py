@@ -91,6 +91,7 @@ class SweepRequest:
     restart_s: float = 300.0
     history_s: float = 7 * 86400.0
     tick_s: float = 600.0
+    spot_price: float | None = None
 
     def __post_init__(self) -> None:
         if not self.traces:
@@ -112,7 +113,8 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
     if not series:
         raise InputError("the traces hold no records", "pass non-empty trace files (spotwise traces show)", "--trace")
     catalog = load_catalog(spec)
-    places, skipped = build_places(series, catalog, spec.workload.family, spec.cluster.instance_type, req.types or None)
+    places, skipped = build_places(series, catalog, spec.workload.family, spec.cluster.instance_type, req.types or None,
+                                   spot_price=req.spot_price)
     job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=req.history_s, deadline_h=req.deadline_h)
     homes = homes_for(spec, places, req.all_zones)
     home_places = [p for p in places if p.key in set(homes)]
