@@ -28,7 +28,9 @@ from spotwise.events import read_events, read_summary
 from spotwise.market.preemption import BidRevocation, ExponentialLifetime, MarketEvent
 from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.market.world import build_market
+from spotwise.runtime.compute import LocalCompute
 from spotwise.runtime.controller import JobController
+from spotwise.runtime.worker import worker_args_for
 from spotwise.runtime.faults import ScriptedRevocation, outage
 from spotwise.runtime.provider import EmulatedProvider
 
@@ -50,9 +52,12 @@ def make_spec(**over: Any):
 
 
 def coordinator(spec, out: Path, revocation=None, horizon_s: float = 7 * 24 * 3600.0, **kw: Any) -> JobController:
+    """The run's controller with in-process workers (LocalCompute: the same GradientWorker the Ray
+    actors run, no Ray): what these items test is time, money and the run directory."""
     market = build_market(spec, horizon_s=horizon_s)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
+    kw.setdefault("compute", LocalCompute(worker_args_for(spec)))
     return JobController(spec, out, market=market, **kw)
 
 
@@ -71,7 +76,7 @@ def assert_same_costs(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------------------------- item 6
 @pytest.mark.parametrize("billing", ["per-second", "per-hour"])
-def test_item6_resumed_ledger_equals_uninterrupted(ray_session, tmp_path: Path, billing: str) -> None:
+def test_item6_resumed_ledger_equals_uninterrupted(tmp_path: Path, billing: str) -> None:
     """Stop at step 7 (final checkpoint), resume to 20: billed like the run that never stopped.
 
     Worker 1 is revoked at t=2 s and back at t=6 s, so the checkpoint holds a closed worker
@@ -137,7 +142,7 @@ def test_item6_ledger_snapshot_and_reopen_continue_billing(policy: str) -> None:
         assert by_inst[k] == pytest.approx(v, rel=1e-12), k
 
 
-def test_item6_resume_of_a_finished_run_costs_nothing_more(ray_session, tmp_path: Path) -> None:
+def test_item6_resume_of_a_finished_run_costs_nothing_more(tmp_path: Path) -> None:
     """Resuming a completed run (final checkpoint) is a no-op, also for the bill."""
     spec = make_spec(target__iterations=6)
     out = tmp_path / "run"
@@ -221,7 +226,7 @@ def test_item8_zero_delay_replacement_stays_causal() -> None:
     assert sum(ev.kind == "revoke" for ev in evs) > 5
 
 
-def test_item8_bid_market_run_acts_on_every_notice(ray_session, tmp_path: Path) -> None:
+def test_item8_bid_market_run_acts_on_every_notice(tmp_path: Path) -> None:
     """In a run, every market revocation in events.jsonl follows its notice by notice_s (or the cap)."""
     notice_s = 7.0
     spec = make_spec(**{"target__iterations": 15, "cluster__workers": 2, "cluster__bids": 0.07,
@@ -259,7 +264,7 @@ def test_item8_bid_market_run_acts_on_every_notice(ray_session, tmp_path: Path) 
 
 
 # ---------------------------------------------------------------------------------- item 9
-def test_item9_unfinished_run_does_not_meet_deadline(ray_session, tmp_path: Path) -> None:
+def test_item9_unfinished_run_does_not_meet_deadline(tmp_path: Path) -> None:
     """A run that stops at no-capacity with steps to go has not met its deadline, however early it stopped."""
     spec = make_spec(**{"target__iterations": 1000, "deadline": 3600.0, "cluster__workers": 2})
     rev = ScriptedRevocation((outage(4.0, 1e9, [0, 1]),))
@@ -275,7 +280,7 @@ def test_item9_unfinished_run_does_not_meet_deadline(ray_session, tmp_path: Path
 
 
 # ---------------------------------------------------------------------------------- item 17
-def test_item17_runtime_no_progress_is_stopped(ray_session, tmp_path: Path) -> None:
+def test_item17_runtime_no_progress_is_stopped(tmp_path: Path) -> None:
     """Capacity for 10 ms of every second, steps of ~1 s: no round can ever commit -> stopped, exit-2 error."""
     spec = make_spec(**{"cluster__workers": 1, "cluster__standby": 1, "target__iterations": 10})
     rev = ScriptedRevocation(tuple(outage(k + 0.01, k + 1.0, [0]) for k in range(400)))
