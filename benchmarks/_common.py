@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import logging
@@ -31,17 +30,10 @@ BASE: dict[str, Any] = {
 
 
 def make_spec(**over: Any):
-    """A JobSpec from BASE with ``a__b=value`` overrides (like tests/test_runtime.py)."""
-    from spotwise.config import spec_from_dict
+    """A JobSpec from BASE with ``a__b=value`` overrides (the tests' helper, ``tests/_specs.py``)."""
+    from tests._specs import spec_with
 
-    d = copy.deepcopy(BASE)
-    for path, value in over.items():
-        node = d
-        keys = path.split("__")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
-    return spec_from_dict(d)
+    return spec_with(BASE, **over)
 
 
 def start_ray(num_cpus: int = 2) -> None:
