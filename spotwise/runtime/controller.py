@@ -487,16 +487,17 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
 
     # ================================================================== policies
     def _observation(self) -> Observation:
+        step_s = self.expected_step_s()
         return Observation(
             step=self.step, t=self.T, active=len(self.members), provisioned=self.provisioned,
             max_workers=self.max_workers, reference_workers=self.spec.cluster.workers, base_lr=self.base_lr, lr=self.lr,
             sync=self.sync, sync_n=self.sync_n, loss=self.last_loss, price=self.market.spot_price(self.T),
             cost_so_far=self.cost_so_far(), deadline_s=self.spec.deadline_s, budget_usd=self.spec.budget_usd,
             target_iterations=self.spec.target.iterations, market=self.market_name,
-            spot_available=self.provider.spot_available(self.T), step_s=self.expected_step_s(), restart_s=self.restart_s,
+            spot_available=self.provider.spot_available(self.T), step_s=step_s, restart_s=self.restart_s,
             place=(self.region or self.market.instance.region or "", self.market.instance.name),
             on_demand_price=self.market.instance.on_demand_per_hour,
-            next_decision_s=self.idle_decision_s if not self.members else self.expected_step_s(),
+            next_decision_s=self.idle_decision_s if not self.members else step_s,
         )
 
     @property
