@@ -387,9 +387,11 @@ class _Run:
 def run_window(job: SweepJob, places: Sequence[Place], home: Place, start: float, strategy: Strategy, *,
                tick_s: float = 600.0, horizon: float | None = None) -> WindowResult:
     """Run ``strategy`` from ``start``; the run may go past the deadline (a miss) up to ``horizon``
-    (default: the home trace's end or three deadlines, whichever first)."""
-    if horizon is None:
-        horizon = min(home.end, start + 3 * job.deadline_s)
+    (default: three deadlines, or the end of the data first: the home trace's for a strategy
+    that starts at home, any trace's for one that picks its place)."""
+    if horizon is None:  # a home-free strategy (cheapest place) may run wherever the data lasts
+        data_end = home.end if strategy.start == "home" else max(p.end for p in places)
+        horizon = min(data_end, start + 3 * job.deadline_s)
     policies = [make_policy(n) if isinstance(n, str) else make_policy(n[0], n[1]) for n in strategy.policies]
     return _Run(job, places, home, start, strategy, policies, tick_s, horizon).run()
 
