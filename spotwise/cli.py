@@ -454,6 +454,9 @@ def simulate(
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Sweep: CDF plots of cost vs oracle and finish time into --out."),
     spot_price: Optional[float] = typer.Option(None, "--spot-price", help="Sweep: $/h of spot capacity that has an "
                                                "availability trace but no price trace (SkyPilot)."),
+    spec_market: bool = typer.Option(False, "--spec-market", help="Sweep over the spec's own market (synthetic prices, "
+                                     "its revocation model's capacity, e.g. GCP lifetimes) instead of --trace."),
+    horizon: str = typer.Option("30d", "--horizon", help="With --spec-market: how long a market to generate."),
 ) -> None:
     """Simulate a job in virtual time (no Ray): one run on its market, or with --trace a sweep over real traces.
 
@@ -466,9 +469,9 @@ def simulate(
     from spotwise.runtime.runner import RunProgress
     from spotwise.sim.simulate import simulate_job
 
-    if trace:
-        _simulate_sweep(spec, out, overwrite, as_json, trace, strategies, starts, all_zones, types, work_hours,
-                        deadline_hours, restart, history, plot, spot_price)
+    if trace or spec_market:
+        _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
+                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon)
         return
     if pilot_steps < 10:
         raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
@@ -500,7 +503,7 @@ def simulate(
 def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: bool, trace: list[Path],
                     strategies: Optional[str], starts: str, all_zones: bool, types: Optional[str],
                     work_hours: Optional[float], deadline_hours: Optional[float], restart: str, history: str, plot: bool,
-                    spot_price: Optional[float] = None) -> None:
+                    spot_price: Optional[float] = None, spec_market: bool = False, horizon: str = "30d") -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from spotwise.config import load_spec
@@ -514,7 +517,8 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
         traces=[str(t) for t in trace], strategies=strategies, every_s=parse_duration(starts, "--starts"),
         types=[t.strip() for t in types.split(",") if t.strip()] if types else [], all_zones=all_zones,
         work_hours=work_hours, deadline_h=deadline_hours, restart_s=parse_duration(restart, "--restart"),
-        history_s=parse_duration(history, "--history"), spot_price=spot_price)
+        history_s=parse_duration(history, "--history"), spot_price=spot_price, spec_market=spec_market,
+        horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed)
 
     def go() -> Any:
         with Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} starts"),

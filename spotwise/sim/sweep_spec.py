@@ -92,13 +92,51 @@ class SweepRequest:
     history_s: float = 7 * 86400.0
     tick_s: float = 600.0
     spot_price: float | None = None
+    #: sweep over the spec's own market (``market.synthetic`` prices or ``market.traces``, and its
+    #: revocation model's capacity, e.g. GCP lifetimes) for ``horizon_s`` instead of ``traces``
+    spec_market: bool = False
+    horizon_s: float = 30 * 86400.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.traces:
-            raise InputError("no trace given", "pass --trace FILE_OR_DIR (AWS/Azure prices, SkyPilot availability)", "--trace")
+        if not self.traces and not self.spec_market:
+            raise InputError("no trace given", "pass --trace FILE_OR_DIR (AWS/Azure prices, SkyPilot availability), "
+                             "or --spec-market to sweep over the spec's own market", "--trace")
+        if self.traces and self.spec_market:
+            raise InputError("--trace and --spec-market both given", "sweep over the traces or over the spec's market, not both",
+                             "--spec-market")
+        if not (math.isfinite(self.horizon_s) and self.horizon_s > 0):
+            raise InputError(f"--horizon must be > 0, got {self.horizon_s!r}", "e.g. --horizon 30d", "--horizon")
         for name, v, lo in (("--restart", self.restart_s, 0.0), ("--history", self.history_s, 0.0), ("--tick", self.tick_s, 1.0)):
             if not (math.isfinite(v) and v >= lo):
                 raise InputError(f"{name} must be a number >= {lo:g}, got {v!r}", f"e.g. {name} 300", name)
+
+
+def spec_market_place(spec: JobSpec, horizon_s: float, seed: int) -> Place:
+    """The spec's own market as one place over ``[0, horizon_s)`` virtual seconds.
+
+    Prices are the market's (synthetic, or the replayed trace); capacity is the revocation
+    model's for one worker (a lifetime model -- GCP preemptible lifetimes, exponential -- or an
+    availability trace, drawn with ``seed``); a bid model leaves capacity to the strategies' bids
+    (capacity = price <= bid), as on a price trace.
+    """
+    from spotwise.market.world import build_market
+    from spotwise.sim.places import capacity_from_lifetimes
+
+    market = build_market(spec, horizon_s=horizon_s)
+    zone = spec.cluster.region or "spec-market"
+    inst = market.instance.name
+    prices = market.prices.with_meta(zone=zone, region=zone, instance=inst)
+    if prices.end < horizon_s:
+        prices = StepSeries(prices.times, prices.values, horizon_s, prices.meta)
+    cap = None
+    model = spec.market.revocation.model
+    if model not in ("bid", "none"):
+        if market.revocation.is_iteration_driven:
+            raise InputError(f"the {model!r} revocation model revokes per iteration, which a sweep in time cannot replay",
+                             "sweep a lifetime, availability-trace or bid market instead", "market.revocation.model")
+        cap = capacity_from_lifetimes(market.revocation, 0.0, horizon_s, seed, zone, inst)
+    return Place(zone, zone, market.instance, prices, market.on_demand_price, 1.0, cap)
 
 
 def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, int], None] | None = None
@@ -106,6 +144,13 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
     """Load the traces, build the places and homes, run the sweep.  Returns ``(result, places, homes, skipped)``."""
     from spotwise.market.traces import load_traces
 
+    if req.spec_market:
+        place = spec_market_place(spec, req.horizon_s, req.seed)
+        job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=max(req.history_s, 1.0),
+                        deadline_h=req.deadline_h)
+        starts = window_starts([place], job, req.every_s, warmup_s=req.history_s)
+        result = sweep(job, [place], [place.key], parse_strategies(req.strategies), starts, tick_s=req.tick_s, progress=progress)
+        return result, [place], [place.key], []
     for t in req.traces:
         if not Path(t).exists():
             raise InputError(f"trace {t!r} does not exist", "pass an existing trace file or folder", "--trace")
