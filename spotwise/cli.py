@@ -471,7 +471,7 @@ def simulate(
 
     if trace or spec_market:
         _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
-                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon)
+                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot)
         return
     if pilot_steps < 10:
         raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
@@ -503,7 +503,8 @@ def simulate(
 def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: bool, trace: list[Path],
                     strategies: Optional[str], starts: str, all_zones: bool, types: Optional[str],
                     work_hours: Optional[float], deadline_hours: Optional[float], restart: str, history: str, plot: bool,
-                    spot_price: Optional[float] = None, spec_market: bool = False, horizon: str = "30d") -> None:
+                    spot_price: Optional[float] = None, spec_market: bool = False, horizon: str = "30d",
+                    pilot: Optional[Path] = None) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from spotwise.config import load_spec
@@ -518,7 +519,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
         types=[t.strip() for t in types.split(",") if t.strip()] if types else [], all_zones=all_zones,
         work_hours=work_hours, deadline_h=deadline_hours, restart_s=parse_duration(restart, "--restart"),
         history_s=parse_duration(history, "--history"), spot_price=spot_price, spec_market=spec_market,
-        horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed)
+        horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed, pilot_dir=str(pilot) if pilot else None)
 
     def go() -> Any:
         with Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} starts"),

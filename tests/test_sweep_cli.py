@@ -186,3 +186,20 @@ def test_sweep_over_gcp_preemptible_lifetimes(cli) -> None:
     assert code == 0, err
     by = {s["strategy"]: s for s in json.loads(out)["strategies"]}
     assert by["spot+guard"]["deadline_met"] == 1.0 and by["spot+guard"]["vs_on_demand"] < 0.5
+
+
+def test_sweep_job_sized_by_a_pilot_run(cli, tmp_path: Path) -> None:
+    from spotwise.config import load_spec
+    from spotwise.planner.pilot import pilot_from_run
+
+    demo = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
+    code, _, err = cli("simulate", str(demo), "--out", str(tmp_path / "pilot"), "--pilot-steps", "20", "--json")
+    assert code == 0, err
+    _, rt = pilot_from_run(tmp_path / "pilot")
+    code, out, err = cli("simulate", str(demo), "--spec-market", "--pilot", str(tmp_path / "pilot"), "--starts", "6h",
+                         "--history", "1h", "--horizon", "1d", "--strategies", "on-demand", "--json")
+    assert code == 0, err
+    want_h = load_spec(demo).target.iterations * rt.model.expected(1) / 3600
+    assert json.loads(out)["job"]["work_h"] == pytest.approx(want_h, rel=1e-9)
+    code, _, err = cli("simulate", str(demo), "--spec-market", "--pilot", str(tmp_path / "pilot"), "--work-hours", "1")
+    assert code == 2 and "--pilot" in err

@@ -3,7 +3,9 @@
 The spec gives the job: its work is ``target.iterations`` committed steps at the expected step
 time of ``cluster.workers`` workers of ``cluster.instance_type`` (the one mini-batch time law,
 :class:`~spotwise.theory.runtime.MiniBatchTimeLaw`, through the sync strategy's
-``expected_round_s``: the same expectation the planner and the simulator use), or ``--work-hours``;
+``expected_round_s``: the same expectation the planner and the simulator use), or at the step
+time measured by a pilot run (``--pilot DIR``, the runtime fit of :mod:`spotwise.planner.pilot`),
+or ``--work-hours``;
 ``deadline``; the coordinator (billed on-demand for the whole run); the billing rule.  The home
 place is ``cluster.region`` (a zone, or a region meaning each of its zones) of the spec's type;
 ``--all-zones`` makes every zone of the traces a home.  Nothing here imports a user workload.
@@ -39,16 +41,41 @@ def job_work_s(spec: JobSpec, catalog: Any) -> float:
     return spec.target.iterations * sync.expected_round_s(law, spec.cluster.workers, float(spec.cluster.sync_overhead_s))
 
 
+def pilot_work_s(spec: JobSpec, pilot_dir: str) -> tuple[float, str]:
+    """Compute seconds of ``spec``'s job from a pilot run's measured step times
+    (:func:`spotwise.planner.pilot.pilot_from_run`): ``iterations x E[R(workers)]``."""
+    from spotwise.planner.pilot import pilot_from_run
+
+    if spec.target.iterations is None:
+        raise InputError("a trace sweep needs target.iterations to scale a pilot's step time", "set target.iterations",
+                         "target.iterations")
+    _, rt = pilot_from_run(pilot_dir)
+    workers = int(spec.cluster.workers)
+    if rt.unit == "step":
+        step = float(rt.model.expected(1))
+        note = f"pilot {pilot_dir}: mean step {step:.4g} s at {rt.active} active workers ({rt.n_samples} steps)"
+        if rt.active is not None and rt.active != workers:
+            note += f"; the spec has {workers} workers: the pilot's step time is used as measured"
+    else:
+        step = float(rt.model.expected(workers, spec.cluster.sync, spec.cluster.sync_n))
+        note = f"pilot {pilot_dir}: E[R({workers})] = {step:.4g} s from {rt.n_samples} mini-batch times"
+    return spec.target.iterations * step, note
+
+
 def sweep_job(spec: JobSpec, *, work_hours: float | None = None, restart_s: float = 300.0,
-              history_s: float = 7 * 86400.0, deadline_h: float | None = None) -> SweepJob:
+              history_s: float = 7 * 86400.0, deadline_h: float | None = None, pilot_dir: str | None = None) -> SweepJob:
     catalog = load_catalog(spec)
     deadline = deadline_h * 3600.0 if deadline_h is not None else spec.deadline_s
     if deadline is None:
         raise InputError("a trace sweep needs a deadline", "set deadline in the spec (e.g. 48h) or pass --deadline-hours", "deadline")
+    if work_hours is not None and pilot_dir is not None:
+        raise InputError("--work-hours and --pilot both size the job", "give one of them", "--work-hours")
     if work_hours is not None:
         if not (math.isfinite(work_hours) and work_hours > 0):
             raise InputError(f"--work-hours must be > 0, got {work_hours!r}", "e.g. --work-hours 24", "--work-hours")
         work = work_hours * 3600.0
+    elif pilot_dir is not None:
+        work, _ = pilot_work_s(spec, pilot_dir)
     else:
         work = job_work_s(spec, catalog)
     coord = 0.0
@@ -97,6 +124,8 @@ class SweepRequest:
     spec_market: bool = False
     horizon_s: float = 30 * 86400.0
     seed: int = 0
+    #: a run directory whose measured step times size the job (instead of the catalog's time law)
+    pilot_dir: str | None = None
 
     def __post_init__(self) -> None:
         if not self.traces and not self.spec_market:
@@ -147,7 +176,7 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
     if req.spec_market:
         place = spec_market_place(spec, req.horizon_s, req.seed)
         job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=max(req.history_s, 1.0),
-                        deadline_h=req.deadline_h)
+                        deadline_h=req.deadline_h, pilot_dir=req.pilot_dir)
         starts = window_starts([place], job, req.every_s, warmup_s=req.history_s)
         result = sweep(job, [place], [place.key], parse_strategies(req.strategies), starts, tick_s=req.tick_s, progress=progress)
         return result, [place], [place.key], []
@@ -160,7 +189,8 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
     catalog = load_catalog(spec)
     places, skipped = build_places(series, catalog, spec.workload.family, spec.cluster.instance_type, req.types or None,
                                    spot_price=req.spot_price)
-    job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=req.history_s, deadline_h=req.deadline_h)
+    job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=req.history_s, deadline_h=req.deadline_h,
+                    pilot_dir=req.pilot_dir)
     homes = homes_for(spec, places, req.all_zones)
     home_places = [p for p in places if p.key in set(homes)]
     starts = window_starts(home_places, job, req.every_s)
