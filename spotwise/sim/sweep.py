@@ -252,10 +252,9 @@ class _Run:
             return True  # no bid limit and never revoked: the optimistic estimate, availability traces included
         return self.place.has_capacity(self.t, self.bid(self.place))
 
-    def acquire(self, kind: str | None = None) -> None:
+    def acquire(self) -> None:
         """Start the workers; the delay before they compute is the pending kind's (start, rejoin, restart)."""
-        kind = kind or self.pending
-        self.pending = "rejoin"
+        kind, self.pending = self.pending, "rejoin"
         self.gen += 1
         for w in range(self.job.workers):
             iid = f"w{w}.{self.gen}"
