@@ -343,3 +343,15 @@ def test_invalid_sync_and_merge() -> None:
         SparseUpdate.empty(3).apply_to(np.zeros(3, dtype=np.int64))
     with pytest.raises(ValueError):
         SparseUpdate.empty(3).apply_to(np.zeros(2))
+
+
+def test_failed_push_leaves_filter_unchanged() -> None:
+    f = SignificanceFilter(3, 10.0)
+    x = np.ones(3)
+    f.push(1, x, np.array([0.5, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="finite"):
+        f.push(2, np.array([np.nan, 1.0, 1.0]), np.array([0.25, 0.0, 0.0]))
+    assert f.last_step == 1
+    assert f.residual().values.tolist() == [0.5]
+    f.push(2, x, np.array([0.25, 0.0, 0.0]))  # step 2 is still usable
+    assert f.residual().values.tolist() == [0.75]
