@@ -12,9 +12,10 @@ from spotwise.policies.dynamic_bids import DynamicBids
 from spotwise.policies.growth import ExpGrowth
 from spotwise.policies.lr_scaling import LrScaling
 from spotwise.policies.migration import PriceMigration
+from spotwise.policies.scale_in import ScaleIn
 
 POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids,
-                                 "uniform-progress": UniformProgress, "price-migration": PriceMigration}
+                                 "uniform-progress": UniformProgress, "price-migration": PriceMigration, "scale-in": ScaleIn}
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
