@@ -328,7 +328,7 @@ class ScaleIn(Policy):
             raise ValueError(f"scale-in: min_fit_points must be an integer >= 5 (4 coefficients), got {self.min_fit_points!r}")
 
     def decide(self, obs: Observation) -> list[Decision]:
-        if obs.active - 1 < self.min_workers:
+        if obs.provisioned - 1 < self.min_workers:  # the pool, not who is up now: a revoked worker comes back
             return []
         raw = obs.extra.get("loss_history")
         if not raw or len(raw) < self.min_fit_points:
@@ -368,7 +368,7 @@ class ScaleIn(Policy):
         removed_since_knee = t_last is not None and t_last >= t_knee
         if not removed_since_knee and self.remove_at_knee:
             return [Resize(reason=f"past the knee at step {knee}: L_P fitted (eq. 2), d_P = {d_ref:.3g} s; first removal "
-                                  f"{obs.active} -> {obs.active - 1} workers (paper 004 Sec. 4.2)", workers=obs.active - 1)]
+                                  f"{obs.provisioned} -> {obs.provisioned - 1} workers (paper 004 Sec. 4.2)", workers=obs.provisioned - 1)]
         since = t_last if removed_since_knee else t_knee
         seg = [i for i, t in enumerate(times) if t >= since]  # type: ignore[operator]
         if len(seg) < self.min_fit_points:
@@ -380,6 +380,6 @@ class ScaleIn(Policy):
         s = s_delta(reference, slow, float(obs.step), self.delta_s, d_ref, d_cur)
         if s < self.threshold:
             return [Resize(reason=f"s_Delta = {s:.4f} < S = {self.threshold:g} (eq. 1, Delta = {self.delta_s:g} s, "
-                                  f"d_P = {d_ref:.3g} s, d_p = {d_cur:.3g} s): {obs.active} -> {obs.active - 1} workers "
-                                  f"(paper 004 Sec. 4.2)", workers=obs.active - 1)]
+                                  f"d_P = {d_ref:.3g} s, d_p = {d_cur:.3g} s): {obs.provisioned} -> {obs.provisioned - 1} workers "
+                                  f"(paper 004 Sec. 4.2)", workers=obs.provisioned - 1)]
         return []

@@ -173,6 +173,11 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         self.counters = Counters()
         self.ema_loss: float | None = None
         self.last_loss: float | None = None
+        #: (step, t, loss, active workers) of every committed step and the time of the latest
+        #: shrink of the pool: what a policy that reads the learning curve sees in
+        #: ``Observation.extra`` ("loss_history", "last_resize_t"; the scale-in auto-tuner)
+        self.loss_history: list[tuple[int, float, float, int]] = []
+        self.last_resize_t: float | None = None
         self.last_eval: dict[str, float] = {}
         self.retries = 0
         self.lost_in_step = 0
@@ -436,6 +441,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         duration = self.T - self.last_commit_T
         self.last_commit_T = self.T
         self.last_loss = loss
+        self.loss_history.append((self.step, self.T, float(loss), len(contribs)))
         self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
         recovery_ms = None
         if self.kill_wall is not None:
@@ -498,6 +504,8 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             place=(self.region or self.market.instance.region or "", self.market.instance.name),
             on_demand_price=self.market.instance.on_demand_per_hour,
             next_decision_s=self.idle_decision_s if not self.members else step_s,
+            # shared, not copied (a copy per step would cost O(steps) each); policies only read it
+            extra={"loss_history": self.loss_history, "last_resize_t": self.last_resize_t},
         )
 
     @property
@@ -565,6 +573,8 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
     def _resize(self, n: int) -> None:
         old = self.provisioned
         self.provisioned = max(0, n)
+        if self.provisioned < old:
+            self.last_resize_t = self.T
         for w in sorted(self.members):
             if w >= self.provisioned:
                 self._drop_member(w, "released")
