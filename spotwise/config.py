@@ -26,7 +26,11 @@ from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
 from spotwise.specload import Duration, build, to_plain
 
-SyncMode = Literal["full", "n-sync", "n-batch", "async"]
+SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp"]
+ClusterKind = Literal["vm", "serverless"]
+#: sync modes of each cluster kind: the parameter-server modes on VMs, MLLess's on functions
+VM_SYNC_MODES = ("full", "n-sync", "n-batch", "async")
+SERVERLESS_SYNC_MODES = ("bsp", "ssp", "isp")
 SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
 BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10")
 SyntheticKind = Literal["uniform", "gaussian", "markov", "constant"]
@@ -140,7 +144,7 @@ class ClusterSpec:
     ``bid`` revocation model.  ``max_workers`` caps growth policies (paper 000 Remark 3).
     """
 
-    instance_type: str
+    instance_type: str = ""
     workers: int = 1
     max_workers: int | None = None
     sync: SyncMode = "full"
@@ -152,14 +156,23 @@ class ClusterSpec:
     straggler: float = 0.3
     sync_overhead_s: Duration = 0.05
     standby: int | None = None
+    kind: ClusterKind = "vm"
+    memory_mb: int = 2048
+    functions: str = "ibm-functions"
+    redis_instance: str = "M1.2x16"
+    staleness: int = 0
+    significance: float = 0.7
+    function_timeout_s: Duration = 600.0
 
     def __post_init__(self) -> None:
+        self._check_kind()
         if not 0.0 <= self.straggler <= 1.0:
             raise InputError(f"must lie in [0, 1], got {self.straggler}", "0 = no straggler noise, 1 = purely exponential step times (paper 000 eq. 14)", "straggler")
         _non_negative(self.sync_overhead_s, "sync_overhead_s", "the parameter server's update-and-push time, e.g. 0.05")
         _non_negative(self.standby, "standby", "use 0 to start every joining worker on demand")
-        if not self.instance_type:
-            raise InputError("must not be empty", "name an instance type from the catalog, e.g. 'c5.xlarge'", "instance_type")
+        if not self.instance_type and self.kind == "vm":
+            raise InputError("required field is missing", "name an instance type from the catalog, e.g. 'c5.xlarge' "
+                             "(or set cluster.kind: serverless to train on functions)", "instance_type")
         _positive(self.workers, "workers", "provision at least one worker")
         for name in ("workers", "max_workers", "standby", "sync_n"):
             v = getattr(self, name)
@@ -193,6 +206,32 @@ class ClusterSpec:
             for b in bids:
                 if not (b > 0 and math.isfinite(b)):
                     raise InputError(f"bid {b!r} is not a positive price", "bids are maximum prices in $/hour, e.g. 0.6", "bids")
+
+    def _check_kind(self) -> None:
+        """The fields of the other cluster kind are refused, not silently ignored."""
+        if self.kind == "serverless":
+            if self.sync == "full":
+                self.sync = "isp"  # MLLess's default (papers/004_9dc2adb66dc8d26e.txt Sec. 4.1)
+            if self.sync not in SERVERLESS_SYNC_MODES:
+                raise InputError(f"sync {self.sync!r} is a VM (parameter-server) mode",
+                                 f"a serverless cluster syncs with one of {', '.join(SERVERLESS_SYNC_MODES)}", "sync")
+            for name in ("bids", "max_workers", "sync_n", "standby", "coordinator_instance"):
+                if getattr(self, name) is not None:
+                    raise InputError(f"{name} does not apply to a serverless cluster",
+                                     f"remove cluster.{name} (functions are billed per call; the scale-in policy shrinks the pool)", name)
+            if not 128 <= self.memory_mb <= 10240:
+                raise InputError(f"memory_mb {self.memory_mb} is outside 128-10240 MB", "use a function size such as 2048 (MLLess used 2 GB)", "memory_mb")
+            if not self.staleness >= 0:
+                raise InputError(f"must be >= 0, got {self.staleness}", "use 0 (BSP) or a small bound such as 2", "staleness")
+            if self.sync != "ssp" and self.staleness:
+                raise InputError(f"staleness applies to sync: ssp, not {self.sync!r}", "remove cluster.staleness or use sync: ssp", "staleness")
+            if self.sync == "ssp" and self.staleness < 1:
+                raise InputError("sync: ssp needs a staleness bound >= 1", "set cluster.staleness, e.g. 2 (0 would be BSP)", "staleness")
+            if not (0.0 <= self.significance < 100.0):
+                raise InputError(f"significance v must be in [0, 100), got {self.significance}", "use MLLess's v = 0.7 (0 = BSP)", "significance")
+            _positive(self.function_timeout_s, "function_timeout_s", "use the platform's limit, e.g. 600 (IBM) or 900 (AWS Lambda)")
+        elif self.sync in SERVERLESS_SYNC_MODES:
+            raise InputError(f"sync {self.sync!r} is a serverless mode", "set cluster.kind: serverless, or use full, n-sync, n-batch or async on VMs", "sync")
 
     def bid_list(self) -> list[float] | None:
         """One bid per worker, or None if no bids were given."""

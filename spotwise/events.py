@@ -55,6 +55,9 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # the executor moved the workers: spot <-> on-demand, or to another instance type / place
     "market_switch": ("from", "to"),
     "migrate": ("from", "to"),
+    # serverless: a worker function invoked / ended (lease, left, error, lost, merged); the store
+    "function": ("worker", "status"),
+    "store": ("status",),
 }
 #: Fields that must be numbers when present.
 _NUMERIC = {"t", "wall", "price", "step", "loss", "active", "lr", "total", "duration"}
@@ -229,7 +232,7 @@ def read_events(path: str | Path, kinds: Iterable[str] | None = None) -> list[di
 
 @dataclass
 class RunSummary:
-    """``summary.json``: what a run did and cost.  ``mode`` is ``simulate``, ``emulated`` or ``cluster``."""
+    """``summary.json``: what a run did and cost.  ``mode`` is ``simulate``, ``emulated``, ``cluster`` or ``serverless``."""
 
     mode: str
     status: str
@@ -250,8 +253,8 @@ class RunSummary:
     schema: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        if self.mode not in ("simulate", "emulated", "cluster"):
-            raise ValueError(f"RunSummary.mode must be simulate, emulated or cluster, got {self.mode!r}")
+        if self.mode not in ("simulate", "emulated", "cluster", "serverless"):
+            raise ValueError(f"RunSummary.mode must be simulate, emulated, cluster or serverless, got {self.mode!r}")
         for name in ("steps", "revocations", "joins", "decisions"):
             if getattr(self, name) < 0:
                 raise ValueError(f"RunSummary.{name} must be >= 0")

@@ -1,0 +1,78 @@
+"""Where serverless workers run: Lithops (``localhost`` by default, any Lithops cloud backend by config).
+
+:class:`LithopsBackend` invokes :func:`spotwise.serverless.function.serverless_worker` as one
+Lithops call per worker invocation.  The embedded default is Lithops's ``localhost`` backend:
+each call is a separate Python process on this machine, started by Lithops exactly as a cloud
+function would be (the function and its arguments are serialised, the result comes back through
+Lithops's storage).  A real function service (IBM Cloud Functions, AWS Lambda, ...) is a Lithops
+config file away (``--lithops-config``); its functions must reach the Redis (``--redis-url``) and
+the dataset.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spotwise.errors import InputError
+
+
+def localhost_config(max_workers: int) -> dict[str, Any]:
+    """Lithops config for the ``localhost`` backend with this interpreter and enough processes."""
+    return {
+        "lithops": {"backend": "localhost", "storage": "localhost", "log_level": "WARNING", "monitoring_interval": 0.1},
+        "localhost": {"runtime": sys.executable, "worker_processes": max(2, int(max_workers))},
+    }
+
+
+def load_lithops_config(path: str | Path) -> dict[str, Any]:
+    """A Lithops YAML config file; InputError (exit 2) when unreadable or not a mapping."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the Lithops config ({e})", "pass a readable Lithops YAML config file", str(p)) from None
+    except yaml.YAMLError:
+        raise InputError("the Lithops config is not valid YAML", "fix its syntax (see the Lithops docs)", str(p)) from None
+    if not isinstance(data, dict) or "lithops" not in data:
+        raise InputError("not a Lithops config (no 'lithops:' section)", "see https://lithops-cloud.github.io/docs/source/configuration.html",
+                         str(p))
+    return data
+
+
+class LithopsBackend:
+    """Invoke worker functions through one Lithops ``FunctionExecutor``."""
+
+    def __init__(self, config: dict[str, Any] | None = None, max_workers: int = 8) -> None:
+        try:
+            import lithops
+        except ImportError:  # pragma: no cover - lithops is a dependency
+            raise InputError("lithops is not installed", "pip install lithops (it comes with spotwise)", "lithops") from None
+        logging.getLogger("lithops").setLevel(logging.ERROR)
+        self.config = config or localhost_config(max_workers)
+        self.name = str(self.config.get("lithops", {}).get("backend", "localhost"))
+        self.executor = lithops.FunctionExecutor(config=self.config)
+        self.futures: list[Any] = []
+
+    def invoke(self, args: dict[str, Any]) -> Any:
+        from spotwise.serverless.function import serverless_worker
+
+        fut = self.executor.call_async(serverless_worker, {"args": args})  # Lithops maps a dict to keyword arguments
+        self.futures.append(fut)
+        return fut
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Wait (bounded) for the calls to return, then clean Lithops's temporary data."""
+        try:
+            if self.futures:
+                self.executor.wait(self.futures, throw_except=False, timeout=timeout_s, show_progressbar=False)
+        except Exception:
+            pass
+        try:
+            self.executor.clean(clean_cloudobjects=True)
+        except Exception:
+            pass

@@ -1,0 +1,344 @@
+"""The serverless worker: one stateless function invocation (``papers/004_9dc2adb66dc8d26e.txt`` Sec. 3).
+
+A function holds nothing that matters between invocations: everything it needs to go on lives in
+Redis (:mod:`spotwise.serverless.store`) -- the supervisor's model snapshot, every worker's
+committed updates, its own step clock and its accumulated insignificant update (ISP residual).
+An invocation rebuilds its replica from those, trains until its lease ends (the platform's
+timeout), it is told to leave or the job stops, and returns a summary of what it did.
+
+One step ``t`` of worker ``p`` (Sec. 3.2 "Job execution", Sec. 4.1):
+
+1. **wait** until every peer ``q`` has committed step ``t - s`` (``s = 0``: BSP; SSP otherwise),
+   then pull the updates of every step all workers have completed and apply the *peers'* ones to
+   the local replica (a worker applies its own update locally as soon as it computes it);
+2. **compute** the gradient of the mean loss over its block of the step's global batch
+   (:func:`~spotwise.serverless.schedule.worker_batch`), sparse for embedding models
+   (:func:`~spotwise.workloads.params.flat_grad_sparse`), and the local update
+   ``u = -lr g / P(t)``; apply it to the replica;
+3. **filter** (ISP only): accumulate ``u`` and keep only the entries whose relative magnitude
+   passes ``v / sqrt(t)`` (:class:`~spotwise.serverless.significance.SignificanceFilter`);
+4. **commit** atomically (one Lua script): the significant update, the loss, the residual and the
+   clock ``t + 1`` -- refused if this invocation was fenced off (declared lost) or the step was
+   already committed.  A function that dies before this loses nothing: the step is redone by the
+   next invocation on the same samples, from the same residual.
+
+Leaving (Sec. 4.2): at its ``leave`` step the worker publishes its replica, which every remaining
+worker and the supervisor average into theirs (:func:`~spotwise.serverless.significance.merge_leaving_replica`).
+
+Fault injection (tests): ``fault:<w>`` = ``"die:<step>"`` exits the process after computing step
+``<step>`` and before committing it; ``"hang:<step>"`` stops there without heartbeats until
+fenced or the lease ends (a frozen function the platform would kill at its timeout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+#: seconds between two polls of the store while waiting for peers (grows to _POLL_MAX_S)
+_POLL_MIN_S = 0.0005
+_POLL_MAX_S = 0.005
+#: update keys expire after this long (a safety net; the supervisor deletes them when done)
+UPDATE_TTL_S = 24 * 3600
+
+
+class Fenced(Exception):
+    """This invocation was declared lost (its incarnation changed) or the job stopped."""
+
+
+class ReplicaView:
+    """The worker's replica and which steps of the peers it holds (see the module docstring)."""
+
+    def __init__(self, x: np.ndarray, version: int) -> None:
+        self.x = x
+        #: every update of every step ``< version`` is applied (and the evictions at ``<= version``)
+        self.version = version
+
+
+def _wait_backoff(delay: float) -> float:
+    time.sleep(delay)
+    return min(_POLL_MAX_S, delay * 2)
+
+
+def serverless_worker(args: dict[str, Any]) -> dict[str, Any]:
+    """Lithops entry point: run one invocation of worker ``args["worker"]``; returns its summary."""
+    return WorkerInvocation(args).run()
+
+
+class WorkerInvocation:
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.t_start = time.time()
+        self.args = args
+        self.w = int(args["worker"])
+        self.inc = str(args["inc"])
+        self.lease_s = float(args["lease_s"])
+        self.sync = str(args["sync"])
+        self.staleness = int(args.get("staleness", 0))
+        self.v = float(args.get("significance", 0.0)) if self.sync == "isp" else 0.0
+        self.batch = int(args["batch"])
+        self.lr = float(args["lr"])
+        self.stats: dict[str, Any] = {"steps": 0, "bytes_out": 0, "bytes_in": 0, "entries_out": 0, "entries_computed": 0,
+                                      "compute_s": 0.0, "wait_s": 0.0, "pull_s": 0.0}
+
+    # ------------------------------------------------------------------ set-up
+    def _connect(self) -> None:
+        import redis
+
+        from spotwise.serverless.store import Keys
+
+        u = self.args["redis"]
+        self.r = redis.Redis(host=u["host"], port=int(u["port"]), password=u["password"] or None, db=int(u["db"]),
+                             socket_timeout=60, socket_connect_timeout=10)
+        self.k = Keys(self.args["job"])
+        self.commit = self.r.register_script(_commit_lua())
+
+    def _build(self) -> None:
+        import torch
+
+        from spotwise.config import WorkloadSpec
+        from spotwise.serverless.schedule import SampleStream
+        from spotwise.specload import build
+        from spotwise.workloads.params import num_params
+        from spotwise.workloads.registry import make_workload
+
+        torch.set_num_threads(1)
+        spec = build(WorkloadSpec, self.args["workload"], "workload")
+        self.workload = make_workload(spec, int(self.args["seed"]))
+        self.model = self.workload.build_model()
+        self.model.train()
+        self.n = num_params(self.model)
+        self.stream = SampleStream(len(self.workload.train), int(self.args["seed"]))
+
+    def _check_live(self) -> None:
+        inc, stop = self.r.mget(self.k.per("inc", self.w), self.k.stop)
+        if inc is None or inc.decode() != self.inc:
+            raise Fenced("fenced")
+        if stop is not None:
+            raise Fenced("stopped")
+
+    def _heartbeat(self) -> None:
+        self.r.set(self.k.per("hb", self.w), f"{time.time():.3f}", ex=3600)
+
+    def _restore(self) -> None:
+        """Replica = supervisor snapshot + own committed updates since + (ISP) own residual."""
+        from spotwise.serverless.significance import SignificanceFilter
+        from spotwise.serverless.store import decode_dense, decode_update
+
+        pipe = self.r.pipeline()
+        pipe.get(self.k.model_version)
+        pipe.get(self.k.model)
+        pipe.get(self.k.per("clock", self.w))
+        pipe.get(self.k.per("resid", self.w))
+        ver, snap, clock, resid = pipe.execute()
+        if ver is None or snap is None:
+            raise RuntimeError("the store holds no model snapshot (was it restarted?)")
+        x = decode_dense(snap, self.n)
+        self.view = ReplicaView(x, int(ver))
+        self.clock = int(clock or 0)
+        own = [self.k.upd(t, self.w) for t in range(self.view.version, self.clock)]
+        for t, data in zip(range(self.view.version, self.clock), self.r.mget(own) if own else []):
+            if data is None:
+                raise RuntimeError(f"own update of step {t} is missing from the store")
+            decode_update(data).apply_to(x)
+        self.filter = SignificanceFilter(self.n, self.v) if self.sync == "isp" else None
+        if self.filter is not None and resid:
+            r = decode_update(resid)
+            self.filter._acc_idx = r.indices.copy()  # noqa: SLF001 - restoring the filter's own state
+            self.filter._acc_val = r.values.astype(np.float64)  # noqa: SLF001
+            self.filter._last_step = self.clock  # noqa: SLF001
+            r.apply_to(x)
+
+    def _schedule(self) -> Any:
+        from spotwise.serverless.schedule import Schedule
+
+        return Schedule.from_json(self.r.get(self.k.schedule))
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict[str, Any]:
+        status = "lease"
+        error = None
+        try:
+            self._connect()
+            self._check_live()
+            self._heartbeat()
+            self._build()
+            self._restore()
+            while True:
+                if time.time() - self.t_start >= self.lease_s:
+                    status = "lease"
+                    break
+                self._check_live()
+                sched = self._schedule()
+                lv = sched.leave.get(self.w)
+                if lv is not None and self.clock >= lv:
+                    self._leave(sched, lv)
+                    status = "left"
+                    break
+                self._step(sched)
+        except Fenced as e:
+            status = str(e)
+        except Exception as e:  # reported to the supervisor, which redoes the work
+            status, error = "error", f"{type(e).__name__}: {e}"
+        out = {"worker": self.w, "inc": self.inc, "status": status, "error": error, "started": self.t_start,
+               "ended": time.time(), "pid": os.getpid(), "clock": getattr(self, "clock", None), **self.stats}
+        try:
+            self.r.set(self.k.prefix + f"result:{self.w}:{self.inc}", json.dumps(out), ex=24 * 3600)
+        except Exception:
+            pass
+        return out
+
+    def _wait_for(self, sched: Any, t: int) -> None:
+        """Block until every peer has committed what step ``t`` needs (SSP/BSP rule)."""
+        peers = [q for q in sched.join if q != self.w]
+        need = {q: sched.required_clock(q, t, self.staleness) for q in peers}
+        need = {q: n for q, n in need.items() if n > 0}
+        if not need:
+            return
+        keys = [self.k.per("clock", q) for q in need]
+        delay = _POLL_MIN_S
+        t0 = time.perf_counter()
+        last_hb = time.time()
+        while True:
+            clocks = self.r.mget(keys)
+            if all(int(c or 0) >= n for c, n in zip(clocks, need.values())):
+                break
+            if time.time() - last_hb > 1.0:
+                self._check_live()
+                self._heartbeat()
+                last_hb = time.time()
+            delay = _wait_backoff(delay)
+        self.stats["wait_s"] += time.perf_counter() - t0
+
+    def _catch_up(self, sched: Any, upto: int, merge_last: bool = True) -> None:
+        """Apply the peers' updates of every step ``< upto`` (and the evictions on the way)."""
+        from spotwise.serverless.significance import merge_leaving_replica
+        from spotwise.serverless.store import decode_dense, decode_update
+
+        t0 = time.perf_counter()
+        view = self.view
+        while view.version < upto:
+            u = view.version
+            peers = [q for q in sched.members(u) if q != self.w]
+            if peers:
+                blobs = self.r.mget([self.k.upd(u, q) for q in peers])
+                for q, data in zip(peers, blobs):
+                    if data is None:
+                        raise RuntimeError(f"update of worker {q} at step {u} is missing from the store")
+                    self.stats["bytes_in"] += len(data)
+                    decode_update(data).apply_to(view.x)
+            view.version = u + 1
+            for q, lv in sched.leave.items():  # a worker leaving at the new version: merge its replica
+                if lv == view.version and q != self.w and (merge_last or view.version < upto):
+                    data = self._wait_key(self.k.per("replica", q))
+                    self.stats["bytes_in"] += len(data)
+                    view.x[:] = merge_leaving_replica(view.x, decode_dense(data, self.n)).astype(np.float32)
+        self.stats["pull_s"] += time.perf_counter() - t0
+
+    def _wait_key(self, key: str) -> bytes:
+        delay = _POLL_MIN_S
+        last_hb = time.time()
+        while True:
+            data = self.r.get(key)
+            if data is not None:
+                return data
+            if time.time() - last_hb > 1.0:
+                self._check_live()
+                self._heartbeat()
+                last_hb = time.time()
+            delay = _wait_backoff(delay)
+
+    def _complete_version(self, sched: Any) -> int:
+        """The first step that not every worker has committed yet (all before it are complete)."""
+        ids = sorted(sched.join)
+        clocks = self.r.mget([self.k.per("clock", q) for q in ids])
+        bound = [self.clock]
+        for q, c in zip(ids, clocks):
+            c = int(c or 0)
+            lv = sched.leave[q]
+            if lv is None or c < lv:  # a worker that has left holds no step back
+                bound.append(c)
+        return min(bound)
+
+    def _step(self, sched: Any) -> None:
+        import torch
+
+        from spotwise.serverless.schedule import worker_batch
+        from spotwise.serverless.store import encode_update
+        from spotwise.workloads.params import flat_grad_sparse, set_flat_params, zero_grad
+
+        t = self.clock
+        self._wait_for(sched, t)
+        self._catch_up(sched, min(t, self._complete_version(sched)))
+        x = self.view.x
+        t0 = time.perf_counter()
+        idx = worker_batch(sched, self.stream, self.w, t, self.batch)
+        set_flat_params(self.model, torch.from_numpy(x))
+        zero_grad(self.model)
+        loss = self.workload.loss(self.model, self.workload.train.batch(idx))
+        loss.backward()
+        g = flat_grad_sparse(self.model)
+        p = sched.size(t)
+        from spotwise.serverless.significance import SparseUpdate
+
+        u = SparseUpdate(g.indices, g.values * (-self.lr / p), g.size)
+        u.apply_to(x)
+        if self.filter is not None:
+            sig = self.filter.push(t + 1, x, u)
+            resid = encode_update(self.filter.residual())
+        else:
+            sig, resid = u, b""
+        self.stats["compute_s"] += time.perf_counter() - t0
+        self.stats["entries_computed"] += u.nnz
+        self._inject_fault(t)
+        payload = encode_update(sig)
+        meta = json.dumps({"loss": float(loss.detach()), "n": int(len(idx)), "nnz": sig.nnz, "computed": u.nnz})
+        ok = self.commit(keys=[self.k.per("inc", self.w), self.k.per("clock", self.w), self.k.upd(t, self.w),
+                               self.k.meta(t, self.w), self.k.per("resid", self.w)],
+                         args=[self.inc, t, payload, meta, resid, UPDATE_TTL_S])
+        if int(ok) == 0:
+            raise Fenced("fenced")
+        if int(ok) < 0:
+            raise RuntimeError(f"step {t} was already committed (the store disagrees with this function)")
+        self.clock = t + 1
+        self.stats["steps"] += 1
+        self.stats["bytes_out"] += len(payload)
+        self.stats["entries_out"] += sig.nnz
+        self._heartbeat()
+
+    def _leave(self, sched: Any, lv: int) -> None:
+        """Publish the replica for the others to merge (paper 004 Sec. 4.2) and stop."""
+        from spotwise.serverless.store import encode_dense
+
+        self._wait_for(sched, lv)
+        self._catch_up(sched, min(lv, self._complete_version(sched)), merge_last=False)
+        data = encode_dense(self.view.x)
+        self.r.set(self.k.per("replica", self.w), data, ex=UPDATE_TTL_S)
+        self.stats["bytes_out"] += len(data)
+
+    def _inject_fault(self, t: int) -> None:
+        f = self.r.get(self.k.per("fault", self.w))
+        if not f:
+            return
+        kind, _, at = f.decode().partition(":")
+        if int(at or -1) != t:
+            return
+        self.r.delete(self.k.per("fault", self.w))
+        if kind == "die":
+            os._exit(17)  # the process dies between computing and committing its update
+        if kind == "hang":
+            while time.time() - self.t_start < self.lease_s:
+                time.sleep(0.05)
+                inc = self.r.get(self.k.per("inc", self.w))
+                if inc is None or inc.decode() != self.inc:
+                    raise Fenced("fenced")
+            raise Fenced("timeout")
+
+
+def _commit_lua() -> str:
+    from spotwise.serverless.store import COMMIT_LUA
+
+    return COMMIT_LUA

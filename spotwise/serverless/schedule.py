@@ -1,0 +1,130 @@
+"""Who computes which step on which samples: the membership schedule of a serverless job.
+
+Every worker ``w`` computes the steps in ``[join_w, leave_w)``; ``leave_w`` is set by the scale-in
+auto-tuner (``papers/004_9dc2adb66dc8d26e.txt`` Sec. 4.2) to a step no worker has started yet, so
+every function reads the same membership for every step.  ``P(t)`` is the number of workers of
+step ``t``; each scales its update by ``1 / P(t)`` so the sum of a step's updates is one SGD step
+on the global batch (Sec. 3.2: "local gradients are averaged to obtain a global gradient update").
+
+Data: one stream of seeded per-epoch permutations of the training set; step ``t`` takes the next
+``P(t) * B`` indices and the worker of rank ``k`` (among the step's workers, by id) takes the
+``k``-th block of ``B`` (MLLess keeps ``B`` fixed when workers leave: "Weak scaling", Sec. 3.2).
+So a function redoing a step after a failure computes on exactly the same samples, and within an
+epoch every sample is in exactly one step.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Schedule:
+    """``join`` / ``leave`` step of every worker id (``leave`` None: still in)."""
+
+    join: dict[int, int] = field(default_factory=dict)
+    leave: dict[int, int | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if set(self.join) != set(self.leave):
+            raise ValueError("join and leave must name the same workers")
+        for w, j in self.join.items():
+            lv = self.leave[w]
+            if j < 0 or (lv is not None and lv < j):
+                raise ValueError(f"worker {w}: bad range [{j}, {lv})")
+
+    @classmethod
+    def initial(cls, workers: int) -> "Schedule":
+        return cls({w: 0 for w in range(workers)}, {w: None for w in range(workers)})
+
+    def members(self, t: int) -> list[int]:
+        """Ids of the workers that compute step ``t``, sorted."""
+        return sorted(w for w, j in self.join.items() if j <= t and (self.leave[w] is None or t < self.leave[w]))
+
+    def size(self, t: int) -> int:
+        return len(self.members(t))
+
+    def active_now(self) -> list[int]:
+        """Workers that have not been told to leave."""
+        return sorted(w for w, lv in self.leave.items() if lv is None)
+
+    def required_clock(self, w: int, t: int, staleness: int) -> int:
+        """Steps worker ``w`` must have committed before a peer may compute step ``t``.
+
+        The SSP rule (paper 004 Sec. 3, citing SSP): every worker has reached step ``t - s``
+        (``s = 0``: BSP); a worker that leaves at ``L`` is only waited for up to ``L``.
+        """
+        need = t - staleness
+        lv = self.leave[w]
+        return need if lv is None else min(need, lv)
+
+    def samples_before(self, t: int, batch: int) -> int:
+        """Position in the sample stream where step ``t`` starts: ``sum_{u<t} P(u) * B``."""
+        # P is piecewise constant between the join / leave points
+        cuts = sorted({0, t, *(j for j in self.join.values() if j < t), *(lv for lv in self.leave.values() if lv is not None and lv < t)})
+        pos = 0
+        for a, b in zip(cuts, cuts[1:]):
+            pos += (b - a) * self.size(a) * batch
+        return pos
+
+    def to_json(self) -> str:
+        return json.dumps({"join": {str(k): v for k, v in self.join.items()}, "leave": {str(k): v for k, v in self.leave.items()}})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "Schedule":
+        d: Any = json.loads(text)
+        return cls({int(k): int(v) for k, v in d["join"].items()}, {int(k): (None if v is None else int(v)) for k, v in d["leave"].items()})
+
+
+class SampleStream:
+    """Concatenated seeded permutations of ``0..n-1`` (epoch ``e``: ``default_rng([seed, e])``)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        if n < 1:
+            raise ValueError("the training set is empty")
+        self.n, self.seed = int(n), int(seed)
+        self._cache: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        p = self._cache.get(epoch)
+        if p is None:
+            if len(self._cache) > 4:
+                self._cache.clear()
+            p = self._cache[epoch] = np.random.default_rng([self.seed, 7919, epoch]).permutation(self.n)
+        return p
+
+    def take(self, start: int, count: int) -> np.ndarray:
+        """Indices at stream positions ``[start, start + count)``."""
+        out = []
+        pos, left = int(start), int(count)
+        while left > 0:
+            e, off = divmod(pos, self.n)
+            k = min(left, self.n - off)
+            out.append(self._perm(e)[off : off + k])
+            pos += k
+            left -= k
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+    def epoch_of(self, pos: int) -> int:
+        return int(pos // self.n)
+
+
+def worker_batch(schedule: Schedule, stream: SampleStream, w: int, t: int, batch: int) -> np.ndarray:
+    """The sample indices worker ``w`` computes at step ``t``."""
+    members = schedule.members(t)
+    if w not in members:
+        raise ValueError(f"worker {w} does not compute step {t}")
+    start = schedule.samples_before(t, batch) + members.index(w) * batch
+    return stream.take(start, batch)
+
+
+def epochs_done(schedule: Schedule, stream: SampleStream, steps: int, batch: int) -> float:
+    """Epochs of data the first ``steps`` steps consumed."""
+    return schedule.samples_before(steps, batch) / stream.n if steps else 0.0
+
+
+__all__ = ["Schedule", "SampleStream", "worker_batch", "epochs_done"]

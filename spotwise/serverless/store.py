@@ -1,0 +1,295 @@
+"""The indirect exchange store of a serverless job: Redis (``papers/004_9dc2adb66dc8d26e.txt`` Sec. 3.1).
+
+Serverless functions cannot talk to each other, so MLLess exchanges every update through Redis
+("Communication channels", Sec. 3.1).  This module holds:
+
+* :class:`RedisServer` -- a ``redis-server`` that spotwise starts itself on 127.0.0.1, on a free
+  port, with a random password and a temporary directory (no persistence: the supervisor holds
+  the authoritative model and can re-seed the store), and can restart (fault tests) and stop.
+* :func:`connect` -- a client for ``redis://[:password@]host:port[/db]``; a wrong URL, an
+  unreachable server or a wrong password is an :class:`~spotwise.errors.InputError` (exit 2)
+  that says how to fix it.
+* :class:`Keys` -- the key layout of one job (every key starts with ``sw:<job id>:``).
+* :func:`encode_update` / :func:`decode_update` -- a :class:`~spotwise.serverless.significance.SparseUpdate`
+  on the wire: a 16-byte header, ``int32`` (or ``int64`` for models over 2^31 entries) indices
+  and ``float32`` values, so an update costs 8 bytes per entry and never the model's size.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+
+from spotwise.errors import InputError
+from spotwise.serverless.significance import SparseUpdate
+
+_MAGIC = b"SWU1"
+_HEADER = struct.Struct("<4sBxxxQ")  # magic, index width (4 or 8), pad, size
+
+
+def encode_update(update: SparseUpdate) -> bytes:
+    """``update`` as bytes: header, indices, float32 values (see the module docstring)."""
+    width = 4 if update.size < 2**31 else 8
+    idx = update.indices.astype(np.int32 if width == 4 else np.int64, copy=False)
+    return _HEADER.pack(_MAGIC, width, update.size) + idx.tobytes() + update.values.astype(np.float32).tobytes()
+
+
+def decode_update(data: bytes) -> SparseUpdate:
+    """Inverse of :func:`encode_update`; :class:`ValueError` for bytes that are not an update."""
+    if len(data) < _HEADER.size:
+        raise ValueError("truncated update")
+    magic, width, size = _HEADER.unpack_from(data)
+    if magic != _MAGIC or width not in (4, 8):
+        raise ValueError("not a spotwise update")
+    body = len(data) - _HEADER.size
+    nnz, rem = divmod(body, width + 4)
+    if rem:
+        raise ValueError("truncated update")
+    idx = np.frombuffer(data, dtype=np.int32 if width == 4 else np.int64, count=nnz, offset=_HEADER.size)
+    val = np.frombuffer(data, dtype=np.float32, count=nnz, offset=_HEADER.size + nnz * width)
+    return SparseUpdate(idx, val, int(size))
+
+
+def encode_dense(x: np.ndarray) -> bytes:
+    """A dense float32 vector (a model snapshot or replica)."""
+    return np.ascontiguousarray(x, dtype=np.float32).tobytes()
+
+
+def decode_dense(data: bytes, size: int) -> np.ndarray:
+    """Inverse of :func:`encode_dense` (a writable copy); :class:`ValueError` on a size mismatch."""
+    if len(data) != 4 * size:
+        raise ValueError(f"snapshot has {len(data) // 4} entries, the model has {size}")
+    return np.frombuffer(data, dtype=np.float32).copy()
+
+
+@dataclass(frozen=True)
+class RedisURL:
+    """Where the store is: host, port, password (may be empty), database number."""
+
+    host: str
+    port: int
+    password: str = ""
+    db: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise InputError("the Redis URL has no host", "write it as redis://[:password@]host:port", "--redis-url")
+        if not 0 < self.port < 65536:
+            raise InputError(f"port {self.port} is out of range", "use a TCP port in 1-65535 (Redis's default is 6379)", "--redis-url")
+        if self.db < 0:
+            raise InputError(f"database {self.db} is negative", "use a database number >= 0, e.g. redis://host:6379/0", "--redis-url")
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/{self.db}"
+
+    @property
+    def redacted(self) -> str:
+        """The URL with the password hidden (for logs and messages)."""
+        auth = ":***@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/{self.db}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port, "password": self.password, "db": self.db}
+
+
+def parse_redis_url(url: str) -> RedisURL:
+    """``redis://[user][:password@]host[:port][/db]`` -> :class:`RedisURL`; InputError (exit 2) if malformed."""
+    where = "--redis-url"
+    fix = "write it as redis://[:password@]host:port[/db], e.g. redis://:secret@127.0.0.1:6379/0"
+    if not isinstance(url, str) or "://" not in url:
+        raise InputError(f"{url!r} is not a Redis URL", fix, where)
+    try:
+        u = urlparse(url)
+        port = u.port or 6379
+    except ValueError as e:
+        raise InputError(f"malformed Redis URL ({e})", fix, where) from None
+    if u.scheme != "redis":
+        raise InputError(f"scheme {u.scheme!r} is not supported", "use redis:// (TLS and unix sockets are not supported)", where)
+    path = (u.path or "").strip("/")
+    try:
+        db = int(path) if path else 0
+    except ValueError:
+        raise InputError(f"database {path!r} is not a number", fix, where) from None
+    return RedisURL(u.hostname or "", int(port), unquote(u.password or ""), db)
+
+
+def connect(url: RedisURL, timeout_s: float = 5.0) -> Any:
+    """A ``redis.Redis`` client for ``url`` after a PING; InputError (exit 2) when it cannot be used."""
+    import redis
+
+    client = redis.Redis(host=url.host, port=url.port, password=url.password or None, db=url.db,
+                         socket_timeout=max(timeout_s, 30.0), socket_connect_timeout=timeout_s)
+    try:
+        client.ping()
+    except redis.AuthenticationError:
+        raise InputError(f"Redis at {url.redacted} refused the password", "give the right password in the URL (redis://:PASSWORD@host:port)",
+                         "--redis-url") from None
+    except redis.ResponseError as e:
+        if "NOAUTH" in str(e) or "AUTH" in str(e).upper():
+            raise InputError(f"Redis at {url.redacted} needs a password", "put it in the URL: redis://:PASSWORD@host:port",
+                             "--redis-url") from None
+        raise InputError(f"Redis at {url.redacted} answered {e}", "check the URL points at a Redis server", "--redis-url") from None
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+        raise InputError(f"cannot reach Redis at {url.redacted} ({e})",
+                         "start redis-server there, fix the host/port, or leave --redis-url out and spotwise starts its own",
+                         "--redis-url") from None
+    return client
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def redis_server_binary() -> str:
+    """Path of ``redis-server``; InputError (exit 2) saying how to install it when absent."""
+    path = shutil.which("redis-server") or next((p for p in ("/usr/bin/redis-server", "/usr/local/bin/redis-server") if os.path.exists(p)), None)
+    if path is None:
+        raise InputError("redis-server is not installed", "install it (Debian/Ubuntu: apt-get install -y redis-server), "
+                         "or pass --redis-url of an existing Redis", "redis-server")
+    return path
+
+
+class RedisServer:
+    """A private ``redis-server`` on 127.0.0.1 with a random password in a temporary directory.
+
+    No persistence (``save ""``, ``appendonly no``): the store holds only what the supervisor
+    can re-seed.  :meth:`restart` stops and starts it on the same port and password (what a
+    crashed store looks like to the job); :meth:`stop` removes the temporary directory.
+    """
+
+    def __init__(self, port: int | None = None, password: str | None = None, maxmemory_mb: int = 0) -> None:
+        self.binary = redis_server_binary()
+        self.port = int(port) if port else _free_port()
+        self.password = password if password is not None else secrets.token_hex(16)
+        self.maxmemory_mb = int(maxmemory_mb)
+        self.dir = Path(tempfile.mkdtemp(prefix="spotwise-redis-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at: float | None = None
+        self.restarts = 0
+        self.start()
+
+    @property
+    def url(self) -> RedisURL:
+        return RedisURL("127.0.0.1", self.port, self.password, 0)
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        conf = self.dir / "redis.conf"
+        lines = [
+            "bind 127.0.0.1", f"port {self.port}", f"requirepass {self.password}", f"dir {self.dir}", 'save ""',
+            "appendonly no", "protected-mode yes", "daemonize no", "loglevel warning", f"logfile {self.dir / 'redis.log'}",
+        ]
+        if self.maxmemory_mb:
+            lines.append(f"maxmemory {self.maxmemory_mb}mb")
+        conf.write_text("\n".join(lines) + "\n")
+        os.chmod(conf, 0o600)  # it holds the password
+        self.proc = subprocess.Popen([self.binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        import redis
+
+        while True:
+            if self.proc.poll() is not None:
+                log = (self.dir / "redis.log").read_text(errors="replace")[-500:] if (self.dir / "redis.log").exists() else ""
+                raise RuntimeError(f"redis-server exited with code {self.proc.returncode}: {log}")
+            try:
+                redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_connect_timeout=0.5).ping()
+                break
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout_s:g} s")
+                time.sleep(0.02)
+        self.started_at = time.time()
+
+    def kill(self) -> None:
+        """Stop the server process now (SIGKILL): the store's content is gone."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def restart(self) -> None:
+        """Kill and start again on the same port and password (empty store)."""
+        self.kill()
+        self.start()
+        self.restarts += 1
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "RedisServer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class Keys:
+    """Key names of one job in the store (all under ``sw:<job>:``).
+
+    ``model`` / ``model_version``: the supervisor's replica snapshot and the step it holds;
+    ``upd:<t>:<w>``: worker ``w``'s significant update of step ``t``; ``loss:<t>:<w>``; ``clock:<w>``:
+    steps worker ``w`` has committed; ``resid:<w>``: its accumulated insignificant update;
+    ``inc:<w>``: its live incarnation (a fenced, lost function's late writes are refused);
+    ``members``: the membership schedule; ``leave:<w>``: the step at which ``w`` leaves;
+    ``replica:<w>``: a leaving worker's replica; ``hb:<w>``: heartbeat; ``stop``; ``fault:<w>``.
+    """
+
+    def __init__(self, job: str) -> None:
+        if not job or any(c in job for c in " \n\r\t"):
+            raise ValueError(f"bad job id {job!r}")
+        self.job = job
+        self.prefix = f"sw:{job}:"
+
+    def __getattr__(self, name: str) -> str:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self.prefix + name
+
+    def upd(self, t: int, w: int) -> str:
+        return f"{self.prefix}upd:{t}:{w}"
+
+    def meta(self, t: int, w: int) -> str:
+        return f"{self.prefix}meta:{t}:{w}"
+
+    def per(self, what: str, w: int) -> str:
+        return f"{self.prefix}{what}:{w}"
+
+    def pattern(self) -> str:
+        return self.prefix + "*"
+
+
+#: the atomic commit of one step by one worker (KEYS: inc, clock, upd, meta, resid; ARGV:
+#: incarnation, step, update bytes, meta json, residual bytes or "", ttl seconds).  Refused (0)
+#: when the caller is not the live incarnation or the step is not the next one: a fenced (lost)
+#: function's late write never lands, and a step is never committed twice.
+COMMIT_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local c = tonumber(redis.call('GET', KEYS[2]) or '0')
+if c ~= tonumber(ARGV[2]) then return -1 end
+redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[6])
+redis.call('SET', KEYS[4], ARGV[4], 'EX', ARGV[6])
+if ARGV[5] ~= '' then redis.call('SET', KEYS[5], ARGV[5]) end
+redis.call('SET', KEYS[2], c + 1)
+return 1
+"""
