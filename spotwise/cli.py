@@ -201,11 +201,16 @@ def _check_spec(spec: Path, *, import_user_code: bool = False, local_workers: bo
     from spotwise.workloads.registry import make_workload
 
     job = load_spec(spec)
-    if local_workers:
-        from spotwise.runtime.raystart import check_local_workers
+    if job.cluster.kind == "serverless":
+        from spotwise.serverless.runner import check_serverless_spec
 
-        check_local_workers(job.cluster)
-    build_market(job)
+        check_serverless_spec(job)  # no spot market: function pricing, Redis node, policies
+    else:
+        if local_workers:
+            from spotwise.runtime.raystart import check_local_workers
+
+            check_local_workers(job.cluster)
+        build_market(job)
     if import_user_code or ":" not in job.workload.name:
         make_workload(job.workload, job.seed)  # import errors, missing datasets: exit 2 before anything starts
     return job
@@ -279,6 +284,48 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
     console.print(_summary_table(summary, out))
     console.print(f"report: {out / 'report' / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png "
                   f"beside it); events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
+
+
+def _serverless_table(summary: Any) -> Any:
+    from rich.table import Table
+
+    ex = summary.extra
+    t = Table(title=f"{summary.spec['name']}: {summary.status} (serverless, {ex.get('sync')}, {ex.get('backend')})")
+    t.add_column("", style="bold")
+    t.add_column("value", justify="right")
+    metric = summary.metric_name or "metric"
+    fmt = (lambda v, f=".4f": "-" if v is None else format(v, f))
+    t.add_row("committed steps", str(summary.steps))
+    t.add_row("samples trained on", str(ex.get("samples", "-")))
+    t.add_row(f"final {metric}", fmt(summary.final_metric))
+    t.add_row("final loss", fmt(summary.final_loss))
+    t.add_row("wall time", f"{summary.wall_s:.1f} s")
+    bd = summary.cost_breakdown.get("by_category", {})
+    t.add_row("cost (functions + Redis node)", f"${summary.cost_usd:.6f} (functions ${bd.get('function', 0):.6f}, "
+              f"Redis ${bd.get('service', 0):.6f})")
+    t.add_row("function invocations / lost / errors", f"{ex.get('invocations')} / {ex.get('lost')} / {ex.get('errors')}")
+    pf = ex.get("pushed_fraction")
+    t.add_row("update entries pushed (ISP)", "-" if pf is None else f"{100 * pf:.1f}% of computed")
+    t.add_row("workers at the end", str(ex.get("workers_at_end")))
+    return t
+
+
+def _run_serverless_and_report(job: Any, out: Path, *, as_json: bool, overwrite: bool, redis_url: str | None,
+                               lithops_config: Path | None, ray_address: str | None, compare: bool) -> None:
+    from spotwise.serverless.runner import run_serverless
+
+    if ray_address or compare:
+        raise InputError("--ray-address and --compare-on-demand apply to VM jobs",
+                         "drop them for a serverless job (compare with `spotwise plan`, or run the VM spec separately)",
+                         "--ray-address" if ray_address else "--compare-on-demand")
+    summary = run_serverless(job, out, redis_url=redis_url, lithops_config=lithops_config, progress=not as_json,
+                             overwrite=overwrite)
+    if as_json:
+        print_json(summary.to_dict())
+        return
+    console = Console()
+    console.print(_serverless_table(summary))
+    console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}; report: {out / 'report' / 'index.html'}")
 
 
 @app.command()
@@ -408,8 +455,13 @@ def run(
                                                "link-local address)."),
     compare_on_demand: bool = typer.Option(False, "--compare-on-demand", help="Afterwards, train the same samples on "
                                            "on-demand workers (emulated, never revoked) and report both: accuracy, time, cost."),
+    redis_url: Optional[str] = typer.Option(None, "--redis-url", help="cluster.kind serverless: use this Redis "
+                                            "(redis://[:password@]host:port[/db]) instead of starting a private redis-server."),
+    lithops_config: Optional[Path] = typer.Option(None, "--lithops-config", help="cluster.kind serverless: a Lithops config "
+                                                  "file selecting a cloud function backend (default: Lithops localhost)."),
 ) -> None:
-    """Train for real (PyTorch workers on Ray) on the emulated spot market; writes OUT/summary.json, events.jsonl, plots."""
+    """Train for real: PyTorch workers on Ray on the emulated spot market, or (cluster.kind: serverless) Lithops functions
+    exchanging updates through Redis; writes OUT/summary.json, events.jsonl, plots."""
     if resume is not None:
         if spec is not None:
             raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
@@ -421,6 +473,13 @@ def run(
     if out is None:
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
     job = _check_spec(spec, import_user_code=True, local_workers=not ray_address)
+    if job.cluster.kind == "serverless":
+        _run_serverless_and_report(job, out, as_json=as_json, overwrite=overwrite, redis_url=redis_url,
+                                   lithops_config=lithops_config, ray_address=ray_address, compare=compare_on_demand)
+        return
+    if redis_url or lithops_config:
+        raise InputError("--redis-url and --lithops-config apply to serverless jobs", "set cluster.kind: serverless in the spec, "
+                         "or drop the flags", "--redis-url" if redis_url else "--lithops-config")
     _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite,
                     notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)
 

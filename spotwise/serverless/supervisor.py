@@ -107,6 +107,7 @@ class ServerlessSupervisor:
         redis_server: RedisServer | None = None,
         catalog: Catalog | None = None,
         poll_s: float = 0.001,
+        faults: dict[int, str] | None = None,
     ) -> None:
         cl = spec.cluster
         if cl.kind != "serverless":
@@ -119,6 +120,9 @@ class ServerlessSupervisor:
         self.snapshot_every = max(1, int(snapshot_every))
         self.lease_s = float(lease_s) if lease_s is not None else LEASE_FRACTION * float(cl.function_timeout_s)
         self.poll_s = float(poll_s)
+        #: fault injection (tests, benchmarks): worker -> "die:<step>" or "hang:<step>" (see
+        #: :mod:`spotwise.serverless.function`), written into the store when the job starts
+        self.faults = dict(faults or {})
         self.catalog = catalog or Catalog.default()
         self.pricing = self.catalog.function(cl.functions)
         self.gb = cl.memory_mb / 1024.0
@@ -188,6 +192,9 @@ class ServerlessSupervisor:
             pipe.set(self.k.per("clock", w), self.version)
             pipe.set(self.k.per("inc", w), str(self.inc_counter.get(w, 0)))
         pipe.set(self.k.seeded, "1")
+        for w, f in self.faults.items():
+            pipe.set(self.k.per("fault", w), f)
+        self.faults = {}  # injected once
         pipe.execute()
 
     def _worker_args(self, w: int, inc: str) -> dict[str, Any]:
