@@ -20,7 +20,14 @@ Alternatives (each with expected cost, time and error, or the reason it is infea
 * ``dynamic`` -- Sec. VI-A's dynamic strategy: start with half the workers, and after 80 % of the
   iterations add the rest and re-optimise the bid for the remaining iterations and deadline (the
   uniform bid of Thm 3 is re-solved; the paper re-solves Thm 4);
-* ``on-demand`` -- the same workers on on-demand instances.
+* ``on-demand`` -- the same workers on on-demand instances;
+* ``serverless`` -- the same workers as functions exchanging updates through a Redis node
+  (paper 004, MLLess; :mod:`spotwise.planner.serverless`), offered for ``cluster.kind:
+  serverless`` specs and for workloads with sparse gradients (``pmf``, ``sparse-logreg``) whose
+  model fits the function's memory.  Its P(deadline) is 1 or 0 (functions are not revoked by
+  price).  A serverless spec names no VM: its VM row is ``on-demand`` on ``cluster.instance_type``
+  if set, else on a default CPU instance (:func:`spotwise.planner.serverless.default_vm_instance`,
+  B1.4x8 for IBM functions), said in the plan's ``extra["vm_comparison"]`` and assumptions.
 
 With ``objective="cost"`` the cheapest plan that meets the deadline (and budget) in expectation
 is chosen; with ``"time"`` the fastest within the budget.  Costs are in USD (prices are $/h and
@@ -63,6 +70,7 @@ from spotwise.errors import InfeasibleError, InputError
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.series import StepSeries
 from spotwise.market.world import Market, build_market
+from spotwise.planner import serverless as sv
 from spotwise.planner.deadline import Phase, effective_epoch, phases_deadline_probability
 from spotwise.planner.prices import MIN_TRACE_POINTS, PriceModel
 from spotwise.theory.bounds import ErrorModel, error_bound, iterations_for_error
@@ -162,6 +170,14 @@ class Inputs:
     plan_start: float | None = None
     error_source: str = "caller"
     pilot_problems: tuple[str, ...] = ()
+    #: the serverless option's setup (None: not offered for this spec)
+    serverless: sv.ServerlessSetup | None = None
+    #: the spec's cluster kind; for "serverless" the VM fields above describe the comparison VM
+    kind: str = "vm"
+    #: which VM the VM rows of a serverless spec use, and why
+    vm_note: str = ""
+    #: the comparison VM's throughput for the family was derived (not in the catalog)
+    vm_throughput_derived: bool = False
 
     @property
     def coordinator_price(self) -> float:
@@ -329,7 +345,96 @@ def error_model_for(spec: JobSpec, pilot_dir: str | None, pilot_steps: int
 
 def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | None = None,
                   pilot_steps: int = DEFAULT_PILOT_STEPS, error_model: ErrorModel | None = None, g_star: float = 0.0) -> Inputs:
+    """The plan's inputs (:class:`Inputs`) for a VM spec, or for a serverless spec (:func:`_gather_serverless`)."""
+    if spec.cluster.kind == "serverless":
+        return _gather_serverless(spec, traces, pilot_dir, pilot_steps, error_model, g_star)
+    return _gather(spec, traces, pilot_dir, pilot_steps, error_model, g_star)
+
+
+def vm_twin(spec: JobSpec, instance_type: str, extra_catalog: list[str] | None = None) -> JobSpec:
+    """A serverless spec as the VM job it is compared with: ``instance_type`` on demand, fully-synchronous,
+    the same workload, workers, target, deadline and budget."""
+    import dataclasses
+
+    cl = dataclasses.replace(spec.cluster, kind="vm", instance_type=instance_type, sync="full", staleness=0)
+    market = dataclasses.replace(spec.market, catalog=list(spec.market.catalog) + list(extra_catalog or []))
+    return dataclasses.replace(spec, cluster=cl, market=market)
+
+
+def _gather_serverless(spec: JobSpec, traces: list[str] | None, pilot_dir: str | None, pilot_steps: int,
+                       error_model: ErrorModel | None, g_star: float) -> Inputs:
+    """Inputs of a ``cluster.kind: serverless`` spec: the error model, J, eps and the deadline come from its
+    VM twin (:func:`vm_twin`) on ``cluster.instance_type`` or the default comparison VM
+    (:func:`spotwise.planner.serverless.default_vm_instance`).  When the catalog has no throughput of that
+    VM for the workload's family, one is derived from the per-vCPU throughput the functions use
+    (:func:`spotwise.planner.serverless.per_vcpu_throughput`), so both sides share one speed scale."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from spotwise.market.world import load_catalog
+
+    if traces:
+        raise InputError("a serverless job has no spot market: price traces do not apply",
+                         "drop --trace, or plan the job as a VM spec (cluster.kind: vm with an instance_type)", "--trace")
+    cl, family = spec.cluster, spec.workload.family
+    catalog = load_catalog(spec)
+    fp = sv.function_pricing(catalog, cl.functions, int(cl.memory_mb))  # exit 2 before any pilot runs
+    sv.redis_instance(catalog, cl.redis_instance)
+    if cl.instance_type:
+        inst = catalog.instance(cl.instance_type, cloud=cl.cloud, region=cl.region)
+        note = f"{inst.label} on demand (cluster.instance_type)"
+    else:
+        inst, note = sv.default_vm_instance(catalog, family, fp, cl.memory_mb / 1024.0)
+    derived: float | None = None
+    if catalog._throughput_or_none(inst, family) is None:
+        per_vcpu, src = sv.per_vcpu_throughput(catalog, family, None)
+        if per_vcpu is None:
+            raise InputError(f"no speed for the functions: {src}",
+                             f"use a workload.family profiled on CPU instances, or add a CPU instance with "
+                             f"'throughput: {{{family}: <speed>}}' in a market.catalog file", "workload.family")
+        derived = per_vcpu * inst.vcpus
+        note += (f"; its throughput for {family!r} is not in the catalog and is derived as {per_vcpu:.4g} per vCPU x "
+                 f"{inst.vcpus} vCPUs = {derived:.4g} ({src})")
+    with tempfile.TemporaryDirectory(prefix="spotwise-plan-") as tmp:
+        extra: list[str] = []
+        if derived is not None:
+            entry = inst.to_dict()
+            entry["throughput"] = {**entry["throughput"], family.lower(): derived}
+            entry["source"] = f"{entry['source']}; throughput for {family!r} derived by spotwise plan (per vCPU)".strip("; ")
+            path = Path(tmp) / "derived-throughput.yaml"
+            path.write_text(yaml.safe_dump({"instances": [entry]}, sort_keys=False))
+            extra = [str(path)]
+        twin = vm_twin(spec, inst.name, extra)
+        inp = _gather(twin, [], pilot_dir, pilot_steps, error_model, g_star, sv_spec=spec, sv_catalog=catalog, sv_vm=inst)
+    assumed = (f"VM rows of this serverless spec: {note}",) + inp.assumed
+    return replace(inp, kind="serverless", vm_note=note, vm_throughput_derived=derived is not None, assumed=assumed)
+
+
+def _serverless_setup(sv_spec: JobSpec, catalog: Any, vm_instance: Any) -> tuple[sv.ServerlessSetup | None, list[str], list[str]]:
+    """The serverless option's setup if ``sv_spec`` is offered one, with measured and assumed notes."""
+    if not sv.considered(sv_spec):
+        return None, [], []
+    s = sv.setup(sv_spec, catalog, vm_instance)
+    f = s.footprint
+    measured = [f"serverless update size: {f.entries_per_update:.0f} of {f.params} entries per mini-batch of "
+                f"{sv_spec.workload.batch_size} ({f.batches} seeded mini-batches of {f.workload}; "
+                f"{'sparse' if f.sparse else 'dense'} gradients)"]
+    if s.problem and sv_spec.cluster.kind != "serverless":
+        return None, measured, [f"serverless option not offered: {s.problem} ({s.fix})"]
+    return s, measured, sv.assumptions(s)
+
+
+def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | None = None,
+            pilot_steps: int = DEFAULT_PILOT_STEPS, error_model: ErrorModel | None = None, g_star: float = 0.0,
+            sv_spec: JobSpec | None = None, sv_catalog: Any = None, sv_vm: Any = None) -> Inputs:
+    """Inputs of a VM ``spec``; ``sv_spec`` (with ``sv_catalog``, ``sv_vm``) is the serverless spec it stands in for."""
     market = build_market(spec)
+    sv_src = spec if sv_spec is None else sv_spec
+    if sv.considered(sv_src):  # a bad function pricing or size is the user's to fix before any pilot runs
+        sv.function_pricing(market.catalog, sv_src.cluster.functions, int(sv_src.cluster.memory_mb))
+        sv.redis_instance(market.catalog, sv_src.cluster.redis_instance)
     n = spec.cluster.workers
     traces = list(traces or [])
     if traces or spec.market.traces:  # a mismatched trace is the user's to fix before any pilot runs
@@ -359,8 +464,21 @@ def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str
         eps = float(error_bound(J, error_model, inv_n)) * (1 + 1e-9)
         assumed.append(f"target error eps = the Thm 1 bound after J = {J} iterations with all {n} workers ({eps:.4g})")
     ER = runtime.expected(n, _sync(spec), _n_sync(spec))
+    setup, m_sv, a_sv = _serverless_setup(sv_src, market.catalog if sv_catalog is None else sv_catalog,
+                                          market.instance if sv_spec is None else sv_vm)
+    measured += m_sv
+    assumed += a_sv
+    sv_time: float | None = None
+    if setup is not None and sv_src.cluster.kind == "serverless":
+        try:
+            sv_time = sv.estimate(setup, n, J).time_s
+        except InfeasibleError:
+            sv_time = None
     if spec.deadline_s is not None:
         deadline = float(spec.deadline_s)
+    elif sv_time is not None:
+        deadline = 2.0 * sv_time
+        assumed.append(f"deadline = twice the serverless option's modelled time = {deadline:.0f} s (no deadline in the spec)")
     else:
         deadline = 2.0 * J * ER
         assumed.append(f"deadline = twice the uninterrupted runtime J E[R(n)] = {deadline:.0f} s (paper 000 Sec. VI)")
@@ -380,15 +498,19 @@ def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str
                    f"billing policy {market.billing.name} (granularity {market.billing.granularity_s:g} s, minimum "
                    f"{market.billing.minimum_s:g} s per started instance, as the run's Ledger bills)")
     return Inputs(prices, fixed, runtime, error_model, n, J, eps, deadline, market, tuple(measured), tuple(assumed),
-                  price_src, g_star, epoch, history, start, err_source, tuple(problems))
+                  price_src, g_star, epoch, history, start, err_source, tuple(problems), serverless=setup)
 
 
 def _sync(spec: JobSpec) -> str:
     """The runtime model's sync mode; the asynchronous PS is N-batch-sync with N = 1 (one update per mini-batch)."""
-    return {"full": "full", "n-sync": "n-sync", "n-batch": "n-batch", "async": "n-batch"}[spec.cluster.sync]
+    return {"full": "full", "n-sync": "n-sync", "n-batch": "n-batch", "async": "n-batch",
+            # a serverless spec's VM rows run fully-synchronous (its functions are priced by spotwise.planner.serverless)
+            "bsp": "full", "ssp": "full", "isp": "full"}[spec.cluster.sync]
 
 
 def _n_sync(spec: JobSpec) -> int | None:
+    if spec.cluster.kind == "serverless":
+        return None
     return 1 if spec.cluster.sync == "async" else spec.cluster.sync_n
 
 
@@ -681,9 +803,34 @@ def _hold_to_error_target(a: Alternative, eps: float) -> Alternative:
     return a
 
 
+def _alt_serverless(inp: Inputs) -> Alternative:
+    """The job's ``J`` iterations on ``n`` functions (:mod:`spotwise.planner.serverless`)."""
+    s = inp.serverless
+    assert s is not None
+    try:
+        est = sv.estimate(s, inp.n, inp.J)
+    except InfeasibleError as e:
+        return Alternative("serverless", (), inp.n, inp.J, None, None, None, False, "closed-form", e.message)
+    ok = est.time_s <= inp.deadline * (1 + 1e-9)
+    mode = s.sync.upper() + (f" v={s.significance:g}" if s.sync == "isp" else f" s={s.staleness}" if s.sync == "ssp" else "")
+    head = (f"{inp.n} x {s.memory_mb} MB {s.pricing.name} ({mode}) + Redis {s.redis.name}: {est.step_s:.3g} s/step, "
+            f"{est.invocations_per_worker} invocation(s)/worker")
+    reason = head if ok else f"modelled time {est.time_s:.0f} s exceeds the deadline {inp.deadline:.0f} s ({head})"
+    return Alternative("serverless", (), inp.n, inp.J, est.cost, est.time_s, inp.eps, ok, "closed-form", reason, est.notes,
+                       sv.deadline_probability(est.time_s, inp.deadline))
+
+
 def compare(inp: Inputs, spec: JobSpec) -> list[Alternative]:
     sync, n_sync = _sync(spec), _n_sync(spec)
     alts: list[Alternative] = []
+    if inp.kind == "serverless":  # no spot market: the functions against the same workers on demand
+        try:
+            alts.append(replace(_alt_on_demand(inp, sync, n_sync), notes=(f"comparison VM: {inp.vm_note}",)))
+        except InputError:
+            pass
+        if inp.serverless is not None:
+            alts.append(_alt_serverless(inp))
+        return [_hold_to_error_target(a, inp.eps) for a in alts]
     if inp.prices is not None:
         alts += [_alt_no_interruptions(inp, sync, n_sync), _alt_one_bid(inp, sync, n_sync)]
         if sync == "full":
@@ -697,6 +844,8 @@ def compare(inp: Inputs, spec: JobSpec) -> list[Alternative]:
         alts.append(_alt_on_demand(inp, sync, n_sync))
     except InputError:
         pass  # no on-demand price in the catalog
+    if inp.serverless is not None:
+        alts.append(_alt_serverless(inp))
     return [_hold_to_error_target(a, inp.eps) for a in alts]
 
 
@@ -736,7 +885,16 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
                              "coordinator_price": inp.coordinator_price, "billing": inp.market.billing.name,
                              "error_model_source": inp.error_source,
                              "pilot_reliable": None if inp.error_source == "caller" else not inp.pilot_problems,
-                             "pilot_problems": list(inp.pilot_problems)}
+                             "pilot_problems": list(inp.pilot_problems), "kind": inp.kind}
+    if inp.kind == "serverless":
+        extra["vm_comparison"] = inp.vm_note
+        extra["vm_throughput_derived"] = inp.vm_throughput_derived
+    if inp.serverless is not None:
+        try:
+            est: dict[str, Any] | None = sv.estimate(inp.serverless, inp.n, inp.J).to_dict()
+        except InfeasibleError:
+            est = None
+        extra["serverless"] = {**inp.serverless.to_dict(), "estimate": est}
     if inp.plan_start is not None:
         extra["plan_start"] = _iso(inp.plan_start)
         src = list(traces or spec.market.traces)
@@ -762,7 +920,24 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
 
 
 def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
-    """The spec (as plain data, ready for YAML) with the plan carried out: workers, bids, iterations, policies."""
+    """The spec (as plain data, ready for YAML) with the plan carried out: workers, bids, iterations, policies.
+
+    ``serverless``: the spec becomes (or stays) ``cluster.kind: serverless`` -- ISP (MLLess's default) for a
+    VM spec, no spot market, only the scale-in policy.  A VM strategy on a serverless spec writes its VM
+    twin (:func:`vm_twin`) on the comparison instance; :class:`InputError` when that instance's throughput
+    was derived by the plan (the written spec could not run).
+    """
+    if plan.strategy == "serverless":
+        return _apply_serverless(spec, plan)
+    if spec.cluster.kind == "serverless":
+        inst = str(plan.extra.get("instance", ""))
+        if plan.extra.get("vm_throughput_derived"):
+            raise InputError(f"the recommended {plan.strategy} plan runs on {inst}, whose throughput for family "
+                             f"{spec.workload.family!r} the catalog lacks (the plan derived it per vCPU), so the written "
+                             "spec could not run",
+                             f"add {inst} with 'throughput: {{{spec.workload.family}: <speed>}}' in a market.catalog file "
+                             "and plan again, or drop --write-spec", "--write-spec")
+        spec = vm_twin(spec, inst)
     d = spec.to_dict()
     d["target"]["iterations"] = plan.iterations
     d["target"]["loss"] = None
@@ -790,6 +965,21 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
         d["market"]["start"] = plan.extra["plan_start"]  # replay the trace from the start the plan assumed
     if cl.get("max_workers") is not None and cl["max_workers"] < cl["workers"]:
         cl["max_workers"] = cl["workers"]
+    return d
+
+
+def _apply_serverless(spec: JobSpec, plan: Plan) -> dict[str, Any]:
+    d = spec.to_dict()
+    d["target"]["iterations"] = plan.iterations
+    d["target"]["loss"] = None
+    d["deadline"] = plan.deadline_s
+    cl = d["cluster"]
+    if cl.get("kind") != "serverless":  # a VM spec's functions alternative: MLLess's defaults
+        cl.update(kind="serverless", sync="isp", sync_n=None, bids=None, max_workers=None, standby=None,
+                  coordinator_instance=None, staleness=0)
+        d["market"].update(traces=[], synthetic=None, start=None, revocation={"model": "none"})
+        d["policies"] = [p for p in d["policies"] if p["name"] == "scale-in"]
+    cl["workers"] = plan.workers
     return d
 
 
