@@ -17,7 +17,10 @@ The coordinator (the job's control logic) never calls Ray itself: it talks to on
   it raises :class:`WorkerLost` exactly like a lost Ray actor.
 
 A result is the tuple :meth:`GradientWorker.compute` returns:
-``(flat gradient, loss, samples, compute seconds, preemption notice or None)``.
+``(flat gradient, loss, samples, compute seconds, preemption notice or None)``; the gradient is a
+dense vector or, for workloads with sparse gradients, a
+:class:`~spotwise.serverless.significance.SparseUpdate` (:mod:`spotwise.runtime.wire`), which
+travels through Ray as it is (a dataclass of two numpy arrays).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
-Result = tuple[np.ndarray, float, int, float, "dict[str, Any] | None"]
+from spotwise.runtime.wire import Gradient
+
+Result = tuple[Gradient, float, int, float, "dict[str, Any] | None"]
 
 #: parameters up to this size travel inline with each call (fastest below Ray's 100 KiB limit);
 #: larger ones go through the object store once per step

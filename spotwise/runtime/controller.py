@@ -66,6 +66,7 @@ from spotwise.runtime.rundir_io import SPEC_FILE
 from spotwise.runtime.sampler import EpochSampler
 from spotwise.runtime.state import TorchState, TrainingState
 from spotwise.runtime.sync import SyncStrategy, make_sync
+from spotwise.runtime.wire import accumulate
 from spotwise.runtime.worker import worker_args_for
 from spotwise.theory.runtime import MiniBatchTimeLaw
 from spotwise.workloads.registry import make_workload
@@ -431,7 +432,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         grad = np.zeros_like(self.params)
         loss = 0.0
         for c in contribs:
-            grad += (c.n / total) * c.grad
+            accumulate(grad, c.grad, c.n / total)  # a sparse contribution stays sparse (issue 9)
             loss += (c.n / total) * c.loss
             self.sampler.commit(c.block)
         self.counters.samples += total
@@ -615,6 +616,9 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
                             "p99": float(np.percentile(rec, 99)) if rec else None},
             "on_demand": self.on_demand_estimate() if self.step else None,
             "final_eval": final_eval, "instance": self.market.instance.name, "sync": self.sync, "lr": self.lr,
+            # gradient payload bytes received from workers (sparse updates for sparse workloads)
+            # and what dense float32 vectors would have cost (issue 9)
+            "grad_bytes": int(self.counters.grad_bytes), "grad_bytes_dense": int(self.counters.grad_bytes_dense),
         }
         summary = RunSummary(
             mode=self.mode, status=self.status, steps=self.step, final_loss=final_eval.get("loss", self.last_loss),

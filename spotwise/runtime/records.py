@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from spotwise.runtime.sampler import Block
+from spotwise.runtime.wire import Gradient
 
 
 @dataclass
@@ -30,7 +29,8 @@ class Task:
 class Contribution:
     worker: int
     block: Block
-    grad: np.ndarray
+    #: dense flat vector or sparse update, as the worker shipped it (:mod:`spotwise.runtime.wire`)
+    grad: Gradient
     loss: float
     n: int
     staleness: int
@@ -50,4 +50,8 @@ class Counters:
     #: restarts after a market switch or a migration, and the seconds they cost (billed, no work)
     restarts: int = 0
     restart_s: float = 0.0
+    #: gradient payload bytes received from workers, and what the same gradients would have cost
+    #: as dense flat float32 vectors (issue 9: sparse updates stay sparse on the wire)
+    grad_bytes: int = 0
+    grad_bytes_dense: int = 0
     recoveries_ms: list[float] = field(default_factory=list)

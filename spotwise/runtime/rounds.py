@@ -31,12 +31,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import numpy as np
-
 from spotwise.runtime.clock import ReadyFn
 from spotwise.runtime.compute import Result, WorkerLost
 from spotwise.runtime.records import Contribution, Task
 from spotwise.runtime.sampler import Block
+from spotwise.runtime.wire import DENSE_ENTRY_BYTES, grad_size, payload_nbytes
 
 
 class RoundsMixin:
@@ -119,12 +118,15 @@ class RoundsMixin:
         """Results of ``done`` (one round trip; one by one if a worker died: it is dropped)."""
         if not done:
             return
-        results.update(self.compute.gather({w: refs[w] for w in done}))
+        got = self.compute.gather({w: refs[w] for w in done})
+        for r in got.values():
+            self._received(r)
+        results.update(got)
         for w in done:
             if w in results or w not in blocks:
                 continue
             try:
-                results[w] = self.compute.result(w, refs[w])
+                results[w] = self._received(self.compute.result(w, refs[w]))
             except WorkerLost:
                 self._drop_member(w, "node-lost")
                 self._lose_contribution(w, blocks, refs, finish)
@@ -176,9 +178,16 @@ class RoundsMixin:
         if self.step > self.last_ckpt_step:
             self._checkpoint("notice")
 
-    def _get(self, w: int, ref: Any) -> tuple[np.ndarray, float, int, float, dict[str, Any] | None]:
+    def _get(self, w: int, ref: Any) -> Result:
         """One result; :class:`WorkerLost` if its worker died."""
-        return self.compute.result(w, ref)
+        return self._received(self.compute.result(w, ref))
+
+    def _received(self, r: Result) -> Result:
+        """Count a result's gradient payload (``extra["grad_bytes"]``, issue 9); returns ``r``."""
+        grad = r[0]
+        self.counters.grad_bytes += payload_nbytes(grad)
+        self.counters.grad_bytes_dense += DENSE_ENTRY_BYTES * grad_size(grad)
+        return r
 
     # ------------------------------------------------------------------ continuous modes
     def _start_task(self, w: int) -> None:

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from spotwise.config import JobSpec, WorkloadSpec
+from spotwise.runtime.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.specload import build, to_plain
-from spotwise.workloads.params import flat_grad, num_params, set_flat_params, zero_grad
+from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, set_flat_params, zero_grad
 from spotwise.workloads.registry import make_workload
 
 
@@ -45,6 +46,8 @@ class GradientWorker:
         self.model = self.workload.build_model()
         self.model.train()
         self.n_params = num_params(self.model)
+        #: ship sparse updates (issue 9): the workload has sparse embedding gradients
+        self.sparse = bool(getattr(self.workload, "sparse_grads", False))
         self.pid = os.getpid()
         self.calls = 0
         self._notice: dict[str, Any] | None = None
@@ -85,18 +88,34 @@ class GradientWorker:
     def ready(self) -> dict[str, Any]:
         return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train)}
 
-    def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, float, int, float, dict[str, Any] | None]:
+    def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[Gradient, float, int, float, dict[str, Any] | None]:
         """``(flat gradient of the mean loss over indices, loss, len(indices), compute seconds,
-        preemption notice or None)``."""
+        preemption notice or None)``.
+
+        The gradient is the dense flat float32 vector, or -- for a workload with sparse gradients
+        -- a :class:`~spotwise.serverless.significance.SparseUpdate` over the same layout holding
+        only the touched embedding rows (see :mod:`spotwise.runtime.wire`).
+        """
         t0 = time.perf_counter()
         set_flat_params(self.model, torch.from_numpy(np.asarray(params)))
         zero_grad(self.model)
         batch = self.workload.train.batch(np.asarray(indices))
         loss = self.workload.loss(self.model, batch)
         loss.backward()
-        grad = flat_grad(self.model).numpy()
+        grad = self._gradient()
         self.calls += 1
         return grad, float(loss.detach()), int(len(indices)), time.perf_counter() - t0, self._notice
+
+    def _gradient(self) -> Gradient:
+        """The gradient now on the model in its wire form (:mod:`spotwise.runtime.wire`)."""
+        if self.sparse:
+            try:
+                update = flat_grad_sparse(self.model)
+            except ValueError:
+                update = None  # a non-finite gradient: ship it dense, as before, for the controller to see
+            if update is not None and update.nbytes < DENSE_ENTRY_BYTES * self.n_params:
+                return update
+        return flat_grad(self.model).numpy()
 
     def memory(self) -> dict[str, float]:
         """Resident set size now and at peak (MiB) of this worker process."""
