@@ -61,9 +61,22 @@ class LithopsBackend:
     def invoke(self, args: dict[str, Any]) -> Any:
         from spotwise.serverless.function import serverless_worker
 
-        fut = self.executor.call_async(serverless_worker, {"args": args})  # Lithops maps a dict to keyword arguments
+        # Lithops maps a dict to keyword arguments.  On localhost the runtime is this interpreter, which
+        # imports spotwise itself: nothing to pickle (include_modules=None); a cloud runtime image must
+        # hold spotwise too (see the module docstring), and Lithops ships the modules the call needs.
+        include = None if self.name == "localhost" else []
+        fut = self.executor.call_async(serverless_worker, {"args": args}, include_modules=include)
         self.futures.append(fut)
         return fut
+
+    def invoke_many(self, args_list: list[dict[str, Any]]) -> list[Any]:
+        """Invoke several workers in one Lithops job (what a fleet start or a re-seed needs)."""
+        from spotwise.serverless.function import serverless_worker
+
+        include = None if self.name == "localhost" else []
+        futs = list(self.executor.map(serverless_worker, [{"args": a} for a in args_list], include_modules=include))
+        self.futures.extend(futs)
+        return futs
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Wait (bounded) for the calls to return, then clean Lithops's temporary data."""

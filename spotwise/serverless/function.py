@@ -42,6 +42,10 @@ import numpy as np
 #: seconds between two polls of the store while waiting for peers (grows to _POLL_MAX_S)
 _POLL_MIN_S = 0.0005
 _POLL_MAX_S = 0.005
+#: a worker computes at most this many steps past the supervisor's last merged one (flow
+#: control: the store holds a bounded number of updates, and a job that reached its target
+#: stops its functions within a few steps)
+MAX_LEAD = 8
 #: update keys expire after this long (a safety net; the supervisor deletes them when done)
 UPDATE_TTL_S = 24 * 3600
 
@@ -194,11 +198,13 @@ class WorkerInvocation:
     def _wait_for(self, sched: Any, t: int) -> None:
         """Block until every peer has committed what step ``t`` needs (SSP/BSP rule)."""
         peers = [q for q in sched.join if q != self.w]
-        need = {q: sched.required_clock(q, t, self.staleness) for q in peers}
+        need = {self.k.per("clock", q): sched.required_clock(q, t, self.staleness) for q in peers}
         need = {q: n for q, n in need.items() if n > 0}
+        if t - MAX_LEAD > 0:
+            need[self.k.merged] = t - MAX_LEAD
         if not need:
             return
-        keys = [self.k.per("clock", q) for q in need]
+        keys = list(need)
         delay = _POLL_MIN_S
         t0 = time.perf_counter()
         last_hb = time.time()

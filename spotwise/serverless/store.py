@@ -85,7 +85,7 @@ class RedisURL:
 
     def __post_init__(self) -> None:
         if not self.host:
-            raise InputError("the Redis URL has no host", "write it as redis://[:password@]host:port", "--redis-url")
+            raise InputError("the Redis URL has no host", "write it as redis://:PASSWORD@HOST:PORT", "--redis-url")
         if not 0 < self.port < 65536:
             raise InputError(f"port {self.port} is out of range", "use a TCP port in 1-65535 (Redis's default is 6379)", "--redis-url")
         if self.db < 0:
@@ -109,7 +109,7 @@ class RedisURL:
 def parse_redis_url(url: str) -> RedisURL:
     """``redis://[user][:password@]host[:port][/db]`` -> :class:`RedisURL`; InputError (exit 2) if malformed."""
     where = "--redis-url"
-    fix = "write it as redis://[:password@]host:port[/db], e.g. redis://:secret@127.0.0.1:6379/0"
+    fix = "write it as redis://:PASSWORD@HOST:PORT/DB, e.g. redis://:secret@127.0.0.1:6379/0 (password and /DB optional)"
     if not isinstance(url, str) or "://" not in url:
         raise InputError(f"{url!r} is not a Redis URL", fix, where)
     try:

@@ -192,6 +192,7 @@ class ServerlessSupervisor:
             pipe.set(self.k.per("clock", w), self.version)
             pipe.set(self.k.per("inc", w), str(self.inc_counter.get(w, 0)))
         pipe.set(self.k.seeded, "1")
+        pipe.set(self.k.merged, self.version)
         for w, f in self.faults.items():
             pipe.set(self.k.per("fault", w), f)
         self.faults = {}  # injected once
@@ -204,14 +205,25 @@ class ServerlessSupervisor:
                 "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed)}
 
     def _invoke(self, w: int, why: str) -> None:
-        inc_n = self.inc_counter.get(w, 0) + 1
-        self.inc_counter[w] = inc_n
-        inc = str(inc_n)
-        self.r.set(self.k.per("inc", w), inc)  # fences any earlier incarnation of w
-        fut = self.backend.invoke(self._worker_args(w, inc))
-        self.invocations[w] = Invocation(w, inc, self.T, fut)
-        self.counters["invocations"] += 1
-        self.log.emit("function", worker=w, status="invoked", inc=inc_n, why=why)
+        self._invoke_all([w], why)
+
+    def _invoke_all(self, workers: list[int], why: str) -> None:
+        """Invoke ``workers`` (a new incarnation each, which fences any earlier one) in one batch."""
+        incs = []
+        for w in workers:
+            inc_n = self.inc_counter.get(w, 0) + 1
+            self.inc_counter[w] = inc_n
+            incs.append(str(inc_n))
+            self.r.set(self.k.per("inc", w), incs[-1])
+        args = [self._worker_args(w, inc) for w, inc in zip(workers, incs)]
+        if len(workers) > 1 and hasattr(self.backend, "invoke_many"):
+            futs = self.backend.invoke_many(args)
+        else:
+            futs = [self.backend.invoke(a) for a in args]
+        for w, inc, fut in zip(workers, incs, futs):
+            self.invocations[w] = Invocation(w, inc, self.T, fut)
+            self.counters["invocations"] += 1
+            self.log.emit("function", worker=w, status="invoked", inc=int(inc), why=why)
 
     # ================================================================== the loop
     def run(self) -> RunSummary:
@@ -246,8 +258,7 @@ class ServerlessSupervisor:
         self.log.emit("price", instance=self.pricing.name, price=self.pricing.per_gb_second * self.gb * 3600.0,
                       unit="$/h per function", redis=self.redis_type.label, redis_price=self.redis_type.on_demand_per_hour)
         self._seed_store()
-        for w in range(cl.workers):
-            self._invoke(w, "start")
+        self._invoke_all(list(range(cl.workers)), "start")
         self._next_watch = 0.0
 
     def _done(self) -> bool:
@@ -313,6 +324,7 @@ class ServerlessSupervisor:
         loss /= max(1, total)
         self.samples += total
         self.version = t + 1
+        self.r.set(self.k.merged, self.version)  # workers stay within MAX_LEAD steps of it
         for q, lv in self.schedule.leave.items():
             if lv == self.version:
                 self._merge_leaver(q)
@@ -463,8 +475,7 @@ class ServerlessSupervisor:
         self._seed_store()
         self.log.emit("store", status="reseeded", why=why, step=self.version,
                       note="workers' uncommitted ISP residuals were lost; committed steps were kept")
-        for w in self.schedule.active_now():
-            self._invoke(w, "store")
+        self._invoke_all(self.schedule.active_now(), "store")
 
     def _delete_job_keys(self) -> None:
         for key in self.r.scan_iter(self.k.pattern(), count=1000):

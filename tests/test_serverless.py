@@ -1,0 +1,280 @@
+"""Serverless training (issue 9, paper 004 MLLess): real Lithops localhost functions, a real redis-server.
+
+What must hold:
+* BSP (and ISP with v = 0) on functions is exactly synchronous SGD on the global batch;
+* ISP pushes only the significant entries and still learns;
+* a function that dies or hangs mid-update, and a Redis that loses everything mid-run, lose no
+  committed step: the run ends with the very parameters of the fault-free run;
+* the scale-in auto-tuner shrinks the pool through the same policy interface;
+* functions and the Redis node are billed in the ledger;
+* a bad Redis URL or password exits 2.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from spotwise.config import spec_from_dict
+from spotwise.errors import InputError
+from spotwise.events import read_events
+from spotwise.market.catalog import Catalog
+from spotwise.serverless.schedule import SampleStream, Schedule, worker_batch
+from spotwise.serverless.significance import SparseUpdate
+from spotwise.serverless.store import (RedisServer, RedisURL, connect, decode_update, encode_update,
+                                       parse_redis_url)
+from spotwise.workloads.params import flat_grad, flat_params, set_flat_params, zero_grad
+from spotwise.workloads.registry import make_workload
+
+pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
+                                reason="redis-server is not installed (README command 2 installs it with apt)")
+
+PMF = {"name": "pmf", "family": "pmf", "batch_size": 256, "lr": 5.0, "eval_every": 1000,
+       "params": {"n_users": 300, "n_items": 400, "n_ratings": 20000, "rank": 8}}
+
+
+def sl_spec(steps: int = 12, workers: int = 2, sync: str = "bsp", **cluster):
+    return spec_from_dict({"name": "sl-test", "workload": PMF, "target": {"iterations": steps},
+                           "cluster": {"kind": "serverless", "workers": workers, "sync": sync, **cluster},
+                           "outputs": {"checkpoint_every": 0, "plots": False}})
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    with RedisServer() as srv:
+        yield srv
+
+
+def run_sup(spec, out, shared=None, **kw):
+    """Supervise ``spec``; ``shared``: a RedisServer to use by URL (not owned by the supervisor)."""
+    from spotwise.serverless.supervisor import ServerlessSupervisor
+
+    kw.setdefault("heartbeat_timeout_s", 6.0)
+    if shared is not None:
+        kw["redis_url"] = shared.url
+    sup = ServerlessSupervisor(spec, out, **kw)
+    summary = sup.run()
+    return sup, summary
+
+
+def sgd_reference(spec, steps: int) -> np.ndarray:
+    """Single-process SGD on the same global batches: x <- x - lr * mean gradient."""
+    wl = make_workload(spec.workload, spec.seed)
+    model = wl.build_model()
+    sched = Schedule.initial(spec.cluster.workers)
+    stream = SampleStream(len(wl.train), spec.seed)
+    b = spec.workload.batch_size
+    for t in range(steps):
+        idx = np.concatenate([worker_batch(sched, stream, w, t, b) for w in sched.members(t)])
+        zero_grad(model)
+        wl.loss(model, wl.train.batch(idx)).backward()
+        g = flat_grad(model)
+        set_flat_params(model, flat_params(model) - spec.workload.lr * g)
+    return flat_params(model).numpy()
+
+
+# ---------------------------------------------------------------------------------- store
+def test_update_wire_format_round_trips_and_is_sparse():
+    u = SparseUpdate(np.array([3, 10, 999_999], np.int64), np.array([0.5, -2.0, 1e-3]), 1_000_000)
+    data = encode_update(u)
+    assert len(data) == 16 + 3 * 8  # 8 bytes an entry, never the model's size
+    back = decode_update(data)
+    assert back.size == u.size and np.array_equal(back.indices, u.indices)
+    assert np.allclose(back.values, u.values, rtol=1e-6)
+    with pytest.raises(ValueError):
+        decode_update(data[:-3])
+    with pytest.raises(ValueError):
+        decode_update(b"nonsense-bytes-here-and-more")
+
+
+@pytest.mark.parametrize("url, needle", [
+    ("localhost:6379", "not a Redis URL"),
+    ("http://127.0.0.1:6379", "scheme"),
+    ("redis://127.0.0.1:99999", "Port"),
+    ("redis://127.0.0.1:6379/abc", "database"),
+])
+def test_bad_redis_url_is_an_input_error(url, needle):
+    with pytest.raises(InputError) as e:
+        parse_redis_url(url)
+    assert needle in str(e.value)
+
+
+def test_wrong_password_and_unreachable_redis_are_input_errors(redis_server):
+    with pytest.raises(InputError) as e:
+        connect(RedisURL("127.0.0.1", redis_server.port, "wrong-password"))
+    assert "password" in str(e.value)
+    with pytest.raises(InputError) as e:
+        connect(RedisURL("127.0.0.1", redis_server.port, ""))
+    assert "password" in str(e.value)
+    port = RedisServer.__init__.__globals__["_free_port"]()
+    with pytest.raises(InputError) as e:
+        connect(RedisURL("127.0.0.1", port, "x"), timeout_s=1.0)
+    assert "cannot reach" in str(e.value)
+    parsed = parse_redis_url(redis_server.url.url)
+    assert connect(parsed).ping()
+
+
+def test_private_redis_server_has_a_password_and_restarts_empty():
+    with RedisServer() as srv:
+        c = connect(srv.url)
+        c.set("k", "v")
+        srv.restart()
+        c2 = connect(srv.url)
+        assert c2.get("k") is None and srv.restarts == 1
+        assert len(srv.password) >= 32
+    assert not srv.dir.exists()
+
+
+# ---------------------------------------------------------------------------------- training
+def test_bsp_on_functions_is_synchronous_sgd_on_the_global_batch(redis_server, tmp_path):
+    spec = sl_spec(steps=10, workers=2, sync="bsp")
+    sup, s = run_sup(spec, tmp_path / "run", shared=redis_server)
+    assert s.status == "completed" and s.steps == 10
+    ref = sgd_reference(spec, 10)
+    assert np.allclose(sup.x, ref, rtol=1e-4, atol=1e-5), float(np.abs(sup.x - ref).max())
+    # the run directory is a spotwise run directory: events, summary, costs
+    ev = read_events(tmp_path / "run" / "events.jsonl")
+    kinds = [e["kind"] for e in ev]
+    assert kinds[0] == "header" and kinds.count("step") == 10 and kinds[-1] == "end"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["mode"] == "serverless"
+    assert s.extra["pushed_fraction"] == pytest.approx(1.0)
+    assert s.extra["lost"] == 0 and s.extra["invocations"] == 2
+
+
+def test_functions_and_redis_are_billed_in_the_ledger(redis_server, tmp_path):
+    spec = sl_spec(steps=6, workers=2, sync="bsp", functions="aws-lambda", memory_mb=1024)
+    sup, s = run_sup(spec, tmp_path / "run", shared=redis_server)
+    bd = s.cost_breakdown["by_category"]
+    cat = Catalog.default()
+    fp = cat.function("aws-lambda")
+    # every invocation (2 workers) plus the supervisor's function, per request and per GB-s
+    expect_fn = fp.per_gb_second * 1.0 * s.extra["function_seconds"] + fp.per_request * 3
+    assert bd["function"] == pytest.approx(expect_fn, rel=0.02)
+    redis_h = cat.instance("M1.2x16").on_demand_per_hour
+    assert bd["service"] == pytest.approx(redis_h * s.wall_s / 3600.0, rel=0.05)
+    assert s.cost_usd == pytest.approx(bd["function"] + bd["service"])
+    assert s.extra["function_seconds"] > s.wall_s  # workers + supervisor ran in parallel
+
+
+def test_isp_pushes_only_significant_entries_and_learns(redis_server, tmp_path):
+    spec = sl_spec(steps=40, workers=2, sync="isp", significance=0.7)
+    sup, s = run_sup(spec, tmp_path / "isp", shared=redis_server)
+    assert s.status == "completed"
+    assert 0.0 < s.extra["pushed_fraction"] < 0.6
+    ev = [e for e in read_events(tmp_path / "isp" / "events.jsonl") if e["kind"] == "step"]
+    first, last = np.mean([e["loss"] for e in ev[:5]]), np.mean([e["loss"] for e in ev[-5:]])
+    assert last < 0.9 * first
+
+
+def test_isp_with_v_zero_is_bsp(redis_server, tmp_path):
+    spec = sl_spec(steps=8, workers=2, sync="isp", significance=0.0)
+    sup, s = run_sup(spec, tmp_path / "isp0", shared=redis_server)
+    assert np.allclose(sup.x, sgd_reference(spec, 8), rtol=1e-4, atol=1e-5)
+
+
+def test_ssp_respects_its_staleness_bound_and_learns(redis_server, tmp_path):
+    spec = sl_spec(steps=30, workers=3, sync="ssp", staleness=2)
+    sup, s = run_sup(spec, tmp_path / "ssp", shared=redis_server)
+    assert s.status == "completed" and s.steps == 30
+    ev = [e for e in read_events(tmp_path / "ssp" / "events.jsonl") if e["kind"] == "step"]
+    assert np.mean([e["loss"] for e in ev[-5:]]) < np.mean([e["loss"] for e in ev[:5]])
+
+
+# ---------------------------------------------------------------------------------- faults
+@pytest.mark.parametrize("fault", ["die:4", "hang:4"])
+def test_a_function_that_dies_or_hangs_mid_update_loses_nothing(redis_server, tmp_path, fault):
+    spec = sl_spec(steps=9, workers=2, sync="bsp")
+    sup, s = run_sup(spec, tmp_path / "f", shared=redis_server, faults={1: fault}, heartbeat_timeout_s=3.0)
+    assert s.status == "completed" and s.steps == 9
+    assert s.extra["lost"] >= 1 and s.extra["invocations"] >= 3
+    # its update was never applied and its shard was redone: exactly the fault-free result
+    assert np.allclose(sup.x, sgd_reference(spec, 9), rtol=1e-4, atol=1e-5)
+    lost = [e for e in read_events(tmp_path / "f" / "events.jsonl") if e["kind"] == "function" and e["status"] == "lost"]
+    assert lost and lost[0]["worker"] == 1
+
+
+def test_a_redis_restart_mid_run_is_survived_without_losing_a_committed_step(tmp_path):
+    """spotwise's own redis-server dies: the supervisor restarts it and re-seeds it from its replica."""
+    spec = sl_spec(steps=14, workers=2, sync="bsp")
+    srv = RedisServer()
+    state = {"killed": False}
+
+    def progress(snap):
+        if snap["step"] == 6 and not state["killed"]:
+            state["killed"] = True
+            srv.kill()  # the store and everything in it is gone
+
+    sup, s = run_sup(spec, tmp_path / "r", redis_server=srv, progress=progress)
+    assert state["killed"] and s.status == "completed" and s.steps == 14
+    assert s.extra["store_reseeds"] >= 1
+    assert np.allclose(sup.x, sgd_reference(spec, 14), rtol=1e-4, atol=1e-5)
+    store = [e for e in read_events(tmp_path / "r" / "events.jsonl") if e["kind"] == "store"]
+    assert store and store[0]["status"] == "reseeded"
+    assert not srv.dir.exists()  # the supervisor stopped its server and removed its directory
+
+
+def test_an_external_redis_that_comes_back_empty_is_reseeded(tmp_path):
+    """A user's Redis (--redis-url) restarts: the supervisor waits for it and re-seeds it."""
+    import threading
+
+    spec = sl_spec(steps=12, workers=2, sync="bsp")
+    with RedisServer() as srv:
+        state = {"killed": False}
+
+        def progress(snap):
+            if snap["step"] == 5 and not state["killed"]:
+                state["killed"] = True
+                srv.kill()
+                threading.Timer(1.0, srv.start).start()  # the operator brings it back, empty
+
+        sup, s = run_sup(spec, tmp_path / "x", shared=srv, progress=progress)
+    assert s.status == "completed" and s.steps == 12 and s.extra["store_reseeds"] >= 1
+    assert np.allclose(sup.x, sgd_reference(spec, 12), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------- scale-in
+def test_scale_in_policy_removes_workers_and_merges_their_replicas(redis_server, tmp_path):
+    spec = spec_from_dict({"name": "sl-scale", "workload": PMF, "target": {"iterations": 60},
+                           "cluster": {"kind": "serverless", "workers": 3, "sync": "isp"},
+                           "policies": [{"name": "scale-in", "params": {"interval_s": 0.5, "delta_s": 0.5, "min_workers": 1,
+                                                                         "min_fit_points": 5, "knee_window": 3}}],
+                           "outputs": {"checkpoint_every": 0, "plots": False}})
+    sup, s = run_sup(spec, tmp_path / "sc", shared=redis_server)
+    assert s.status == "completed"
+    ev = read_events(tmp_path / "sc" / "events.jsonl")
+    resizes = [e for e in ev if e["kind"] == "decision" and e["decision"] == "Resize" and e.get("applied")]
+    merged = [e for e in ev if e["kind"] == "function" and e["status"] == "merged"]
+    assert resizes and len(merged) == len(resizes)
+    assert s.extra["workers_at_end"] < 3
+    steps = [e for e in ev if e["kind"] == "step"]
+    assert steps[-1]["active"] < steps[0]["active"]
+
+
+# ---------------------------------------------------------------------------------- CLI
+def test_cli_serverless_run_and_bad_redis_url_exit_codes(cli, tmp_path, redis_server):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(json.dumps({"name": "cli-sl", "workload": PMF, "target": {"iterations": 5},
+                                "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
+                                "outputs": {"checkpoint_every": 0, "plots": False}}))
+    code, out, err = cli("run", str(spec), "--out", str(tmp_path / "bad"), "--redis-url", f"redis://:nope@127.0.0.1:{redis_server.port}/0")
+    assert code == 2 and "password" in err
+    code, out, err = cli("run", str(spec), "--out", str(tmp_path / "bad2"), "--redis-url", "redis//oops")
+    assert code == 2 and "Redis URL" in err
+    code, out, err = cli("run", str(spec), "--out", str(tmp_path / "ok"), "--json", "--redis-url", redis_server.url.url)
+    assert code == 0, err
+    out = json.loads(out)
+    assert out["mode"] == "serverless" and out["steps"] == 5 and out["status"] == "completed"
+
+
+def test_serverless_spec_validation_exits_2(cli, tmp_path):
+    bad = tmp_path / "b.yaml"
+    for cluster, needle in [({"sync": "async"}, "VM"), ({"memory_mb": 64}, "memory_mb"), ({"bids": 0.5}, "bids"),
+                            ({"functions": "nope"}, "nope"), ({"sync": "ssp"}, "staleness")]:
+        bad.write_text(json.dumps({"name": "b", "workload": PMF, "target": {"iterations": 5},
+                                   "cluster": {"kind": "serverless", "workers": 2, **cluster}}))
+        code, out, err = cli("run", str(bad), "--out", str(tmp_path / "o2"))
+        assert code == 2 and needle in err, (cluster, err)
