@@ -355,3 +355,28 @@ def test_failed_push_leaves_filter_unchanged() -> None:
     assert f.residual().values.tolist() == [0.5]
     f.push(2, x, np.array([0.25, 0.0, 0.0]))  # step 2 is still usable
     assert f.residual().values.tolist() == [0.75]
+
+
+def test_dense_filter_matches_the_sparse_filter_step_by_step():
+    from spotwise.serverless.significance import DenseSignificanceFilter, SignificanceFilter, SparseUpdate
+
+    rng = np.random.default_rng(5)
+    n = 500
+    a, b = SignificanceFilter(n, 0.7), DenseSignificanceFilter(n, 0.7)
+    x = rng.normal(size=n)
+    x[:20] = 0.0  # zero parameters: always significant when touched
+    for t in range(1, 60):
+        idx = np.unique(rng.integers(0, n, 40))
+        u = SparseUpdate(idx, rng.normal(scale=0.05, size=idx.size), n)
+        x[idx] += u.values
+        pa, pb = a.push(t, x, u), b.push(t, x, u)
+        assert np.array_equal(pa.indices, pb.indices) and np.allclose(pa.values, pb.values)
+        ra, rb = a.residual(), b.residual()
+        assert np.array_equal(ra.indices, rb.indices) and np.allclose(ra.values, rb.values)
+    fa, fb = a.flush(), b.flush()
+    assert np.array_equal(fa.indices, fb.indices) and b.residual().nnz == 0
+    c = DenseSignificanceFilter(n, 0.7)
+    c.restore(ra, 59)
+    assert np.array_equal(c.residual().indices, ra.indices)
+    with pytest.raises(ValueError):
+        c.push(59, x, u)

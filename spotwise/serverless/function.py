@@ -46,6 +46,10 @@ _POLL_MAX_S = 0.005
 #: control: the store holds a bounded number of updates, and a job that reached its target
 #: stops its functions within a few steps)
 MAX_LEAD = 8
+#: the ISP residual is stored whole every this many steps, and as the entries changed in between
+RESIDUAL_FULL_EVERY = 32
+#: models up to this many parameters use the dense ISP accumulator
+DENSE_FILTER_MAX = 50_000_000
 #: update keys expire after this long (a safety net; the supervisor deletes them when done)
 UPDATE_TTL_S = 24 * 3600
 
@@ -85,6 +89,9 @@ class WorkerInvocation:
         self.v = float(args.get("significance", 0.0)) if self.sync == "isp" else 0.0
         self.batch = int(args["batch"])
         self.lr = float(args["lr"])
+        #: emulated link to the store (Mbit/s of the Redis node's NIC, shared by the step's
+        #: workers); 0 = none (the real link: loopback on localhost, the cloud's network otherwise)
+        self.network_mbps = float(args.get("network_mbps", 0.0))
         self.stats: dict[str, Any] = {"steps": 0, "bytes_out": 0, "bytes_in": 0, "entries_out": 0, "entries_computed": 0,
                                       "compute_s": 0.0, "wait_s": 0.0, "pull_s": 0.0}
 
@@ -124,12 +131,19 @@ class WorkerInvocation:
         if stop is not None:
             raise Fenced("stopped")
 
+    def _transfer(self, nbytes: int, workers: int) -> None:
+        """Emulated transfer time of ``nbytes`` to or from the store (see ``network_mbps``)."""
+        if self.network_mbps > 0 and nbytes > 0:
+            d = nbytes * 8.0 / (self.network_mbps * 1e6 / max(1, workers))
+            self.stats["network_s"] = self.stats.get("network_s", 0.0) + d
+            time.sleep(d)
+
     def _heartbeat(self) -> None:
         self.r.set(self.k.per("hb", self.w), f"{time.time():.3f}", ex=3600)
 
     def _restore(self) -> None:
         """Replica = supervisor snapshot + own committed updates since + (ISP) own residual."""
-        from spotwise.serverless.significance import SignificanceFilter
+        from spotwise.serverless.significance import DenseSignificanceFilter, SignificanceFilter, SparseUpdate
         from spotwise.serverless.store import decode_dense, decode_update
 
         pipe = self.r.pipeline()
@@ -137,7 +151,8 @@ class WorkerInvocation:
         pipe.get(self.k.model)
         pipe.get(self.k.per("clock", self.w))
         pipe.get(self.k.per("resid", self.w))
-        ver, snap, clock, resid = pipe.execute()
+        pipe.lrange(self.k.per("residlog", self.w), 0, -1)
+        ver, snap, clock, resid, resid_log = pipe.execute()
         if ver is None or snap is None:
             raise RuntimeError("the store holds no model snapshot (was it restarted?)")
         x = decode_dense(snap, self.n)
@@ -148,12 +163,24 @@ class WorkerInvocation:
             if data is None:
                 raise RuntimeError(f"own update of step {t} is missing from the store")
             decode_update(data).apply_to(x)
-        self.filter = SignificanceFilter(self.n, self.v) if self.sync == "isp" else None
-        if self.filter is not None and resid:
-            r = decode_update(resid)
-            self.filter._acc_idx = r.indices.copy()  # noqa: SLF001 - restoring the filter's own state
-            self.filter._acc_val = r.values.astype(np.float64)  # noqa: SLF001
-            self.filter._last_step = self.clock  # noqa: SLF001
+        self.filter: Any = None
+        if self.sync == "isp":
+            # the dense accumulator is the cheaper one wherever the model fits twice in memory
+            self.filter = DenseSignificanceFilter(self.n, self.v) if self.n <= DENSE_FILTER_MAX else SignificanceFilter(self.n, self.v)
+        if self.filter is not None and (resid or resid_log):
+            r = decode_update(resid) if resid else SparseUpdate.empty(self.n)
+            if resid_log:  # the entries changed since the last full residual, in order (set semantics)
+                acc = r.to_dense()
+                for entry in resid_log:
+                    d = decode_update(entry)
+                    acc[d.indices] = d.values
+                r = SparseUpdate.from_dense(acc)
+            if isinstance(self.filter, DenseSignificanceFilter):
+                self.filter.restore(r, self.clock)
+            else:
+                self.filter._acc_idx = r.indices.copy()  # noqa: SLF001 - restoring the filter's own state
+                self.filter._acc_val = r.values.astype(np.float64)  # noqa: SLF001
+                self.filter._last_step = self.clock  # noqa: SLF001
             r.apply_to(x)
 
     def _schedule(self) -> Any:
@@ -231,11 +258,14 @@ class WorkerInvocation:
             peers = [q for q in sched.members(u) if q != self.w]
             if peers:
                 blobs = self.r.mget([self.k.upd(u, q) for q in peers])
+                got = 0
                 for q, data in zip(peers, blobs):
                     if data is None:
                         raise RuntimeError(f"update of worker {q} at step {u} is missing from the store")
-                    self.stats["bytes_in"] += len(data)
+                    got += len(data)
                     decode_update(data).apply_to(view.x)
+                self.stats["bytes_in"] += got
+                self._transfer(got, len(peers) + 1)
             view.version = u + 1
             for q, lv in sched.leave.items():  # a worker leaving at the new version: merge its replica
                 if lv == view.version and q != self.w and (merge_last or view.version < upto):
@@ -273,6 +303,7 @@ class WorkerInvocation:
         import torch
 
         from spotwise.serverless.schedule import worker_batch
+        from spotwise.serverless.significance import DenseSignificanceFilter, SparseUpdate
         from spotwise.serverless.store import encode_update
         from spotwise.workloads.params import flat_grad_sparse, set_flat_params, zero_grad
 
@@ -288,23 +319,29 @@ class WorkerInvocation:
         loss.backward()
         g = flat_grad_sparse(self.model)
         p = sched.size(t)
-        from spotwise.serverless.significance import SparseUpdate
-
         u = SparseUpdate(g.indices, g.values * (-self.lr / p), g.size)
         u.apply_to(x)
+        mode = "full"
         if self.filter is not None:
             sig = self.filter.push(t + 1, x, u)
-            resid = encode_update(self.filter.residual())
+            if isinstance(self.filter, DenseSignificanceFilter) and (t + 1) % RESIDUAL_FULL_EVERY:
+                # only the entries this step changed: what it added and what it pushed (now 0)
+                changed = np.union1d(u.indices, sig.indices)
+                resid = encode_update(SparseUpdate(changed, self.filter._acc[changed], self.n))  # noqa: SLF001
+                mode = "log"
+            else:
+                resid = encode_update(self.filter.residual())
         else:
             sig, resid = u, b""
         self.stats["compute_s"] += time.perf_counter() - t0
         self.stats["entries_computed"] += u.nnz
         self._inject_fault(t)
         payload = encode_update(sig)
+        self._transfer(len(payload) + len(resid), p)
         meta = json.dumps({"loss": float(loss.detach()), "n": int(len(idx)), "nnz": sig.nnz, "computed": u.nnz})
         ok = self.commit(keys=[self.k.per("inc", self.w), self.k.per("clock", self.w), self.k.upd(t, self.w),
-                               self.k.meta(t, self.w), self.k.per("resid", self.w)],
-                         args=[self.inc, t, payload, meta, resid, UPDATE_TTL_S])
+                               self.k.meta(t, self.w), self.k.per("resid", self.w), self.k.per("residlog", self.w)],
+                         args=[self.inc, t, payload, meta, resid, UPDATE_TTL_S, mode])
         if int(ok) == 0:
             raise Fenced("fenced")
         if int(ok) < 0:

@@ -45,6 +45,7 @@ def run_serverless(
     plots: bool | None = None,
     overwrite: bool = False,
     heartbeat_timeout_s: float = 30.0,
+    network_mbps: float = 0.0,
 ) -> RunSummary:
     """Run a serverless ``spec`` into ``out_dir``; returns the summary (see the module docstring)."""
     from spotwise.runtime.runner import RunProgress, _write_plots
@@ -54,6 +55,9 @@ def run_serverless(
 
     check_serverless_spec(spec)
     url = parse_redis_url(redis_url) if redis_url else None
+    if not (network_mbps >= 0):
+        raise InputError(f"--emulate-network-mbps must be >= 0, got {network_mbps}", "use e.g. 1000 (a 1 Gbit/s Redis node) or 0 (off)",
+                         "--emulate-network-mbps")
     if url is not None:
         connect(url).close()  # a bad URL or password exits 2 before anything starts
     config: dict[str, Any] | None = load_lithops_config(lithops_config) if lithops_config else None
@@ -62,7 +66,7 @@ def run_serverless(
         backend = LithopsBackend(config, max_workers=spec.cluster.workers + 2)
         with RunProgress(spec.target.iterations, progress) as bar:
             sup = ServerlessSupervisor(spec, out, redis_url=url, backend=backend, progress=bar.update if progress else None,
-                                       heartbeat_timeout_s=heartbeat_timeout_s)
+                                       heartbeat_timeout_s=heartbeat_timeout_s, network_mbps=network_mbps)
             summary = sup.run()
         _write_plots(out, spec, plots)
         return summary

@@ -408,3 +408,71 @@ class SyncModel:
 
 BSP = SyncModel(0)
 """Bulk synchronous parallel: every worker waits for all others at the end of each step."""
+
+
+class DenseSignificanceFilter:
+    """:class:`SignificanceFilter` with a dense accumulator: the same rule, for models that fit in memory.
+
+    The sparse filter merges the accumulator with every update (a sort of both), which costs more
+    CPU than the exchange it saves on a fast link; this one keeps ``delta`` as a dense ``float64``
+    vector and tests ``|delta_i| > v_t |x_i|`` over the accumulated entries only (tracked as a
+    boolean mask).  Same :meth:`push` / :meth:`residual` / :meth:`flush` contract and the same
+    results as :class:`SignificanceFilter` (tested), at O(n) memory.
+    """
+
+    def __init__(self, size: int, v: float) -> None:
+        self.size = _check_int("size", size, 0)
+        significance_threshold(v, 1)
+        self.v = float(v)
+        self._acc = np.zeros(self.size, np.float64)
+        self._held = np.zeros(self.size, np.bool_)
+        self._last_step = 0
+
+    @property
+    def last_step(self) -> int:
+        return self._last_step
+
+    def threshold(self, step: int) -> float:
+        return significance_threshold(self.v, step)
+
+    def restore(self, residual: SparseUpdate, step: int) -> None:
+        """Start from an accumulated residual (a function re-invoked after ``step`` steps)."""
+        self._acc[:] = 0.0
+        self._held[:] = False
+        self._acc[residual.indices] = residual.values
+        self._held[residual.indices] = residual.values != 0.0
+        self._last_step = int(step)
+
+    def push(self, step: int, params: np.ndarray, update: UpdateLike) -> SparseUpdate:
+        t = _check_int("step", step, 1)
+        if t <= self._last_step:
+            raise ValueError(f"steps must be strictly increasing: got step {t} after step {self._last_step}")
+        if not isinstance(params, np.ndarray) or params.shape != (self.size,):
+            raise ValueError(f"params must be a numpy array of shape ({self.size},)")
+        u = _as_sparse(update, self.size)
+        self._acc[u.indices] += u.values
+        self._held[u.indices] = True
+        idx = np.flatnonzero(self._held)
+        val = self._acc[idx]
+        x = np.asarray(params[idx], dtype=np.float64)
+        if not np.all(np.isfinite(x)):
+            raise ValueError("params must be finite at the updated indices")
+        nonzero = val != 0.0
+        significant = nonzero & (np.abs(val) > self.threshold(t) * np.abs(x))
+        out_idx = idx[significant]
+        out = SparseUpdate(out_idx, val[significant], self.size)
+        self._acc[out_idx] = 0.0
+        self._held[idx[~nonzero | significant]] = False
+        self._acc[idx[~nonzero]] = 0.0
+        self._last_step = t
+        return out
+
+    def residual(self) -> SparseUpdate:
+        idx = np.flatnonzero(self._held)
+        return SparseUpdate(idx, self._acc[idx], self.size)
+
+    def flush(self) -> SparseUpdate:
+        out = self.residual()
+        self._acc[:] = 0.0
+        self._held[:] = False
+        return out

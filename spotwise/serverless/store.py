@@ -279,17 +279,27 @@ class Keys:
         return self.prefix + "*"
 
 
-#: the atomic commit of one step by one worker (KEYS: inc, clock, upd, meta, resid; ARGV:
-#: incarnation, step, update bytes, meta json, residual bytes or "", ttl seconds).  Refused (0)
-#: when the caller is not the live incarnation or the step is not the next one: a fenced (lost)
-#: function's late write never lands, and a step is never committed twice.
+#: the atomic commit of one step by one worker (KEYS: inc, clock, upd, meta, resid, residlog;
+#: ARGV: incarnation, step, update bytes, meta json, residual bytes or "", ttl seconds, residual
+#: mode).  Residual mode "full": ARGV[5] is the whole ISP residual (replaces it, clears the log);
+#: "log": ARGV[5] holds only the entries that changed this step (appended to the log, applied
+#: in order on restore).  Refused (0) when the caller is not the live incarnation, (-1) when the
+#: step is not the next one: a fenced (lost) function's late write never lands, and a step is
+#: never committed twice.
 COMMIT_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 if c ~= tonumber(ARGV[2]) then return -1 end
 redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[6])
 redis.call('SET', KEYS[4], ARGV[4], 'EX', ARGV[6])
-if ARGV[5] ~= '' then redis.call('SET', KEYS[5], ARGV[5]) end
+if ARGV[5] ~= '' then
+  if ARGV[7] == 'log' then
+    redis.call('RPUSH', KEYS[6], ARGV[5])
+  else
+    redis.call('SET', KEYS[5], ARGV[5])
+    redis.call('DEL', KEYS[6])
+  end
+end
 redis.call('SET', KEYS[2], c + 1)
 return 1
 """

@@ -108,6 +108,7 @@ class ServerlessSupervisor:
         catalog: Catalog | None = None,
         poll_s: float = 0.001,
         faults: dict[int, str] | None = None,
+        network_mbps: float = 0.0,
     ) -> None:
         cl = spec.cluster
         if cl.kind != "serverless":
@@ -123,6 +124,10 @@ class ServerlessSupervisor:
         #: fault injection (tests, benchmarks): worker -> "die:<step>" or "hang:<step>" (see
         #: :mod:`spotwise.serverless.function`), written into the store when the job starts
         self.faults = dict(faults or {})
+        #: emulate the store's link (Mbit/s, shared by the workers) in the functions; 0 = real link only
+        if not (network_mbps >= 0 and math.isfinite(network_mbps)):
+            raise ValueError(f"network_mbps must be >= 0, got {network_mbps!r}")
+        self.network_mbps = float(network_mbps)
         self.catalog = catalog or Catalog.default()
         self.pricing = self.catalog.function(cl.functions)
         self.gb = cl.memory_mb / 1024.0
@@ -202,7 +207,8 @@ class ServerlessSupervisor:
         wl = self.spec.workload
         return {"redis": self.url.to_dict(), "job": self.job, "worker": w, "inc": inc, "lease_s": self.lease_s,
                 "sync": self.sync, "staleness": self.staleness, "significance": self.significance,
-                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed)}
+                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed),
+                "network_mbps": self.network_mbps}
 
     def _invoke(self, w: int, why: str) -> None:
         self._invoke_all([w], why)
@@ -253,7 +259,8 @@ class ServerlessSupervisor:
                             meta={"mode": "serverless", "job": self.spec.name, "workers": cl.workers, "sync": self.sync,
                                   "instance": f"functions:{self.pricing.name}", "seed": self.spec.seed,
                                   "backend": getattr(self.backend, "name", "custom"), "redis": self.url.redacted,
-                                  "memory_mb": cl.memory_mb, "significance": self.significance, "staleness": self.staleness})
+                                  "memory_mb": cl.memory_mb, "significance": self.significance, "staleness": self.staleness,
+                                  "network_mbps": self.network_mbps})
         self.ledger.start("redis", 0.0, self.redis_type, category="service", market="on_demand")
         self.log.emit("price", instance=self.pricing.name, price=self.pricing.per_gb_second * self.gb * 3600.0,
                       unit="$/h per function", redis=self.redis_type.label, redis_price=self.redis_type.on_demand_per_hour)
@@ -579,7 +586,7 @@ class ServerlessSupervisor:
             "epochs": epochs_done(self.schedule, self.stream, self.version, self.spec.workload.batch_size),
             "pushed_fraction": c["entries_merged"] / c["entries_computed"] if c["entries_computed"] else None,
             "final_eval": final_eval, "stop_message": getattr(self, "stop_message", None),
-            "workers_at_end": len(self.schedule.active_now()), "redis": self.url.redacted, **c,
+            "workers_at_end": len(self.schedule.active_now()), "redis": self.url.redacted, "network_mbps": self.network_mbps, **c,
         }
         summary = RunSummary(
             mode="serverless", status=self.status, steps=self.version, final_loss=final_eval.get("loss", self.last_loss),
@@ -609,7 +616,8 @@ class ServerlessSupervisor:
                     inv.done = True
                     self._bill(inv, float(r["ended"]) - float(r["started"]))
                     self.log.emit("function", worker=inv.w, status=r["status"], inc=int(inv.inc), steps=r.get("steps"),
-                                  seconds=float(r["ended"]) - float(r["started"]))
+                                  seconds=float(r["ended"]) - float(r["started"]),
+                                  **{k: r.get(k) for k in ("bytes_out", "bytes_in", "compute_s", "wait_s", "pull_s", "network_s")})
             if time.monotonic() > deadline:
                 for inv in live:
                     if not inv.done:
