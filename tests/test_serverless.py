@@ -278,3 +278,19 @@ def test_serverless_spec_validation_exits_2(cli, tmp_path):
                                    "cluster": {"kind": "serverless", "workers": 2, **cluster}}))
         code, out, err = cli("run", str(bad), "--out", str(tmp_path / "o2"))
         assert code == 2 and needle in err, (cluster, err)
+
+
+def test_isp_function_death_is_replayed_exactly_from_its_checkpoint(redis_server, tmp_path):
+    """Under ISP a dead function's insignificant updates survive: its re-invocation replays from
+    its replica checkpoint and the run ends with the very parameters of the fault-free run."""
+    from spotwise.serverless.supervisor import ServerlessSupervisor
+
+    spec = sl_spec(steps=30, workers=2, sync="isp", significance=0.7)
+    clean, s0 = run_sup(spec, tmp_path / "clean", shared=redis_server, snapshot_every=10)
+    faulty, s1 = run_sup(spec, tmp_path / "faulty", shared=redis_server, snapshot_every=10, faults={1: "die:16"},
+                         heartbeat_timeout_s=3.0)
+    assert s1.status == "completed" and s1.extra["lost"] >= 1
+    assert np.array_equal(clean.x, faulty.x), float(np.abs(clean.x - faulty.x).max())
+    ends = [e for e in read_events(tmp_path / "faulty" / "events.jsonl") if e["kind"] == "function" and e["worker"] == 1
+            and e["status"] not in ("invoked", "lost")]
+    assert ends and 0.0 < s1.extra["pushed_fraction"] < 1.0

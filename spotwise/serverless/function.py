@@ -1,10 +1,10 @@
 """The serverless worker: one stateless function invocation (``papers/004_9dc2adb66dc8d26e.txt`` Sec. 3).
 
-A function holds nothing that matters between invocations: everything it needs to go on lives in
-Redis (:mod:`spotwise.serverless.store`) -- the supervisor's model snapshot, every worker's
-committed updates, its own step clock and its accumulated insignificant update (ISP residual).
-An invocation rebuilds its replica from those, trains until its lease ends (the platform's
-timeout), it is told to leave or the job stops, and returns a summary of what it did.
+A function holds nothing that matters between invocations: everything it needs to go on lives
+in Redis (:mod:`spotwise.serverless.store`) -- the supervisor's model snapshot, every worker's
+committed updates, its own step clock and (ISP) its periodic replica checkpoint.  An invocation
+rebuilds its replica from those, trains until its lease ends (the platform's timeout), it is told
+to leave or the job stops, and returns a summary of what it did.
 
 One step ``t`` of worker ``p`` (Sec. 3.2 "Job execution", Sec. 4.1):
 
@@ -17,10 +17,14 @@ One step ``t`` of worker ``p`` (Sec. 3.2 "Job execution", Sec. 4.1):
    ``u = -lr g / P(t)``; apply it to the replica;
 3. **filter** (ISP only): accumulate ``u`` and keep only the entries whose relative magnitude
    passes ``v / sqrt(t)`` (:class:`~spotwise.serverless.significance.SignificanceFilter`);
-4. **commit** atomically (one Lua script): the significant update, the loss, the residual and the
-   clock ``t + 1`` -- refused if this invocation was fenced off (declared lost) or the step was
-   already committed.  A function that dies before this loses nothing: the step is redone by the
-   next invocation on the same samples, from the same residual.
+4. **commit** atomically (one Lua script): the significant update, the loss and the clock
+   ``t + 1`` (and, every ``ckpt_every`` steps under ISP, the worker's replica and residual) --
+   refused if this invocation was fenced off (declared lost) or the step was already committed.
+   A function that dies before this loses nothing: the next invocation redoes the step on the
+   same samples.  Under ISP it first *replays* the worker's committed steps since its last
+   checkpoint (same samples, same peers' updates, same order), which rebuilds the replica and the
+   accumulated insignificant updates bit for bit (tested); persisting the residual every step
+   instead would write as many bytes as BSP pushes and cancel ISP's saving.
 
 Leaving (Sec. 4.2): at its ``leave`` step the worker publishes its replica, which every remaining
 worker and the supervisor average into theirs (:func:`~spotwise.serverless.significance.merge_leaving_replica`).
@@ -46,8 +50,6 @@ _POLL_MAX_S = 0.005
 #: control: the store holds a bounded number of updates, and a job that reached its target
 #: stops its functions within a few steps)
 MAX_LEAD = 8
-#: the ISP residual is stored whole every this many steps, and as the entries changed in between
-RESIDUAL_FULL_EVERY = 32
 #: models up to this many parameters use the dense ISP accumulator
 DENSE_FILTER_MAX = 50_000_000
 #: update keys expire after this long (a safety net; the supervisor deletes them when done)
@@ -89,6 +91,8 @@ class WorkerInvocation:
         self.v = float(args.get("significance", 0.0)) if self.sync == "isp" else 0.0
         self.batch = int(args["batch"])
         self.lr = float(args["lr"])
+        #: ISP: a replica checkpoint every this many steps (re-invocations replay from it)
+        self.ckpt_every = max(1, int(args.get("ckpt_every", 20)))
         #: emulated link to the store (Mbit/s of the Redis node's NIC, shared by the step's
         #: workers); 0 = none (the real link: loopback on localhost, the cloud's network otherwise)
         self.network_mbps = float(args.get("network_mbps", 0.0))
@@ -142,46 +146,61 @@ class WorkerInvocation:
         self.r.set(self.k.per("hb", self.w), f"{time.time():.3f}", ex=3600)
 
     def _restore(self) -> None:
-        """Replica = supervisor snapshot + own committed updates since + (ISP) own residual."""
-        from spotwise.serverless.significance import DenseSignificanceFilter, SignificanceFilter, SparseUpdate
+        """Rebuild the replica from the store (see the module docstring).
+
+        BSP / SSP: the supervisor's snapshot plus this worker's committed updates since.  ISP: the
+        worker's own replica checkpoint (replica, residual and view, written with every
+        ``ckpt_every``-th commit), then a *replay* of its steps since -- the same samples, the same
+        peers' updates in the same order -- which rebuilds exactly the replica and residual the
+        lost invocation held, so its insignificant updates are not lost either.
+        """
+        from spotwise.serverless.significance import DenseSignificanceFilter, SignificanceFilter
         from spotwise.serverless.store import decode_dense, decode_update
 
         pipe = self.r.pipeline()
         pipe.get(self.k.model_version)
         pipe.get(self.k.model)
         pipe.get(self.k.per("clock", self.w))
-        pipe.get(self.k.per("resid", self.w))
-        pipe.lrange(self.k.per("residlog", self.w), 0, -1)
-        ver, snap, clock, resid, resid_log = pipe.execute()
+        ver, snap, clock = pipe.execute()
         if ver is None or snap is None:
             raise RuntimeError("the store holds no model snapshot (was it restarted?)")
-        x = decode_dense(snap, self.n)
-        self.view = ReplicaView(x, int(ver))
-        self.clock = int(clock or 0)
-        own = [self.k.upd(t, self.w) for t in range(self.view.version, self.clock)]
-        for t, data in zip(range(self.view.version, self.clock), self.r.mget(own) if own else []):
-            if data is None:
-                raise RuntimeError(f"own update of step {t} is missing from the store")
-            decode_update(data).apply_to(x)
+        target = int(clock or 0)
         self.filter: Any = None
-        if self.sync == "isp":
-            # the dense accumulator is the cheaper one wherever the model fits twice in memory
-            self.filter = DenseSignificanceFilter(self.n, self.v) if self.n <= DENSE_FILTER_MAX else SignificanceFilter(self.n, self.v)
-        if self.filter is not None and (resid or resid_log):
-            r = decode_update(resid) if resid else SparseUpdate.empty(self.n)
-            if resid_log:  # the entries changed since the last full residual, in order (set semantics)
-                acc = r.to_dense()
-                for entry in resid_log:
-                    d = decode_update(entry)
-                    acc[d.indices] = d.values
-                r = SparseUpdate.from_dense(acc)
-            if isinstance(self.filter, DenseSignificanceFilter):
+        if self.sync != "isp":
+            x = decode_dense(snap, self.n)
+            self.view = ReplicaView(x, int(ver))
+            self.clock = target
+            own = [self.k.upd(t, self.w) for t in range(self.view.version, self.clock)]
+            for t, data in zip(range(self.view.version, self.clock), self.r.mget(own) if own else []):
+                if data is None:
+                    raise RuntimeError(f"own update of step {t} is missing from the store")
+                decode_update(data).apply_to(x)
+            return
+        # the dense accumulator is the cheaper one wherever the model fits twice in memory
+        dense = self.n <= DENSE_FILTER_MAX
+        self.filter = DenseSignificanceFilter(self.n, self.v) if dense else SignificanceFilter(self.n, self.v)
+        base, ckpt_x, ckpt_r, ckpt_meta = self.r.mget(self.k.model0, self.k.per("ckpt_x", self.w), self.k.per("ckpt_r", self.w),
+                                                      self.k.per("ckpt_meta", self.w))
+        if ckpt_meta is None:  # no checkpoint yet: the replica starts at the job's (or the re-seed's) model
+            if base is None:
+                raise RuntimeError("the store holds no initial model")
+            meta = json.loads(self.r.get(self.k.model0_meta) or b'{"step": 0}')
+            self.view = ReplicaView(decode_dense(base, self.n), int(meta["step"]))
+            self.clock = int(meta["step"])
+        else:
+            meta = json.loads(ckpt_meta)
+            self.view = ReplicaView(decode_dense(ckpt_x, self.n), int(meta["version"]))
+            self.clock = int(meta["step"])
+            r = decode_update(ckpt_r)
+            if dense:
                 self.filter.restore(r, self.clock)
             else:
                 self.filter._acc_idx = r.indices.copy()  # noqa: SLF001 - restoring the filter's own state
                 self.filter._acc_val = r.values.astype(np.float64)  # noqa: SLF001
                 self.filter._last_step = self.clock  # noqa: SLF001
-            r.apply_to(x)
+        while self.clock < target:  # replay the committed steps since the checkpoint
+            self._step(self._schedule(), replay=True)
+            self.stats["replayed"] = self.stats.get("replayed", 0) + 1
 
     def _schedule(self) -> Any:
         from spotwise.serverless.schedule import Schedule
@@ -299,12 +318,12 @@ class WorkerInvocation:
                 bound.append(c)
         return min(bound)
 
-    def _step(self, sched: Any) -> None:
+    def _step(self, sched: Any, replay: bool = False) -> None:
         import torch
 
         from spotwise.serverless.schedule import worker_batch
-        from spotwise.serverless.significance import DenseSignificanceFilter, SparseUpdate
-        from spotwise.serverless.store import encode_update
+        from spotwise.serverless.significance import SparseUpdate
+        from spotwise.serverless.store import encode_dense, encode_update
         from spotwise.workloads.params import flat_grad_sparse, set_flat_params, zero_grad
 
         t = self.clock
@@ -321,27 +340,26 @@ class WorkerInvocation:
         p = sched.size(t)
         u = SparseUpdate(g.indices, g.values * (-self.lr / p), g.size)
         u.apply_to(x)
-        mode = "full"
-        if self.filter is not None:
-            sig = self.filter.push(t + 1, x, u)
-            if isinstance(self.filter, DenseSignificanceFilter) and (t + 1) % RESIDUAL_FULL_EVERY:
-                # only the entries this step changed: what it added and what it pushed (now 0)
-                changed = np.union1d(u.indices, sig.indices)
-                resid = encode_update(SparseUpdate(changed, self.filter._acc[changed], self.n))  # noqa: SLF001
-                mode = "log"
-            else:
-                resid = encode_update(self.filter.residual())
-        else:
-            sig, resid = u, b""
+        sig = self.filter.push(t + 1, x, u) if self.filter is not None else u
         self.stats["compute_s"] += time.perf_counter() - t0
+        if replay:
+            self._replayed(t, sig)
+            return
         self.stats["entries_computed"] += u.nnz
         self._inject_fault(t)
         payload = encode_update(sig)
-        self._transfer(len(payload) + len(resid), p)
+        ckpt_x = ckpt_r = ckpt_meta = b""
+        if self.filter is not None and (t + 1) % self.ckpt_every == 0:
+            # the replica checkpoint a re-invocation replays from (atomic with this commit)
+            ckpt_x = encode_dense(x)
+            ckpt_r = encode_update(self.filter.residual(), exact=True)
+            ckpt_meta = json.dumps({"step": t + 1, "version": self.view.version}).encode()
+        self._transfer(len(payload) + len(ckpt_x) + len(ckpt_r), p)
         meta = json.dumps({"loss": float(loss.detach()), "n": int(len(idx)), "nnz": sig.nnz, "computed": u.nnz})
         ok = self.commit(keys=[self.k.per("inc", self.w), self.k.per("clock", self.w), self.k.upd(t, self.w),
-                               self.k.meta(t, self.w), self.k.per("resid", self.w), self.k.per("residlog", self.w)],
-                         args=[self.inc, t, payload, meta, resid, UPDATE_TTL_S, mode])
+                               self.k.meta(t, self.w), self.k.per("ckpt_x", self.w), self.k.per("ckpt_r", self.w),
+                               self.k.per("ckpt_meta", self.w)],
+                         args=[self.inc, t, payload, meta, UPDATE_TTL_S, ckpt_x, ckpt_r, ckpt_meta])
         if int(ok) == 0:
             raise Fenced("fenced")
         if int(ok) < 0:
@@ -351,6 +369,30 @@ class WorkerInvocation:
         self.stats["bytes_out"] += len(payload)
         self.stats["entries_out"] += sig.nnz
         self._heartbeat()
+
+    def _replayed(self, t: int, sig: Any) -> None:
+        """Bookkeeping of a replayed step: what was pushed is what the store holds.
+
+        A bit-exact replay recomputes the committed update; should it not (a nondeterministic
+        kernel), the residual is corrected by the difference, so that pushed + residual is still
+        the sum of the worker's updates.
+        """
+        from spotwise.serverless.store import decode_update
+
+        data = self.r.get(self.k.upd(t, self.w))
+        if data is None:
+            raise RuntimeError(f"own update of step {t} is missing from the store")
+        stored = decode_update(data)
+        if self.filter is not None and not (np.array_equal(stored.indices, sig.indices)
+                                            and np.array_equal(stored.values, sig.values.astype(np.float32))):
+            self.stats["replay_mismatch"] = self.stats.get("replay_mismatch", 0) + 1
+            acc = getattr(self.filter, "_acc", None)
+            if acc is not None:
+                acc[sig.indices] += sig.values
+                acc[stored.indices] -= stored.values
+                self.filter._held[sig.indices] = True  # noqa: SLF001
+                self.filter._held[stored.indices] = True  # noqa: SLF001
+        self.clock = t + 1
 
     def _leave(self, sched: Any, lv: int) -> None:
         """Publish the replica for the others to merge (paper 004 Sec. 4.2) and stop."""

@@ -36,29 +36,32 @@ from spotwise.errors import InputError
 from spotwise.serverless.significance import SparseUpdate
 
 _MAGIC = b"SWU1"
-_HEADER = struct.Struct("<4sBxxxQ")  # magic, index width (4 or 8), pad, size
+_HEADER = struct.Struct("<4sBBxxQ")  # magic, index width (4 or 8), value width (4 or 8), pad, size
 
 
-def encode_update(update: SparseUpdate) -> bytes:
-    """``update`` as bytes: header, indices, float32 values (see the module docstring)."""
+def encode_update(update: SparseUpdate, exact: bool = False) -> bytes:
+    """``update`` as bytes: header, indices, float32 values (``exact``: float64, for state that
+    must come back bit for bit, such as an ISP residual checkpoint)."""
     width = 4 if update.size < 2**31 else 8
+    vw = 8 if exact else 4
     idx = update.indices.astype(np.int32 if width == 4 else np.int64, copy=False)
-    return _HEADER.pack(_MAGIC, width, update.size) + idx.tobytes() + update.values.astype(np.float32).tobytes()
+    return (_HEADER.pack(_MAGIC, width, vw, update.size) + idx.tobytes()
+            + update.values.astype(np.float64 if exact else np.float32).tobytes())
 
 
 def decode_update(data: bytes) -> SparseUpdate:
     """Inverse of :func:`encode_update`; :class:`ValueError` for bytes that are not an update."""
     if len(data) < _HEADER.size:
         raise ValueError("truncated update")
-    magic, width, size = _HEADER.unpack_from(data)
-    if magic != _MAGIC or width not in (4, 8):
+    magic, width, vw, size = _HEADER.unpack_from(data)
+    if magic != _MAGIC or width not in (4, 8) or vw not in (4, 8):
         raise ValueError("not a spotwise update")
     body = len(data) - _HEADER.size
-    nnz, rem = divmod(body, width + 4)
+    nnz, rem = divmod(body, width + vw)
     if rem:
         raise ValueError("truncated update")
     idx = np.frombuffer(data, dtype=np.int32 if width == 4 else np.int64, count=nnz, offset=_HEADER.size)
-    val = np.frombuffer(data, dtype=np.float32, count=nnz, offset=_HEADER.size + nnz * width)
+    val = np.frombuffer(data, dtype=np.float32 if vw == 4 else np.float64, count=nnz, offset=_HEADER.size + nnz * width)
     return SparseUpdate(idx, val, int(size))
 
 
@@ -279,26 +282,21 @@ class Keys:
         return self.prefix + "*"
 
 
-#: the atomic commit of one step by one worker (KEYS: inc, clock, upd, meta, resid, residlog;
-#: ARGV: incarnation, step, update bytes, meta json, residual bytes or "", ttl seconds, residual
-#: mode).  Residual mode "full": ARGV[5] is the whole ISP residual (replaces it, clears the log);
-#: "log": ARGV[5] holds only the entries that changed this step (appended to the log, applied
-#: in order on restore).  Refused (0) when the caller is not the live incarnation, (-1) when the
-#: step is not the next one: a fenced (lost) function's late write never lands, and a step is
-#: never committed twice.
+#: the atomic commit of one step by one worker (KEYS: inc, clock, upd, meta, ckpt_x, ckpt_r,
+#: ckpt_meta; ARGV: incarnation, step, update bytes, meta json, ttl seconds, then the ISP replica
+#: checkpoint (replica, residual, its json) or three empty strings).  Refused (0) when the caller
+#: is not the live incarnation, (-1) when the step is not the next one: a fenced (lost) function's
+#: late write never lands, and a step is never committed twice.
 COMMIT_LUA = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local c = tonumber(redis.call('GET', KEYS[2]) or '0')
 if c ~= tonumber(ARGV[2]) then return -1 end
-redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[6])
-redis.call('SET', KEYS[4], ARGV[4], 'EX', ARGV[6])
-if ARGV[5] ~= '' then
-  if ARGV[7] == 'log' then
-    redis.call('RPUSH', KEYS[6], ARGV[5])
-  else
-    redis.call('SET', KEYS[5], ARGV[5])
-    redis.call('DEL', KEYS[6])
-  end
+redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[5])
+redis.call('SET', KEYS[4], ARGV[4], 'EX', ARGV[5])
+if ARGV[8] ~= '' then
+  redis.call('SET', KEYS[5], ARGV[6])
+  redis.call('SET', KEYS[6], ARGV[7])
+  redis.call('SET', KEYS[7], ARGV[8])
 end
 redis.call('SET', KEYS[2], c + 1)
 return 1

@@ -192,6 +192,9 @@ class ServerlessSupervisor:
         pipe = self.r.pipeline(transaction=True)
         pipe.set(self.k.model, encode_dense(self.x))
         pipe.set(self.k.model_version, self.version)
+        # where an ISP worker's replica starts until it has a checkpoint of its own
+        pipe.set(self.k.model0, encode_dense(self.x))
+        pipe.set(self.k.model0_meta, json.dumps({"step": self.version}))
         pipe.set(self.k.schedule, self.schedule.to_json())
         for w in self.schedule.join:
             pipe.set(self.k.per("clock", w), self.version)
@@ -207,7 +210,7 @@ class ServerlessSupervisor:
         wl = self.spec.workload
         return {"redis": self.url.to_dict(), "job": self.job, "worker": w, "inc": inc, "lease_s": self.lease_s,
                 "sync": self.sync, "staleness": self.staleness, "significance": self.significance,
-                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed),
+                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed), "ckpt_every": self.snapshot_every,
                 "network_mbps": self.network_mbps}
 
     def _invoke(self, w: int, why: str) -> None:
@@ -377,7 +380,9 @@ class ServerlessSupervisor:
         pipe.execute()
         # updates of steps before the snapshot are in it; every live worker is past them
         clocks = [int(c or 0) for c in self.r.mget([self.k.per("clock", q) for q in self.schedule.join])]
-        low = min([self.version, *clocks]) - self.staleness - 1
+        if self.sync == "isp":  # a re-invoked ISP worker replays from its last replica checkpoint
+            clocks = [(c // self.snapshot_every) * self.snapshot_every for c in clocks]
+        low = min([self.version, *clocks]) - self.staleness - 2
         old = getattr(self, "_deleted_below", 0)
         if low > old:
             keys = [self.k.upd(t, q) for t in range(old, low) for q in self.schedule.members(t)]
