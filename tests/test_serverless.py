@@ -286,8 +286,9 @@ def test_isp_function_death_is_replayed_exactly_from_its_checkpoint(redis_server
     from spotwise.serverless.supervisor import ServerlessSupervisor
 
     spec = sl_spec(steps=30, workers=2, sync="isp", significance=0.7)
-    clean, s0 = run_sup(spec, tmp_path / "clean", shared=redis_server, snapshot_every=10)
-    faulty, s1 = run_sup(spec, tmp_path / "faulty", shared=redis_server, snapshot_every=10, faults={1: "die:16"},
+    clean, s0 = run_sup(spec, tmp_path / "clean", shared=redis_server, snapshot_every=10, isp_checkpoint_every=10)
+    faulty, s1 = run_sup(spec, tmp_path / "faulty", shared=redis_server, snapshot_every=10, isp_checkpoint_every=10,
+                         faults={1: "die:16"},
                          heartbeat_timeout_s=3.0)
     assert s1.status == "completed" and s1.extra["lost"] >= 1
     assert np.array_equal(clean.x, faulty.x), float(np.abs(clean.x - faulty.x).max())

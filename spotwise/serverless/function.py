@@ -155,7 +155,7 @@ class WorkerInvocation:
         lost invocation held, so its insignificant updates are not lost either.
         """
         from spotwise.serverless.significance import DenseSignificanceFilter, SignificanceFilter
-        from spotwise.serverless.store import decode_dense, decode_update
+        from spotwise.serverless.store import apply_encoded, decode_dense, decode_update
 
         pipe = self.r.pipeline()
         pipe.get(self.k.model_version)
@@ -174,7 +174,7 @@ class WorkerInvocation:
             for t, data in zip(range(self.view.version, self.clock), self.r.mget(own) if own else []):
                 if data is None:
                     raise RuntimeError(f"own update of step {t} is missing from the store")
-                decode_update(data).apply_to(x)
+                apply_encoded(data, x)
             return
         # the dense accumulator is the cheaper one wherever the model fits twice in memory
         dense = self.n <= DENSE_FILTER_MAX
@@ -268,7 +268,7 @@ class WorkerInvocation:
     def _catch_up(self, sched: Any, upto: int, merge_last: bool = True) -> None:
         """Apply the peers' updates of every step ``< upto`` (and the evictions on the way)."""
         from spotwise.serverless.significance import merge_leaving_replica
-        from spotwise.serverless.store import decode_dense, decode_update
+        from spotwise.serverless.store import apply_encoded, decode_dense
 
         t0 = time.perf_counter()
         view = self.view
@@ -282,7 +282,7 @@ class WorkerInvocation:
                     if data is None:
                         raise RuntimeError(f"update of worker {q} at step {u} is missing from the store")
                     got += len(data)
-                    decode_update(data).apply_to(view.x)
+                    apply_encoded(data, view.x)
                 self.stats["bytes_in"] += got
                 self._transfer(got, len(peers) + 1)
             view.version = u + 1

@@ -65,6 +65,30 @@ def decode_update(data: bytes) -> SparseUpdate:
     return SparseUpdate(idx, val, int(size))
 
 
+def apply_encoded(data: bytes, x: np.ndarray) -> int:
+    """``x[indices] += values`` straight from :func:`encode_update` bytes; returns the entries applied.
+
+    The hot path of every pull: no :class:`SparseUpdate` is built (its validation copies and
+    checks every entry).  The bytes come from a commit of a worker of this job; a malformed
+    payload still raises :class:`ValueError`, and indices are bounds-checked.
+    """
+    if len(data) < _HEADER.size:
+        raise ValueError("truncated update")
+    magic, width, vw, size = _HEADER.unpack_from(data)
+    if magic != _MAGIC or width not in (4, 8) or vw not in (4, 8) or size != x.size:
+        raise ValueError("not an update of this model")
+    nnz, rem = divmod(len(data) - _HEADER.size, width + vw)
+    if rem:
+        raise ValueError("truncated update")
+    if nnz:
+        idx = np.frombuffer(data, dtype=np.int32 if width == 4 else np.int64, count=nnz, offset=_HEADER.size)
+        val = np.frombuffer(data, dtype=np.float32 if vw == 4 else np.float64, count=nnz, offset=_HEADER.size + nnz * width)
+        if idx[0] < 0 or idx[-1] >= size:  # sorted by construction
+            raise ValueError("update index out of range")
+        x[idx] += val
+    return int(nnz)
+
+
 def encode_dense(x: np.ndarray) -> bytes:
     """A dense float32 vector (a model snapshot or replica)."""
     return np.ascontiguousarray(x, dtype=np.float32).tobytes()

@@ -49,7 +49,7 @@ from spotwise.runtime.checkpoint import save_checkpoint
 from spotwise.runtime.rundir_io import SPEC_FILE
 from spotwise.serverless.schedule import SampleStream, Schedule, epochs_done
 from spotwise.serverless.significance import merge_leaving_replica
-from spotwise.serverless.store import Keys, RedisServer, RedisURL, connect, decode_dense, decode_update, encode_dense
+from spotwise.serverless.store import Keys, RedisServer, RedisURL, apply_encoded, connect, decode_dense, encode_dense
 from spotwise.specload import to_plain
 from spotwise.workloads.params import flat_params, set_flat_params
 from spotwise.workloads.registry import make_workload
@@ -109,6 +109,7 @@ class ServerlessSupervisor:
         poll_s: float = 0.001,
         faults: dict[int, str] | None = None,
         network_mbps: float = 0.0,
+        isp_checkpoint_every: int = 50,
     ) -> None:
         cl = spec.cluster
         if cl.kind != "serverless":
@@ -119,6 +120,9 @@ class ServerlessSupervisor:
         self.progress = progress
         self.heartbeat_timeout_s = float(heartbeat_timeout_s)
         self.snapshot_every = max(1, int(snapshot_every))
+        #: ISP workers checkpoint their replica every this many steps; a re-invocation replays
+        #: at most this many steps (bytes of a checkpoint amortised over it vs replay time)
+        self.isp_checkpoint_every = max(1, int(isp_checkpoint_every))
         self.lease_s = float(lease_s) if lease_s is not None else LEASE_FRACTION * float(cl.function_timeout_s)
         self.poll_s = float(poll_s)
         #: fault injection (tests, benchmarks): worker -> "die:<step>" or "hang:<step>" (see
@@ -210,7 +214,7 @@ class ServerlessSupervisor:
         wl = self.spec.workload
         return {"redis": self.url.to_dict(), "job": self.job, "worker": w, "inc": inc, "lease_s": self.lease_s,
                 "sync": self.sync, "staleness": self.staleness, "significance": self.significance,
-                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed), "ckpt_every": self.snapshot_every,
+                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed), "ckpt_every": self.isp_checkpoint_every,
                 "network_mbps": self.network_mbps}
 
     def _invoke(self, w: int, why: str) -> None:
@@ -321,13 +325,12 @@ class ServerlessSupervisor:
         for q, data, meta in zip(members, blobs, metas):
             if data is None or meta is None:
                 raise StoreLost(f"update of worker {q} at step {t} is missing from the store")
-            u = decode_update(data)
-            u.apply_to(self.x)
+            k = apply_encoded(data, self.x)
             m = json.loads(meta)
             loss += float(m["loss"]) * int(m["n"])
             total += int(m["n"])
-            nnz += u.nnz
-            computed += int(m.get("computed", u.nnz))
+            nnz += k
+            computed += int(m.get("computed", k))
             self.counters["bytes_in"] += len(data)
         self.counters["entries_merged"] += nnz
         self.counters["entries_computed"] += computed
@@ -381,7 +384,7 @@ class ServerlessSupervisor:
         # updates of steps before the snapshot are in it; every live worker is past them
         clocks = [int(c or 0) for c in self.r.mget([self.k.per("clock", q) for q in self.schedule.join])]
         if self.sync == "isp":  # a re-invoked ISP worker replays from its last replica checkpoint
-            clocks = [(c // self.snapshot_every) * self.snapshot_every for c in clocks]
+            clocks = [(c // self.isp_checkpoint_every) * self.isp_checkpoint_every for c in clocks]
         low = min([self.version, *clocks]) - self.staleness - 2
         old = getattr(self, "_deleted_below", 0)
         if low > old:
