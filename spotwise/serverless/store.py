@@ -157,12 +157,17 @@ def parse_redis_url(url: str) -> RedisURL:
 def connect(url: RedisURL, timeout_s: float = 5.0) -> Any:
     """A ``redis.Redis`` client for ``url`` after a PING; InputError (exit 2) when it cannot be used."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    client = redis.Redis(host=url.host, port=url.port, password=url.password or None, db=url.db,
-                         socket_timeout=max(timeout_s, 30.0), socket_connect_timeout=timeout_s)
+    opts = dict(host=url.host, port=url.port, password=url.password or None, db=url.db, socket_connect_timeout=timeout_s)
+    probe = redis.Redis(**opts, socket_timeout=timeout_s, retry=Retry(NoBackoff(), 0))  # fail fast, no retries
     try:
-        client.ping()
+        probe.ping()
     except redis.AuthenticationError:
+        if not url.password:
+            raise InputError(f"Redis at {url.redacted} needs a password", "put it in the URL: redis://:PASSWORD@host:port",
+                             "--redis-url") from None
         raise InputError(f"Redis at {url.redacted} refused the password", "give the right password in the URL (redis://:PASSWORD@host:port)",
                          "--redis-url") from None
     except redis.ResponseError as e:
@@ -174,7 +179,9 @@ def connect(url: RedisURL, timeout_s: float = 5.0) -> Any:
         raise InputError(f"cannot reach Redis at {url.redacted} ({e})",
                          "start redis-server there, fix the host/port, or leave --redis-url out and spotwise starts its own",
                          "--redis-url") from None
-    return client
+    finally:
+        probe.close()
+    return redis.Redis(**opts, socket_timeout=max(timeout_s, 30.0))
 
 
 def _free_port() -> int:
