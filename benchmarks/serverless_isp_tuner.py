@@ -74,39 +74,42 @@ def main(argv: list[str] | None = None) -> int:
                     help="the auto-tuner runs to convergence (the paper's Fig. 5): a target on the loss plateau")
     ap.add_argument("--interval", type=float, default=1.0,
                     help="auto-tuner scheduling interval (s); the paper's 20 s scaled to jobs of seconds, Delta = interval / 2")
+    ap.add_argument("--more-workers", type=lambda v: [int(x) for x in v.split(",") if x], default=[8],
+                    help="also compare ISP and BSP at these pool sizes on the emulated link (the paper used 12 and 24)")
     ap.add_argument("--skip-isp", action="store_true", help="only the auto-tuner benchmark")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     size = dict(n_users=2000, n_items=3000, n_ratings=200_000, batch=1000, lr=20.0, cap=3000)
     if a.quick:
         size = dict(n_users=300, n_items=400, n_ratings=20_000, batch=256, lr=5.0, cap=60)
-        a.repeats, a.target, a.tuner_target = 1, 0.9, 0.85
+        a.repeats, a.target, a.tuner_target, a.more_workers = 1, 0.9, 0.85, []
     root = Path(tempfile.mkdtemp(prefix="sw-bench-sl-"))
     results: dict[str, Any] = {"args": vars(a) | {"json": str(a.json) if a.json else None}, "size": size}
 
-    print(f"# ISP vs BSP: PMF {size['n_users']}x{size['n_items']} r=20, {size['n_ratings']} ratings, {a.workers} functions, "
-          f"B={size['batch']}, target EMA loss <= {a.target}; median of {a.repeats}", flush=True)
+    print(f"# ISP vs BSP: PMF {size['n_users']}x{size['n_items']} r=20, {size['n_ratings']} ratings, B={size['batch']} per function"
+          f", target EMA loss <= {a.target}; median of {a.repeats}", flush=True)
     print("| link | sync | time to target (s) | steps | pushed | cost ($) | ISP speed-up |")
     print("|---|---|---|---|---|---|---|")
-    for mbps in (() if a.skip_isp else (0.0, a.mbps)):
+    configs = [(0.0, a.workers), (a.mbps, a.workers)] + [(a.mbps, w) for w in a.more_workers if w != a.workers]
+    for mbps, workers in (() if a.skip_isp else configs):
         arms: dict[str, list[dict[str, Any]]] = {"bsp": [], "isp": []}
         for r in range(a.repeats):
             for sync in ("bsp", "isp"):  # interleaved: both arms see the same machine state
-                spec = pmf_spec(sync, a.workers, a.target, size["cap"], size["n_users"], size["n_items"], size["n_ratings"],
+                spec = pmf_spec(sync, workers, a.target, size["cap"], size["n_users"], size["n_items"], size["n_ratings"],
                                 size["batch"], size["lr"], False, 5.0)
-                arms[sync].append(run_arm(spec, mbps, root, f"{sync}-{mbps:g}-{r}"))
-        link = "loopback" if mbps == 0 else f"{mbps:g} Mbit/s (emulated)"
+                arms[sync].append(run_arm(spec, mbps, root, f"{sync}-{mbps:g}-{workers}-{r}"))
+        link = ("loopback" if mbps == 0 else f"{mbps:g} Mbit/s (emulated)") + f", {workers} functions"
         speed = med(arms["bsp"], "train_s") / med(arms["isp"], "train_s")
         for sync in ("bsp", "isp"):
             rows = arms[sync]
             ok = sum(x["status"] == "completed" for x in rows)
             print(f"| {link} | {sync} | {med(rows, 'train_s'):.2f} | {med(rows, 'steps'):.0f} | {med(rows, 'pushed_fraction'):.2f} "
                   f"| {med(rows, 'cost'):.5f} | {'' if sync == 'bsp' else f'{speed:.2f}x'} |" + ("" if ok == len(rows) else f" ({ok}/{len(rows)} reached the target)"))
-        results[f"isp_vs_bsp_{mbps:g}"] = {"arms": arms, "speedup": speed}
+        results[f"isp_vs_bsp_{mbps:g}_{workers}"] = {"arms": arms, "speedup": speed}
 
     print(f"\n# Scale-in auto-tuner (ISP, {a.workers} functions, link {a.mbps:g} Mbit/s emulated, target EMA loss <= "
           f"{a.tuner_target}): Perf/$ = 1 / (time x cost)")
-    print("| arm | time to target (s) | cost ($) | workers at end | Perf/$ | ratio |")
+    print("| arm | wall time (s) | cost ($) | workers at end | Perf/$ | ratio |")
     print("|---|---|---|---|---|---|")
     arms2: dict[str, list[dict[str, Any]]] = {"no tuner": [], "scale-in": []}
     for r in range(a.repeats):
