@@ -465,6 +465,18 @@ def run(
     if resume is not None:
         if spec is not None:
             raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
+        from spotwise.runtime.rundir_io import load_run_spec
+
+        if load_run_spec(resume).cluster.kind == "serverless":
+            from spotwise.serverless.runner import run_serverless
+
+            summary = run_serverless(None, resume, resume=True, redis_url=redis_url, lithops_config=lithops_config,
+                                     progress=not as_json)
+            if as_json:
+                print_json(summary.to_dict())
+            else:
+                Console().print(_serverless_table(summary))
+            return
         _run_and_report(None, resume, resume=True, as_json=as_json, ray_address=ray_address, overwrite=False,
                         notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)
         return

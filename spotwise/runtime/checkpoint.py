@@ -46,6 +46,8 @@ CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
 #: Keys every checkpoint state written by the coordinator carries (format 1).
 REQUIRED_KEYS = ("format", "step", "params", "lr", "T", "sampler", "dur_rng", "iter_rng", "available",
                  "provisioned", "sync", "sync_n", "ema_loss", "counters", "cost")
+#: the keys of a serverless supervisor's checkpoint (``kind: "serverless"``)
+SERVERLESS_KEYS = ("format", "kind", "step", "params", "lr", "T", "ema_loss", "schedule", "samples", "cost")
 
 Warn = Callable[[str], None]
 
@@ -179,7 +181,8 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
     """
     if not isinstance(state, dict):
         return f"it holds a {type(state).__name__}, not a checkpoint dictionary"
-    missing = [k for k in REQUIRED_KEYS if k not in state]
+    serverless = state.get("kind") == "serverless"  # a serverless supervisor's checkpoint (spotwise.serverless)
+    missing = [k for k in (SERVERLESS_KEYS if serverless else REQUIRED_KEYS) if k not in state]
     if missing:
         return f"it lacks {', '.join(missing)}"
     if state["format"] != 1:
@@ -199,6 +202,11 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
             return f"{key} is {state[key]!r}, not a finite number >= 0"
     if state["ema_loss"] is not None and not _is_number(state["ema_loss"]):
         return f"ema_loss is {state['ema_loss']!r}, not a finite number"
+    if serverless:
+        for key, typ in {"schedule": str, "cost": str, "samples": int}.items():
+            if not isinstance(state[key], typ):
+                return f"{key} is a {type(state[key]).__name__}, not a {typ.__name__}"
+        return None
     if isinstance(state["provisioned"], bool) or not isinstance(state["provisioned"], int) or state["provisioned"] < 0:
         return f"provisioned is {state['provisioned']!r}, not a count"
     if state["sync_n"] is not None and (isinstance(state["sync_n"], bool) or not isinstance(state["sync_n"], int)):

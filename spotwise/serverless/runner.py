@@ -36,7 +36,7 @@ def check_serverless_spec(spec: JobSpec) -> None:
 
 
 def run_serverless(
-    spec: JobSpec,
+    spec: JobSpec | None,
     out_dir: str | Path,
     *,
     redis_url: str | None = None,
@@ -46,6 +46,7 @@ def run_serverless(
     overwrite: bool = False,
     heartbeat_timeout_s: float = 30.0,
     network_mbps: float = 0.0,
+    resume: bool = False,
 ) -> RunSummary:
     """Run a serverless ``spec`` into ``out_dir``; returns the summary (see the module docstring)."""
     from spotwise.runtime.runner import RunProgress, _write_plots
@@ -53,6 +54,12 @@ def run_serverless(
     from spotwise.serverless.store import connect, parse_redis_url
     from spotwise.serverless.supervisor import ServerlessSupervisor
 
+    out = Path(out_dir)
+    if resume:
+        from spotwise.runtime.rundir_io import load_run_spec
+
+        spec = load_run_spec(out)
+    assert spec is not None
     check_serverless_spec(spec)
     url = parse_redis_url(redis_url) if redis_url else None
     if not (network_mbps >= 0):
@@ -61,12 +68,12 @@ def run_serverless(
     if url is not None:
         connect(url).close()  # a bad URL or password exits 2 before anything starts
     config: dict[str, Any] | None = load_lithops_config(lithops_config) if lithops_config else None
-    out = Path(out_dir)
-    with open_run_dir(out, "overwrite" if overwrite else "new"):
+    with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
         backend = LithopsBackend(config, max_workers=spec.cluster.workers + 2)
         with RunProgress(spec.target.iterations, progress) as bar:
             sup = ServerlessSupervisor(spec, out, redis_url=url, backend=backend, progress=bar.update if progress else None,
-                                       heartbeat_timeout_s=heartbeat_timeout_s, network_mbps=network_mbps)
+                                       heartbeat_timeout_s=heartbeat_timeout_s, network_mbps=network_mbps,
+                                       resume=resume)
             summary = sup.run()
         _write_plots(out, spec, plots)
         return summary

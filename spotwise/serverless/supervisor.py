@@ -110,6 +110,7 @@ class ServerlessSupervisor:
         faults: dict[int, str] | None = None,
         network_mbps: float = 0.0,
         isp_checkpoint_every: int = 50,
+        resume: bool = False,
     ) -> None:
         cl = spec.cluster
         if cl.kind != "serverless":
@@ -174,6 +175,36 @@ class ServerlessSupervisor:
         self.samples = 0
         self.last_commit_T = 0.0
         self.last_ckpt_step = -1
+        #: a resumed run: what the earlier sessions spent and how long they ran
+        self.carried_cost: dict[str, Any] = {"total": 0.0, "by_category": {}}
+        self.resume = resume
+        if resume:
+            self._restore()
+
+    def _restore(self) -> None:
+        """Continue a run directory from its newest valid checkpoint (``spotwise run --resume``).
+
+        The model, the committed steps, the membership and the time and money already spent come
+        back; the store is seeded afresh and every worker is invoked from the checkpoint's step
+        (ISP residuals since the checkpoint are not in it: the ``restore`` event says so).
+        """
+        from spotwise.runtime.checkpoint import require_checkpoint
+
+        state, path = require_checkpoint(self.out, expect_shape=(self.n,))
+        if state.get("kind") != "serverless":
+            from spotwise.errors import InputError
+
+            raise InputError("this run directory holds a VM run's checkpoints", "resume it without cluster.kind: serverless", str(self.out))
+        self.x = state["params"].numpy().astype(np.float32).copy()
+        self.version = int(state["step"])
+        sched = Schedule.from_json(state["schedule"])
+        self.schedule = Schedule(sched.join, {w: (lv if lv is not None and lv <= self.version else None) for w, lv in sched.leave.items()})
+        self.ema_loss = state.get("ema_loss")
+        self.wall0 -= float(state.get("T", 0.0))  # the clock goes on from the checkpoint
+        self.carried_cost = json.loads(state.get("cost", '{"total": 0.0, "by_category": {}}'))
+        self.samples = int(state.get("samples", 0))
+        self.last_ckpt_step = self.version
+        self._restored_from = str(path)
 
     # ================================================================== time and money
     @property
@@ -182,8 +213,9 @@ class ServerlessSupervisor:
 
     def cost_so_far(self) -> float:
         running = sum(max(0.0, self.T - inv.invoked_t) for inv in self.invocations.values() if not inv.done)
-        open_fn = self.pricing.call_cost(self.gb, running + self.T, 0) if (running + self.T) > 0 else 0.0
-        return self.ledger.total(self.T) + open_fn
+        sup_s = self.T - getattr(self, "T_start", 0.0)
+        open_fn = self.pricing.call_cost(self.gb, running + sup_s, 0) if (running + sup_s) > 0 else 0.0
+        return self.ledger.total(self.T) + open_fn + float(self.carried_cost["total"])
 
     def _bill(self, inv: Invocation, seconds: float) -> None:
         seconds = max(0.0, float(seconds))
@@ -262,13 +294,17 @@ class ServerlessSupervisor:
     def _start(self) -> None:
         (self.out / SPEC_FILE).write_text(json.dumps(self.spec.to_dict(), indent=2) + "\n")
         cl = self.spec.cluster
-        self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
+        self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T, resume=self.resume,
                             meta={"mode": "serverless", "job": self.spec.name, "workers": cl.workers, "sync": self.sync,
                                   "instance": f"functions:{self.pricing.name}", "seed": self.spec.seed,
                                   "backend": getattr(self.backend, "name", "custom"), "redis": self.url.redacted,
                                   "memory_mb": cl.memory_mb, "significance": self.significance, "staleness": self.staleness,
                                   "network_mbps": self.network_mbps})
-        self.ledger.start("redis", 0.0, self.redis_type, category="service", market="on_demand")
+        self.T_start = self.T  # this session's start (0 unless resumed)
+        if self.resume:
+            self.log.emit("restore", step=self.version, path=self._restored_from,
+                          note="the store is seeded afresh; ISP residuals since the checkpoint are not kept")
+        self.ledger.start("redis", self.T_start, self.redis_type, category="service", market="on_demand")
         self.log.emit("price", instance=self.pricing.name, price=self.pricing.per_gb_second * self.gb * 3600.0,
                       unit="$/h per function", redis=self.redis_type.label, redis_price=self.redis_type.on_demand_per_hour)
         self._seed_store()
@@ -552,11 +588,24 @@ class ServerlessSupervisor:
                       **{k: v for k, v in self.last_eval.items() if k not in ("loss", name)})
         return self.last_eval
 
+    def _spent(self, final: bool = False) -> dict[str, Any]:
+        """Money spent so far by category, earlier sessions of a resumed run included."""
+        bd = self.ledger.breakdown() if final else self.ledger.breakdown(self.T)
+        by = dict(self.carried_cost.get("by_category", {}))
+        for k, v in bd["by_category"].items():
+            by[k] = by.get(k, 0.0) + float(v)
+        out: dict[str, Any] = {"total": float(sum(by.values())), "by_category": by}
+        if final:
+            out["by_instance"], out["by_market"] = bd.get("by_instance", {}), bd.get("by_market", {})
+        return out
+
     def _checkpoint(self, why: str) -> None:
         import torch
 
+        spent = self._spent()
         state = {"format": 1, "kind": "serverless", "step": self.version, "params": torch.from_numpy(self.x.copy()),
-                 "lr": float(self.spec.workload.lr), "T": self.T, "schedule": self.schedule.to_json(), "ema_loss": self.ema_loss}
+                 "lr": float(self.spec.workload.lr), "T": self.T, "schedule": self.schedule.to_json(), "ema_loss": self.ema_loss,
+                 "samples": self.samples, "cost": json.dumps(spent)}
         path = save_checkpoint(self.out, self.version, state)
         self.last_ckpt_step = self.version
         self.counters["checkpoints"] += 1
@@ -574,13 +623,12 @@ class ServerlessSupervisor:
         self._collect_final()
         if self.version > self.last_ckpt_step and self.version > 0:
             self._checkpoint("final")
-        # the supervisor ran as a function for the whole job (MLLess Sec. 3.1)
-        self.function_seconds += T_end
-        self.ledger.function_call(T_end, self.gb, T_end, 1)
+        # the supervisor ran as a function for the whole session (MLLess Sec. 3.1)
+        self.function_seconds += T_end - self.T_start
+        self.ledger.function_call(T_end, self.gb, T_end - self.T_start, 1)
         self.ledger.close(T_end)
         final_eval = self._evaluate()
-        bd = self.ledger.breakdown()
-        cost = {"total": float(sum(bd["by_category"].values())), **bd}
+        cost = self._spent(final=True)
         self.log.emit("cost", total=cost["total"], breakdown=cost)
         self.log.emit("end", status=self.status)
         self.log.close()
