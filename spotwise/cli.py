@@ -311,7 +311,8 @@ def _serverless_table(summary: Any) -> Any:
 
 
 def _run_serverless_and_report(job: Any, out: Path, *, as_json: bool, overwrite: bool, redis_url: str | None,
-                               lithops_config: Path | None, ray_address: str | None, compare: bool) -> None:
+                               lithops_config: Path | None, ray_address: str | None, compare: bool,
+                               network_mbps: float = 0.0) -> None:
     from spotwise.serverless.runner import run_serverless
 
     if ray_address or compare:
@@ -319,7 +320,7 @@ def _run_serverless_and_report(job: Any, out: Path, *, as_json: bool, overwrite:
                          "drop them for a serverless job (compare with `spotwise plan`, or run the VM spec separately)",
                          "--ray-address" if ray_address else "--compare-on-demand")
     summary = run_serverless(job, out, redis_url=redis_url, lithops_config=lithops_config, progress=not as_json,
-                             overwrite=overwrite)
+                             overwrite=overwrite, network_mbps=network_mbps)
     if as_json:
         print_json(summary.to_dict())
         return
@@ -459,6 +460,9 @@ def run(
                                             "(redis://[:password@]host:port[/db]) instead of starting a private redis-server."),
     lithops_config: Optional[Path] = typer.Option(None, "--lithops-config", help="cluster.kind serverless: a Lithops config "
                                                   "file selecting a cloud function backend (default: Lithops localhost)."),
+    emulate_network_mbps: float = typer.Option(0.0, "--emulate-network-mbps", help="cluster.kind serverless, experiments: "
+                                               "delay each function's transfers as over a link of this many Mbit/s to Redis, "
+                                               "shared by the workers (e.g. 1000, the paper's NIC); 0 = off."),
 ) -> None:
     """Train for real: PyTorch workers on Ray on the emulated spot market, or (cluster.kind: serverless) Lithops functions
     exchanging updates through Redis; writes OUT/summary.json, events.jsonl, plots."""
@@ -487,10 +491,11 @@ def run(
     job = _check_spec(spec, import_user_code=True, local_workers=not ray_address)
     if job.cluster.kind == "serverless":
         _run_serverless_and_report(job, out, as_json=as_json, overwrite=overwrite, redis_url=redis_url,
-                                   lithops_config=lithops_config, ray_address=ray_address, compare=compare_on_demand)
+                                   lithops_config=lithops_config, ray_address=ray_address, compare=compare_on_demand,
+                                   network_mbps=emulate_network_mbps)
         return
-    if redis_url or lithops_config:
-        raise InputError("--redis-url and --lithops-config apply to serverless jobs", "set cluster.kind: serverless in the spec, "
+    if redis_url or lithops_config or emulate_network_mbps:
+        raise InputError("--redis-url, --lithops-config and --emulate-network-mbps apply to serverless jobs", "set cluster.kind: serverless in the spec, "
                          "or drop the flags", "--redis-url" if redis_url else "--lithops-config")
     _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite,
                     notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)

@@ -62,7 +62,7 @@ def run_serverless(
     assert spec is not None
     check_serverless_spec(spec)
     url = parse_redis_url(redis_url) if redis_url else None
-    if not (network_mbps >= 0):
+    if not (network_mbps >= 0 and network_mbps < float("inf")):
         raise InputError(f"--emulate-network-mbps must be >= 0, got {network_mbps}", "use e.g. 1000 (a 1 Gbit/s Redis node) or 0 (off)",
                          "--emulate-network-mbps")
     if url is not None:
