@@ -242,8 +242,24 @@ def _as_sparse(update: object, size: int) -> SparseUpdate:
 # --------------------------------------------------------------------------------------------
 
 
+class _FilterClock:
+    """What both ISP filters share: the last step pushed and the threshold ``v_t = v / sqrt(t)``."""
+
+    v: float
+    _last_step: int
+
+    @property
+    def last_step(self) -> int:
+        """The last step given to ``push`` (``0`` before the first)."""
+        return self._last_step
+
+    def threshold(self, step: int) -> float:
+        """``v_t = v / sqrt(t)``."""
+        return significance_threshold(self.v, step)
+
+
 @dataclass
-class SignificanceFilter:
+class SignificanceFilter(_FilterClock):
     """Per-worker ISP filter of paper 004 Sec. 4.1 (Theorem 1; Appendix A).
 
     ``size`` is the number of model parameters ``n``; ``v >= 0`` the initial threshold (the
@@ -271,15 +287,6 @@ class SignificanceFilter:
         self._acc_idx = np.empty(0, np.int64)
         self._acc_val = np.empty(0, np.float64)
         self._last_step = 0
-
-    @property
-    def last_step(self) -> int:
-        """The last step given to :meth:`push` (``0`` before the first)."""
-        return self._last_step
-
-    def threshold(self, step: int) -> float:
-        """``v_t = v / sqrt(t)``."""
-        return significance_threshold(self.v, step)
 
     def push(self, step: int, params: np.ndarray, update: UpdateLike) -> SparseUpdate:
         """Accumulate ``update`` and return the entries to send at 1-based step ``step``.
@@ -410,7 +417,7 @@ BSP = SyncModel(0)
 """Bulk synchronous parallel: every worker waits for all others at the end of each step."""
 
 
-class DenseSignificanceFilter:
+class DenseSignificanceFilter(_FilterClock):
     """:class:`SignificanceFilter` with a dense accumulator: the same rule, for models that fit in memory.
 
     The sparse filter merges the accumulator with every update (a sort of both), which costs more
@@ -427,13 +434,6 @@ class DenseSignificanceFilter:
         self._acc = np.zeros(self.size, np.float64)
         self._held = np.zeros(self.size, np.bool_)
         self._last_step = 0
-
-    @property
-    def last_step(self) -> int:
-        return self._last_step
-
-    def threshold(self, step: int) -> float:
-        return significance_threshold(self.v, step)
 
     def restore(self, residual: SparseUpdate, step: int) -> None:
         """Start from an accumulated residual (a function re-invoked after ``step`` steps)."""

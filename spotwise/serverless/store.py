@@ -332,3 +332,16 @@ end
 redis.call('SET', KEYS[2], c + 1)
 return 1
 """
+
+
+#: a replica checkpoint outside a commit (a function ending its lease).  KEYS: inc, clock, ckpt_x,
+#: ckpt_r, ckpt_meta; ARGV: incarnation, the clock it was taken at, replica, residual, json.
+#: Stored only by the live incarnation at its current clock.
+CHECKPOINT_LUA = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(redis.call('GET', KEYS[2]) or '0') ~= tonumber(ARGV[2]) then return -1 end
+redis.call('SET', KEYS[3], ARGV[3])
+redis.call('SET', KEYS[4], ARGV[4])
+redis.call('SET', KEYS[5], ARGV[5])
+return 1
+"""

@@ -111,6 +111,7 @@ class ServerlessSupervisor:
         network_mbps: float = 0.0,
         isp_checkpoint_every: int = 50,
         resume: bool = False,
+        lease_steps: int = 0,
     ) -> None:
         cl = spec.cluster
         if cl.kind != "serverless":
@@ -126,6 +127,8 @@ class ServerlessSupervisor:
         self.isp_checkpoint_every = max(1, int(isp_checkpoint_every))
         self.lease_s = float(lease_s) if lease_s is not None else LEASE_FRACTION * float(cl.function_timeout_s)
         self.poll_s = float(poll_s)
+        #: an invocation also ends after this many steps (0: only the time lease); for tests
+        self.lease_steps = max(0, int(lease_steps))
         #: fault injection (tests, benchmarks): worker -> "die:<step>" or "hang:<step>" (see
         #: :mod:`spotwise.serverless.function`), written into the store when the job starts
         self.faults = dict(faults or {})
@@ -246,7 +249,7 @@ class ServerlessSupervisor:
         wl = self.spec.workload
         return {"redis": self.url.to_dict(), "job": self.job, "worker": w, "inc": inc, "lease_s": self.lease_s,
                 "sync": self.sync, "staleness": self.staleness, "significance": self.significance,
-                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed), "ckpt_every": self.isp_checkpoint_every,
+                "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed), "ckpt_every": self.isp_checkpoint_every, "lease_steps": self.lease_steps,
                 "network_mbps": self.network_mbps}
 
     def _invoke(self, w: int, why: str) -> None:
