@@ -343,7 +343,7 @@ def test_sparse_logreg_criteo_trains_on_functions(redis_server, tmp_path):
     assert s.extra["bytes_in"] < 0.25 * 8 * 20014 * 2 * 40
 
 
-@pytest.mark.parametrize("sync", ["bsp", "isp"])
+@pytest.mark.parametrize("sync", ["isp"])  # BSP re-invocations are covered by the fault tests (suite time)
 def test_functions_that_reach_their_lease_are_reinvoked_and_lose_nothing(redis_server, tmp_path, sync):
     """A platform timeout (lease) ends every invocation many times over; the run ends with exactly
     the parameters of a run whose functions never time out (ISP: residuals carried by the lease-end
