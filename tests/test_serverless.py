@@ -358,3 +358,15 @@ def test_functions_that_reach_their_lease_are_reinvoked_and_lose_nothing(redis_s
         assert np.allclose(long.x, short.x, rtol=1e-5, atol=1e-6)
     leases = [e for e in read_events(tmp_path / "short" / "events.jsonl") if e["kind"] == "function" and e["status"] == "lease"]
     assert leases and all(e["steps"] >= 1 for e in leases)
+
+
+def test_a_supervisor_that_cannot_start_leaves_no_redis_server_behind(tmp_path):
+    import glob
+    import tempfile
+
+    from spotwise.serverless.supervisor import ServerlessSupervisor
+
+    before = set(glob.glob(f"{tempfile.gettempdir()}/spotwise-redis-*"))
+    with pytest.raises(InputError):  # resume of a directory without a checkpoint
+        ServerlessSupervisor(sl_spec(steps=3), tmp_path / "empty", resume=True)
+    assert set(glob.glob(f"{tempfile.gettempdir()}/spotwise-redis-*")) == before

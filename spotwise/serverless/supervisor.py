@@ -146,6 +146,15 @@ class ServerlessSupervisor:
         self.policies: list[Policy] = make_policies(spec.policies)
         # the store: our own redis-server unless the user gave one
         self.own_redis = redis_server if redis_server is not None else (RedisServer() if redis_url is None else None)
+        try:
+            self._init_rest(spec, redis_url, backend, resume)
+        except BaseException:
+            if self.own_redis is not None:  # a spec or checkpoint problem must not leave a server behind
+                self.own_redis.stop()
+            raise
+
+    def _init_rest(self, spec: JobSpec, redis_url: RedisURL | None, backend: Any, resume: bool) -> None:
+        cl = spec.cluster
         self.url = self.own_redis.url if self.own_redis is not None else redis_url
         assert self.url is not None
         self.r = connect(self.url)
