@@ -379,7 +379,7 @@ def summary_rows(run: RunData) -> list[tuple[str, str]]:
         rows.append(("checkpoints", f"{j['checkpoints']} written, {j['restores']} restores"))
     p = j["price"]
     if p["changes"]:
-        rows.append(("spot price", f"{p['changes']} changes, ${p['min']:.4f}-${p['max']:.4f}/h"
+        rows.append(("function price" if j["mode"] == "serverless" else "spot price", f"{p['changes']} changes, ${p['min']:.4f}-${p['max']:.4f}/h"
                      + (f", mean ${p['mean']:.4f}/h" if p["mean"] is not None else "")
                      if p["min"] is not None else f"{p['changes']} changes"))
     dec = str(j["decisions"])
@@ -618,6 +618,7 @@ def _plot_workers_price(run: RunData, path: Path) -> Path:
     ax.set_ylabel("active workers")
     ax.grid(alpha=0.3)
     ax2 = None
+    price_word = "function price" if run.summary.mode == "serverless" else "spot price"
     if run.price_t.size:
         ax2 = ax.twinx()
         instances = list(dict.fromkeys(run.price_instance))
@@ -629,11 +630,11 @@ def _plot_workers_price(run: RunData, path: Path) -> Path:
             t = np.append(run.price_t[m], max(run.t_end, run.price_t[m][-1]))
             p = np.append(run.price[m], run.price[m][-1])
             ax2.step(t / div, p, where="post", color="C4" if i == 0 else f"C{(5 + i) % 10}", linewidth=1.1,
-                     alpha=0.9, label=f"spot price {inst}")
-        ax2.set_ylabel("spot price (USD/h)", color="C4")
+                     alpha=0.9, label=f"{price_word} {inst}")
+        ax2.set_ylabel(f"{price_word} (USD/h)", color="C4")
         ax2.tick_params(axis="y", colors="C4")
         ax2.set_ylim(bottom=0)
-    ax.set_title(_title(run, "Workers and spot price"))
+    ax.set_title(_title(run, f"Workers and {price_word}"))
     _merge_legends(ax, *([ax2] if ax2 else []), loc="lower left")
     fig.savefig(path, dpi=100)
     return path

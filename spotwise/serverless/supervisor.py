@@ -659,8 +659,9 @@ class ServerlessSupervisor:
         summary = RunSummary(
             mode="serverless", status=self.status, steps=self.version, final_loss=final_eval.get("loss", self.last_loss),
             final_metric=final_eval.get(self.workload.metric_name), metric_name=self.workload.metric_name,
-            wall_s=T_end, virtual_s=T_end, cost_usd=cost["total"], cost_breakdown=cost, revocations=c["lost"],
-            joins=c["invocations"], decisions=c["decisions"], spec=self.spec.to_dict(), plan=None, extra=extra,
+            # functions are not revoked by a market nor join one: invocations and losses are in extra
+            wall_s=T_end, virtual_s=T_end, cost_usd=cost["total"], cost_breakdown=cost, revocations=0,
+            joins=0, decisions=c["decisions"], spec=self.spec.to_dict(), plan=None, extra=extra,
         )
         write_summary(self.out, summary)
         return summary
