@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 
 #: the markets a job's workers can run on
@@ -220,3 +220,14 @@ class Policy(ABC):
     @abstractmethod
     def decide(self, obs: Observation) -> list[Decision]:
         """The decisions to act on now (an empty list means nothing to do)."""
+
+
+def consult(policies: list[Policy], observe: Callable[[], Observation], act: Callable[[Policy, Decision], None]) -> None:
+    """Ask every policy once about one observation (built only if there is a policy to ask) and hand
+    each decision to the executor's ``act(policy, decision)``: the loop every executor shares."""
+    if not policies:
+        return
+    obs = observe()
+    for policy in policies:
+        for d in policy.decide(obs):
+            act(policy, d)

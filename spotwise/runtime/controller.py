@@ -49,7 +49,7 @@ from spotwise.market.series import StepSeries
 from spotwise.market.world import Market, build_market
 from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
-from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket
+from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket, consult
 from spotwise.runtime.accounting import AccountingMixin
 from spotwise.runtime.checkpointing import CheckpointMixin
 from spotwise.runtime.clock import Clock, VirtualClock
@@ -521,12 +521,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         return float(self.sync_strategy.expected_round_s(self.time_law, n, self.delta))
 
     def _apply_policies(self) -> None:
-        if not self.policies:
-            return
-        obs = self._observation()
-        for policy in self.policies:
-            for d in policy.decide(obs):
-                self._act(policy, d)
+        consult(self.policies, self._observation, self._act)
 
     def _act(self, policy: Policy, d: Decision) -> None:
         acted = True

@@ -44,7 +44,7 @@ from spotwise.events import EventLog, RunSummary, write_summary
 from spotwise.market.billing import BillingPolicy, Ledger
 from spotwise.market.catalog import Catalog
 from spotwise.policies import Observation, Resize, make_policies
-from spotwise.policies.base import Decision, Noop, Policy
+from spotwise.policies.base import Decision, Noop, Policy, consult
 from spotwise.runtime.checkpoint import save_checkpoint
 from spotwise.runtime.rundir_io import SPEC_FILE
 from spotwise.serverless.schedule import SampleStream, Schedule, epochs_done
@@ -563,12 +563,7 @@ class ServerlessSupervisor:
         )
 
     def _apply_policies(self) -> None:
-        if not self.policies:
-            return
-        obs = self._observation()
-        for policy in self.policies:
-            for d in policy.decide(obs):
-                self._act(policy, d)
+        consult(self.policies, self._observation, self._act)
 
     def _act(self, policy: Policy, d: Decision) -> None:
         if isinstance(d, Noop):
