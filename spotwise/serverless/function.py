@@ -209,6 +209,17 @@ class WorkerInvocation:
 
         return Schedule.from_json(self.r.get(self.k.schedule))
 
+    def _live_schedule(self) -> Any:
+        """The membership schedule, after checking this invocation is live (one round trip a step)."""
+        from spotwise.serverless.schedule import Schedule
+
+        inc, stop, sched = self.r.mget(self.k.per("inc", self.w), self.k.stop, self.k.schedule)
+        if inc is None or inc.decode() != self.inc:
+            raise Fenced("fenced")
+        if stop is not None:
+            raise Fenced("stopped")
+        return Schedule.from_json(sched)
+
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
         status = "lease"
@@ -217,6 +228,7 @@ class WorkerInvocation:
             self._connect()
             self._check_live()
             self._heartbeat()
+            self._fault = self.r.get(self.k.per("fault", self.w))  # injected faults (tests): read once, not every step
             self._build()
             self._restore()
             while True:
@@ -227,8 +239,7 @@ class WorkerInvocation:
                     self._save_checkpoint()  # the next invocation starts here, without a replay
                     status = "lease"
                     break
-                self._check_live()
-                sched = self._schedule()
+                sched = self._live_schedule()
                 lv = sched.leave.get(self.w)
                 if lv is not None and self.clock >= lv:
                     self._leave(sched, lv)
@@ -424,13 +435,14 @@ class WorkerInvocation:
         self.stats["bytes_out"] += len(data)
 
     def _inject_fault(self, t: int) -> None:
-        f = self.r.get(self.k.per("fault", self.w))
+        f = self._fault
         if not f:
             return
         kind, _, at = f.decode().partition(":")
         if int(at or -1) != t:
             return
         self.r.delete(self.k.per("fault", self.w))
+        self._fault = None
         if kind == "die":
             os._exit(17)  # the process dies between computing and committing its update
         if kind == "hang":
