@@ -13,9 +13,11 @@ from spotwise.policies.growth import ExpGrowth
 from spotwise.policies.lr_scaling import LrScaling
 from spotwise.policies.migration import PriceMigration
 from spotwise.policies.scale_in import ScaleIn
+from spotwise.policies.strategy_switch import StrategySwitch
 
 POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids,
-                                 "uniform-progress": UniformProgress, "price-migration": PriceMigration, "scale-in": ScaleIn}
+                                 "uniform-progress": UniformProgress, "price-migration": PriceMigration, "scale-in": ScaleIn,
+                                 "strategy-switch": StrategySwitch}
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:

@@ -179,6 +179,8 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         #: ``Observation.extra`` ("loss_history", "last_resize_t"; the scale-in auto-tuner)
         self.loss_history: list[tuple[int, float, float, int]] = []
         self.last_resize_t: float | None = None
+        #: when a policy last changed the sync strategy (``Observation.extra["last_switch_t"]``)
+        self.last_switch_t: float | None = None
         self.last_eval: dict[str, float] = {}
         self.retries = 0
         self.lost_in_step = 0
@@ -506,7 +508,8 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             on_demand_price=self.market.instance.on_demand_per_hour,
             next_decision_s=self.idle_decision_s if not self.members else step_s,
             # shared, not copied (a copy per step would cost O(steps) each); policies only read it
-            extra={"loss_history": self.loss_history, "last_resize_t": self.last_resize_t},
+            extra={"loss_history": self.loss_history, "last_resize_t": self.last_resize_t,
+                   "last_switch_t": self.last_switch_t},
         )
 
     @property
@@ -539,6 +542,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
                 self._reconcile()
         elif isinstance(d, SwitchSync):
             self.sync, self.sync_n = d.sync, d.sync_n
+            self.last_switch_t = self.T
         elif isinstance(d, CheckpointDecision):
             self._checkpoint("policy")
         elif isinstance(d, SwitchMarket):

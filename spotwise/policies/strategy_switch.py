@@ -1,0 +1,107 @@
+"""Switch the synchronisation strategy when throughput per worker drops (Spotnik, ``papers/001_30a454edd897cf47.txt``).
+
+Spotnik (Sec. 3.3, Sec. 4 "Adaptive synchronisation", Fig. 6) starts with the accuracy-friendly
+S-SGD and switches to the network-friendly AD-PSGD "when the throughput falls below 40%": the
+per-worker throughput of S-SGD decays as workers are added (an all-reduce costs more with more
+workers) or slowed (stragglers), while a pairwise, asynchronous strategy keeps it roughly
+constant.  Per worker is per dollar here: every worker costs the same, so samples per second per
+worker are samples per dollar up to the price.
+
+:class:`StrategySwitch` is that rule as a pure :class:`~spotwise.policies.base.Policy`.  It
+measures, from the committed steps only, the per-worker throughput in sliding windows of
+``window_s`` seconds; the reference is the best window measured so far in the run; when the latest
+window falls below ``threshold`` x the reference it emits :class:`~spotwise.policies.base.SwitchSync`
+to the next strategy of ``strategies`` (ordered from accuracy- to network-friendly; after the last
+it goes back to the first).  It waits ``min_interval_s`` after a switch before judging again
+(the new strategy gets its own windows), so it cannot oscillate faster than that.
+
+What it reads from :attr:`Observation.extra` (nothing else):
+
+``"loss_history"``
+    Rows ``(step, t, loss, contributions)``: every committed step, its time, and the number of
+    mini-batches (workers) it combined -- what the job controller records.
+``"last_switch_t"`` (optional)
+    Time of the latest strategy switch (``None``: none yet); only rows after it are the current
+    strategy's.
+
+Paper's: the 40% threshold, the direction (accuracy- to network-friendly as throughput drops).
+Ours: the sliding window, the reference (best window so far; the paper's baseline is the
+single-worker throughput it started from), the hold-off between switches and the way back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from spotwise.policies.base import Decision, Observation, Policy, SwitchSync
+
+
+def window_throughputs(rows: list[tuple[float, ...]], window_s: float) -> list[tuple[float, float]]:
+    """``(t_end, mini-batches per second per worker)`` of consecutive windows of ``window_s`` seconds.
+
+    A window's throughput is the mini-batches its steps committed divided by its duration and by
+    the mean number of workers (contributions) per step.  Rows are ``(step, t, loss, contributions)``
+    in time order; the first row only opens the first window.
+    """
+    out: list[tuple[float, float]] = []
+    if len(rows) < 2:
+        return out
+    start_t = float(rows[0][1])
+    batches = 0.0
+    steps = 0
+    for row in rows[1:]:
+        t, k = float(row[1]), float(row[3]) if len(row) > 3 else 1.0
+        batches += k
+        steps += 1
+        if t - start_t >= window_s:
+            per_worker = batches / steps
+            out.append((t, batches / (t - start_t) / per_worker))
+            start_t, batches, steps = t, 0.0, 0
+    return out
+
+
+@dataclass(frozen=True)
+class StrategySwitch(Policy):
+    """Spotnik's throughput-triggered strategy switch; see the module docstring."""
+
+    name: ClassVar[str] = "strategy-switch"
+    strategies: tuple[str, ...] = ("full", "async")
+    threshold: float = 0.4
+    window_s: float = 30.0
+    min_interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "strategies", tuple(self.strategies))
+        if len(self.strategies) < 2 or len(set(self.strategies)) != len(self.strategies):
+            raise ValueError(f"strategy-switch: strategies must name at least two different modes, got {self.strategies!r}")
+        if not 0 < self.threshold < 1:
+            raise ValueError(f"strategy-switch: threshold must be in (0, 1) (Spotnik: 0.4), got {self.threshold!r}")
+        if not (self.window_s > 0 and math.isfinite(self.window_s)):
+            raise ValueError(f"strategy-switch: window_s must be > 0, got {self.window_s!r}")
+        if not self.min_interval_s >= self.window_s:
+            raise ValueError(f"strategy-switch: min_interval_s must be >= window_s, got {self.min_interval_s!r}")
+
+    def decide(self, obs: Observation) -> list[Decision]:
+        if obs.sync not in self.strategies:
+            return []
+        rows = list(obs.extra.get("loss_history") or ())
+        last = obs.extra.get("last_switch_t")
+        if last is not None and obs.t - float(last) < self.min_interval_s:
+            return []
+        windows = window_throughputs(rows, self.window_s)
+        if len(windows) < 2:
+            return []
+        best = max(v for _, v in windows)
+        current_rows = [r for r in rows if last is None or float(r[1]) >= float(last)]
+        now = window_throughputs(current_rows, self.window_s)
+        if not now or best <= 0:
+            return []
+        current = now[-1][1]
+        if current >= self.threshold * best:
+            return []
+        nxt = self.strategies[(self.strategies.index(obs.sync) + 1) % len(self.strategies)]
+        return [SwitchSync(reason=f"per-worker throughput {current:.3g}/s is {100 * current / best:.0f}% of the best "
+                                  f"{best:.3g}/s (< {100 * self.threshold:.0f}%, Spotnik Sec. 4): {obs.sync} -> {nxt}",
+                           sync=nxt)]
