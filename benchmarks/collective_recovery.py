@@ -35,7 +35,6 @@ def run(n: int, revocations: int, size: int, seed: int) -> list[float]:
     rng = random.Random(seed)
     coord = GroupCoordinator()
     q = CTX.Queue()
-    members = list(range(n + revocations))  # spares: none join here, ids only grow
     live = list(range(n))
     coord.announce(0, live)
     procs = {m: CTX.Process(target=member_main, args=(coord.host, coord.port, m, q),

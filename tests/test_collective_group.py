@@ -11,8 +11,6 @@ import os
 import signal
 import time
 
-import pytest
-
 from spotwise.collective.group import GroupCoordinator
 from spotwise.collective.probe import member_main
 
