@@ -91,11 +91,11 @@ def test_a_joiner_gets_the_parameters_from_a_peer_and_contributes():
     coord = GroupCoordinator()
     q = CTX.Queue()
     coord.announce(0, [0, 1])
-    procs = start(coord, q, [0, 1], {"rounds": 30, "size": 20_000})
+    procs = start(coord, q, [0, 1], {"rounds": 30, "size": 20_000, "timeout_s": 30.0})  # the joiner starts a process meanwhile
     collect(q, lambda g: sum(1 for e in g if e[0] == "step") >= 4)
     # capacity returns: a new member (id 2) joins; the running generation is retired in place
     coord.announce(1, [0, 1, 2])
-    procs.update(start(coord, q, [2], {"rounds": 30, "size": 20_000, "join_gen": 1}))
+    procs.update(start(coord, q, [2], {"rounds": 30, "size": 20_000, "join_gen": 1, "timeout_s": 30.0}))
     coord.fail(0, "a worker joins")
     got = collect(q, lambda g: sum(1 for e in g if e[0] == "done") == 3)
     joined = [e for e in got if e[0] == "joined"]
