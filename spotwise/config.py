@@ -26,11 +26,14 @@ from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
 from spotwise.specload import Duration, build, to_plain
 
-SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp"]
+SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma"]
 ClusterKind = Literal["vm", "serverless"]
+DataPlane = Literal["ps", "collective"]
 #: sync modes of each cluster kind: the parameter-server modes on VMs, MLLess's on functions
 VM_SYNC_MODES = ("full", "n-sync", "n-batch", "async")
 SERVERLESS_SYNC_MODES = ("bsp", "ssp", "isp")
+#: sync modes of the collective data plane (Spotnik, papers/001_30a454edd897cf47.txt Sec. 3.3)
+COLLECTIVE_SYNC_MODES = ("ssgd", "sma")
 SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
 BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10")
 SyntheticKind = Literal["uniform", "gaussian", "markov", "constant"]
@@ -163,9 +166,14 @@ class ClusterSpec:
     staleness: int = 0
     significance: float = 0.7
     function_timeout_s: Duration = 600.0
+    data_plane: DataPlane = "ps"
+    local_steps: int = 4
+    group_timeout_s: Duration = 5.0
+    replica_every: int = 20
 
     def __post_init__(self) -> None:
         self._check_kind()
+        self._check_data_plane()
         if not 0.0 <= self.straggler <= 1.0:
             raise InputError(f"must lie in [0, 1], got {self.straggler}", "0 = no straggler noise, 1 = purely exponential step times (paper 000 eq. 14)", "straggler")
         _non_negative(self.sync_overhead_s, "sync_overhead_s", "the parameter server's update-and-push time, e.g. 0.05")
@@ -206,6 +214,30 @@ class ClusterSpec:
             for b in bids:
                 if not (b > 0 and math.isfinite(b)):
                     raise InputError(f"bid {b!r} is not a positive price", "bids are maximum prices in $/hour, e.g. 0.6", "bids")
+
+    def _check_data_plane(self) -> None:
+        """``data_plane: collective`` (issue 10): workers all-reduce among themselves (Spotnik)."""
+        if self.data_plane not in ("ps", "collective"):
+            raise InputError(f"unknown data plane {self.data_plane!r}", "use ps (a parameter server: the coordinator "
+                             "combines every step) or collective (workers all-reduce among themselves)", "data_plane")
+        if self.data_plane == "collective":
+            if self.kind != "vm":
+                raise InputError("the collective data plane runs on VMs", "remove cluster.data_plane or set cluster.kind: vm",
+                                 "data_plane")
+            if self.sync == "full":
+                self.sync = "ssgd"  # fully synchronous on the collective plane is S-SGD
+            if self.sync not in COLLECTIVE_SYNC_MODES:
+                raise InputError(f"sync {self.sync!r} is a parameter-server mode",
+                                 f"the collective data plane syncs with one of {', '.join(COLLECTIVE_SYNC_MODES)} "
+                                 "(ssgd: all-reduced gradients; sma: model averaging every local_steps)", "sync")
+            _positive(self.group_timeout_s, "group_timeout_s", "seconds after which a frozen peer fails a collective, e.g. 5")
+            _positive(self.replica_every, "replica_every", "steps between parameter copies sent to the coordinator, e.g. 20")
+        elif self.sync in COLLECTIVE_SYNC_MODES:
+            raise InputError(f"sync {self.sync!r} is a collective mode", "set cluster.data_plane: collective, or use "
+                             "full, n-sync, n-batch or async with the parameter server", "sync")
+        if int(self.local_steps) != self.local_steps or self.local_steps < 1:
+            raise InputError(f"must be an integer >= 1, got {self.local_steps!r}",
+                             "local SGD steps between two model averagings (sync: sma), e.g. 4", "local_steps")
 
     def _check_kind(self) -> None:
         """The fields of the other cluster kind are refused, not silently ignored."""

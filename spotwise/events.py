@@ -58,6 +58,10 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # serverless: a worker function invoked / ended (lease, left, error, lost, merged); the store
     "function": ("worker", "status"),
     "store": ("status",),
+    # collective data plane: a new generation of the all-reduce group; a roll-back after every
+    # member was lost at once (the steps after the newest replica are redone)
+    "regroup": ("gen", "members", "source"),
+    "rollback": ("from_step", "to_step", "lost_steps"),
 }
 #: Fields that must be numbers when present.
 _NUMERIC = {"t", "wall", "price", "step", "loss", "active", "lr", "total", "duration"}

@@ -69,11 +69,19 @@ class GroupCoordinator:
 class ElasticGroup:
     """One member's handle on the regroupable group; see the module docstring."""
 
-    def __init__(self, host: str, port: int, member: int, timeout_s: float = 5.0, poll_s: float = 0.005) -> None:
+    def __init__(self, host: str, port: int, member: int, timeout_s: float = 5.0, poll_s: float = 0.005,
+                 check_every_s: float = 0.0) -> None:
         self.member = int(member)
         self.timeout_s = float(timeout_s)
+        #: the store's fail flag is read before a collective at most this often (0: before every
+        #: one); a dead peer is seen by the collective itself, so the flag only carries the
+        #: coordinator's aborts, which may wait this long
+        self.check_every_s = float(check_every_s)
+        self._next_check = 0.0
         self.poll = timedelta(seconds=float(poll_s))
-        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=max(30.0, timeout_s)))
+        # the store's timeout bounds gloo's rendezvous too: a member that dies while a generation
+        # forms fails the formation after timeout_s, not after a default 30 s
+        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s))
         self.gen: int | None = None
         self.members: list[int] = []
         self.pg: Any = None
@@ -143,6 +151,11 @@ class ElasticGroup:
     def _check(self) -> None:
         if self.pg is None:
             raise GroupFailed("no group formed")
+        if self.check_every_s > 0:
+            now = time.monotonic()
+            if now < self._next_check:
+                return
+            self._next_check = now + self.check_every_s
         if self._failed_flag():
             self.abandon()
             raise GroupFailed(self.store.get(f"fail/{self.gen}").decode(errors="replace"))
@@ -158,6 +171,10 @@ class ElasticGroup:
         opts = dist.BroadcastOptions()
         opts.rootRank = self.members.index(int(root_member))
         self._wait(self.pg.broadcast([tensor], opts))
+
+    def failed(self) -> bool:
+        """Whether the current generation was flagged failed (read from the store now)."""
+        return self.gen is not None and self._failed_flag()
 
     def report_alive(self, step: int) -> None:
         """After a failure: tell the coordinator this member survived generation ``gen`` at ``step``."""

@@ -618,6 +618,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             # gradient payload bytes received from workers (sparse updates for sparse workloads)
             # and what dense float32 vectors would have cost (issue 9)
             "grad_bytes": int(self.counters.grad_bytes), "grad_bytes_dense": int(self.counters.grad_bytes_dense),
+            **self._summary_extra(),
         }
         summary = RunSummary(
             mode=self.mode, status=self.status, steps=self.step, final_loss=final_eval.get("loss", self.last_loss),
@@ -629,6 +630,10 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         )
         write_summary(self.out, summary)
         return summary
+
+    def _summary_extra(self) -> dict[str, Any]:
+        """What a data plane adds to ``summary.json``'s ``extra`` (none here)."""
+        return {}
 
     def _shutdown(self) -> None:
         for w, actor in list(self.members.items()):

@@ -88,6 +88,9 @@ def run_job(
                          "--notice-source")
     if not resume and spec is None:
         raise InputError("no spec given", "pass a spec, or resume a run directory", "spotwise run")
+    if ray_address and spec is not None and spec.cluster.data_plane == "collective":
+        raise InputError("the collective data plane runs on the emulated provider only (so far)",
+                         "remove --ray-address, or set cluster.data_plane: ps to train on a Ray cluster", "--ray-address")
     with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
         summary = _run_locked(spec, out, resume=resume, ray_address=ray_address, progress=progress, plots=plots,
                               notice_source=notice_source, metadata_url=metadata_url)
@@ -119,6 +122,10 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
             provider = ClusterProvider(worker_args_for(spec, notices))
             coord: JobController = ClusterCoordinator(spec, out, market=market, provider=provider, resume=resume,
                                                       progress=callback)
+        elif spec.cluster.data_plane == "collective":
+            from spotwise.runtime.collective_controller import CollectiveController
+
+            coord = CollectiveController(spec, out, market=market, resume=resume, progress=callback)
         else:
             coord = JobController(spec, out, market=market, resume=resume, progress=callback)
         try:
