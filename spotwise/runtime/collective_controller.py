@@ -329,7 +329,7 @@ class CollectiveController(JobController):
         self.log.emit("step", step=self.step, loss=loss if math.isfinite(loss) else None, active=len(self.members),
                       lr=self.lr, sync=rec.get("strategy", self.sync), duration=duration, cost=self.cost_so_far(),
                       epoch=self.cursor.epoch, pos=self.cursor.pos, retries=0, contributions=k, lost=0, staleness=0,
-                      recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"),
+                      recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
                       **({"unreported": True} if rec.get("unreported") else {}))
         self.lost_since_commit = 0
         self._commits += 1
@@ -505,3 +505,8 @@ class CollectiveController(JobController):
     def _summary_extra(self) -> dict[str, Any]:
         return {"data_plane": "collective", "regroups": self.regroups, "rolled_back_steps": self.rolled_back_steps,
                 "regroup_ms_median": float(np.median(self._regroup_ms)) if self._regroup_ms else None}
+
+
+def controller_class(spec: JobSpec) -> type[JobController]:
+    """The controller of ``spec``'s data plane: :class:`CollectiveController` or :class:`JobController`."""
+    return CollectiveController if spec.cluster.data_plane == "collective" else JobController
