@@ -65,3 +65,17 @@ def test_goes_back_to_the_first_strategy_after_the_last_and_ignores_other_modes(
 def test_bad_parameters_are_input_errors(params):
     with pytest.raises(InputError):
         make_policy("strategy-switch", params)
+
+
+def test_window_throughput_counts_the_local_steps_of_model_averaging():
+    """An S-MA step holds H mini-batches per worker (5th column): same steps/s, H times the throughput."""
+    sgd = [(0, 0.0, 1.0, 4)] + [(i, 0.5 * i, 1.0, 4) for i in range(1, 100)]
+    sma = [(0, 0.0, 1.0, 4, 3)] + [(i, 0.5 * i, 1.0, 4, 3) for i in range(1, 100)]
+    a, b = window_throughputs(sgd, 10.0), window_throughputs(sma, 10.0)
+    assert a and all(y == pytest.approx(3 * x) for (_, x), (_, y) in zip(a, b))
+
+
+def test_switches_between_collective_strategies():
+    rows = history([(600, 1, 0.1), (300, 8, 0.4)], 0)
+    d = StrategySwitch(strategies=("ssgd", "sma"), window_s=10, min_interval_s=30).decide(obs(rows[-1][1], sync="ssgd", rows=rows))
+    assert len(d) == 1 and d[0].sync == "sma"

@@ -334,8 +334,9 @@ class ScaleIn(Policy):
         if not raw or len(raw) < self.min_fit_points:
             return []
         rows = [tuple(r) for r in raw]
-        if any(len(r) not in (3, 4) for r in rows):
-            raise ValueError("scale-in: obs.extra['loss_history'] rows must be (step, t, loss) or (step, t, loss, workers)")
+        if any(len(r) not in (3, 4, 5) for r in rows):
+            raise ValueError("scale-in: obs.extra['loss_history'] rows must be (step, t, loss) or "
+                             "(step, t, loss, workers[, mini-batches per worker])")
         steps = [float(r[0]) for r in rows]
         times = [float(r[1]) for r in rows]
         smooth = ewma([float(r[2]) for r in rows], self.ewma_alpha)
@@ -350,7 +351,7 @@ class ScaleIn(Policy):
             t_last = None if last is None else float(last)
         else:
             t_last = None
-            if all(len(r) == 4 for r in rows):
+            if all(len(r) >= 4 for r in rows):
                 for prev, cur in zip(rows, rows[1:]):
                     if cur[3] < prev[3]:
                         t_last = float(cur[1])

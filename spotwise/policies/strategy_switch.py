@@ -18,8 +18,9 @@ it goes back to the first).  It waits ``min_interval_s`` after a switch before j
 What it reads from :attr:`Observation.extra` (nothing else):
 
 ``"loss_history"``
-    Rows ``(step, t, loss, contributions)``: every committed step, its time, and the number of
-    mini-batches (workers) it combined -- what the job controller records.
+    Rows ``(step, t, loss, workers[, mini-batches per worker])``: every committed step, its time,
+    the workers it combined and (collective S-MA) the local steps each took -- what the job
+    controllers record.
 ``"last_switch_t"`` (optional)
     Time of the latest strategy switch (``None``: none yet); only rows after it are the current
     strategy's.
@@ -41,24 +42,28 @@ from spotwise.policies.base import Decision, Observation, Policy, SwitchSync
 def window_throughputs(rows: list[tuple[float, ...]], window_s: float) -> list[tuple[float, float]]:
     """``(t_end, mini-batches per second per worker)`` of consecutive windows of ``window_s`` seconds.
 
-    A window's throughput is the mini-batches its steps committed divided by its duration and by
-    the mean number of workers (contributions) per step.  Rows are ``(step, t, loss, contributions)``
-    in time order; the first row only opens the first window.
+    Rows are ``(step, t, loss, workers[, mini-batches per worker])`` in time order: a step of
+    S-SGD or of the parameter-server modes holds one mini-batch per worker, a step of S-MA one
+    per local step (``local_steps``).  A window's throughput is the mini-batches its steps
+    committed divided by its duration and by the mean number of workers per step; the first row
+    only opens the first window.
     """
     out: list[tuple[float, float]] = []
     if len(rows) < 2:
         return out
     start_t = float(rows[0][1])
-    batches = 0.0
+    batches = workers = 0.0
     steps = 0
     for row in rows[1:]:
-        t, k = float(row[1]), float(row[3]) if len(row) > 3 else 1.0
-        batches += k
+        t = float(row[1])
+        k = float(row[3]) if len(row) > 3 else 1.0
+        per = float(row[4]) if len(row) > 4 else 1.0
+        batches += k * per
+        workers += k
         steps += 1
         if t - start_t >= window_s:
-            per_worker = batches / steps
-            out.append((t, batches / (t - start_t) / per_worker))
-            start_t, batches, steps = t, 0.0, 0
+            out.append((t, batches / (t - start_t) / (workers / steps)))
+            start_t, batches, workers, steps = t, 0.0, 0.0, 0
     return out
 
 

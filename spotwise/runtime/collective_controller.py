@@ -50,7 +50,8 @@ import numpy as np
 from spotwise.collective.member import NO_LIMIT, Plan
 from spotwise.collective.plane import CollectiveCompute, PlaneControl
 from spotwise.collective.replica import DataCursor
-from spotwise.config import JobSpec
+from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
+from spotwise.policies.base import SwitchSync
 from spotwise.events import RunSummary
 from spotwise.runtime.compute import Compute
 from spotwise.runtime.controller import JobController
@@ -93,6 +94,9 @@ class CollectiveController(JobController):
         #: a checkpoint asked for between two leases (a notice, a policy): taken at the next lease
         self._pending_ckpt: str | None = None
         self._cum_samples: dict[int, int] = {}
+        #: join latency: capacity available (wall, epoch seconds) per joining slot, and measured ms
+        self._join_started: dict[int, float] = {}
+        self._join_ms: list[float] = []
         self.rolled_back_steps = 0
         self.regroups = 0
         self._regroup_ms: list[float] = []
@@ -148,12 +152,23 @@ class CollectiveController(JobController):
             self.plane.fail(self.gen, f"member {w} {reason}")
         self._mark(f"member {w} {reason}")
 
+    def _handle_market(self, ev: Any) -> None:
+        if ev.kind == "available" and ev.worker < self.provisioned and ev.worker not in self.members:
+            self._join_started[ev.worker] = time.time()
+        super()._handle_market(ev)
+
     def _mark(self, why: str) -> None:
         if not self._dirty:
             self._why = why
         self._dirty = True
 
     def _act(self, policy: Any, d: Any) -> None:
+        if isinstance(d, SwitchSync) and d.sync not in COLLECTIVE_SYNC_MODES:
+            self.counters.decisions += 1
+            self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=False,
+                          not_acted=f"{d.sync!r} is not a strategy of the collective data plane "
+                                    f"({', '.join(COLLECTIVE_SYNC_MODES)})")
+            return
         super()._act(policy, d)
         if self._plan_differs():
             self._mark(f"policy {policy.name}: {d.describe()}")
@@ -319,7 +334,11 @@ class CollectiveController(JobController):
         if math.isfinite(loss):
             self.last_loss = loss
             self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
-        self.loss_history.append((self.step, self.T, loss, k))
+        per = self.local_steps if rec.get("strategy", self.sync) == "sma" else 1
+        self.loss_history.append((self.step, self.T, loss, k, per))  # type: ignore[arg-type]
+        if rec.get("first_of_gen") and self._join_started:
+            for w in [w for w in self._join_started if w in self.gen_members]:
+                self._join_ms.append(max(0.0, 1000.0 * (float(rec["wall"]) - self._join_started.pop(w))))
         recovery_ms = None
         if rec.get("first_of_gen") and self._kill_time is not None:
             recovery_ms = max(0.0, 1000.0 * (float(rec["wall"]) - self._kill_time))
@@ -503,8 +522,12 @@ class CollectiveController(JobController):
         return summary
 
     def _summary_extra(self) -> dict[str, Any]:
+        j = self._join_ms
         return {"data_plane": "collective", "regroups": self.regroups, "rolled_back_steps": self.rolled_back_steps,
-                "regroup_ms_median": float(np.median(self._regroup_ms)) if self._regroup_ms else None}
+                "regroup_ms_median": float(np.median(self._regroup_ms)) if self._regroup_ms else None,
+                # capacity available -> the first step the joiner contributed to (wall, members' clock)
+                "join_ms": {"count": len(j), "median": float(np.median(j)) if j else None,
+                            "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None}}
 
 
 def controller_class(spec: JobSpec) -> type[JobController]:

@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from spotwise.config import JobSpec
+from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.events import EventLog, RunSummary, write_summary
 from spotwise.market.billing import Ledger
 from spotwise.market.preemption import MarketEvent
@@ -541,8 +541,11 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
                 self.provider.rebid(bids[: self.max_workers], self.T)
                 self._reconcile()
         elif isinstance(d, SwitchSync):
-            self.sync, self.sync_n = d.sync, d.sync_n
-            self.last_switch_t = self.T
+            if d.sync in COLLECTIVE_SYNC_MODES and self.spec.cluster.data_plane != "collective":
+                acted, why_not = False, f"{d.sync!r} is a strategy of the collective data plane, not of the parameter server"
+            else:
+                self.sync, self.sync_n = d.sync, d.sync_n
+                self.last_switch_t = self.T
         elif isinstance(d, CheckpointDecision):
             self._checkpoint("policy")
         elif isinstance(d, SwitchMarket):
