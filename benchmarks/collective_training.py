@@ -24,7 +24,6 @@ virtual time to reach each accuracy, the final accuracy and cost; a PNG of accur
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
-from _common import RESULTS, build_run, make_spec, med, pct, start_ray, table, write_result  # noqa: E402
+from _common import RESULTS, build_run, make_spec, start_ray, table, write_result  # noqa: E402
 
 RECOVERY_GOALS = {"median_ms": 50.0, "p99_ms": 300.0, "join_ms": 1000.0}
 

@@ -34,7 +34,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import build_run, make_spec, med, start_ray, table, with_retries, write_result  # noqa: E402
+from _common import (
+    build_run,
+    make_spec,
+    med,
+    start_ray,
+    table,
+    with_retries,
+    write_result,
+)
 
 #: the goal ratio spotwise/DDP of each data plane: the parameter server (issue 8) and the
 #: collective plane (issue 10)
@@ -103,7 +111,7 @@ def _ddp_rank(rank: int, n: int, port: int, steps: int, warmup: int, batch: int,
     dist.init_process_group("gloo", rank=rank, world_size=n, timeout=datetime.timedelta(seconds=120))
     from spotwise.workloads.registry import make_workload
 
-    spec = make_spec(**{"workload__batch_size": batch, "workload__name": workload, "workload__lr": lr, "seed": seed})
+    spec = make_spec(workload__batch_size=batch, workload__name=workload, workload__lr=lr, seed=seed)
     wl = make_workload(spec.workload, spec.seed)
     model = DDP(wl.build_model())
     model.train()
@@ -159,7 +167,7 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-    spec = make_spec(**{"workload__batch_size": args.batch, "workload__name": args.workload})
+    spec = make_spec(workload__batch_size=args.batch, workload__name=args.workload)
     lr, seed = float(spec.workload.lr), int(spec.seed)
     start_ray(args.num_cpus)
     results, rows = [], []

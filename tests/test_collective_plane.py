@@ -97,7 +97,7 @@ class SwitchAt(Policy):
 
 def test_collective_ssgd_equals_single_process_sgd_and_resumes_exactly(ray_session: Any, tmp_path: Path) -> None:
     """S-SGD over 3 members is SGD on the union of their batches; a stopped run resumes where it was."""
-    spec = make_spec(**{"outputs__checkpoint_every": 4})
+    spec = make_spec(outputs__checkpoint_every=4)
     out = tmp_path / "run"
     first, s1 = run(spec, out, stop_after_steps=9)
     assert s1.status == "stopped" and s1.steps >= 9
@@ -115,8 +115,7 @@ def test_collective_ssgd_equals_single_process_sgd_and_resumes_exactly(ray_sessi
 @pytest.mark.parametrize("sync", ["ssgd", "sma"])
 def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(ray_session: Any, tmp_path: Path,
                                                                                 sync: str) -> None:
-    spec = make_spec(**{"cluster__workers": 4, "cluster__sync": sync, "cluster__local_steps": 2, "cluster__standby": 2,
-                        "target__iterations": 60, "workload__eval_every": 20})
+    spec = make_spec(cluster__workers=4, cluster__sync=sync, cluster__local_steps=2, cluster__standby=2, target__iterations=60, workload__eval_every=20)
     rev = ScriptedRevocation((outage(4, 12, [0, 1, 2]),            # 75 % at once
                               outage(20, 30, [0, 1, 2, 3]),        # the whole cluster
                               ) + random_outages(4, horizon=60, count=5, seed=7, fraction=0.25, duration=(1, 6)))
@@ -142,8 +141,8 @@ def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(
 
 def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -> None:
     """A SIGSTOP'd member: its peers' all-reduce fails after group_timeout_s, it is declared lost and killed."""
-    spec = make_spec(**{"target__iterations": 20})
-    coord, summary = run(spec, tmp_path / "run", faults={1: {"step": 6, "action": "stop"}})
+    spec = make_spec(target__iterations=20)
+    _, summary = run(spec, tmp_path / "run", faults={1: {"step": 6, "action": "stop"}})
     assert summary.status == "completed" and summary.steps == 20
     revokes = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["revoke"]))
     assert [(r["worker"], r["reason"]) for r in revokes] == [(1, "node-lost")]
@@ -152,7 +151,7 @@ def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -
 
 
 def test_a_crashed_member_is_replaced_and_a_strategy_switch_is_atomic(ray_session: Any, tmp_path: Path) -> None:
-    spec = make_spec(**{"target__iterations": 14, "cluster__standby": 1})
+    spec = make_spec(target__iterations=14, cluster__standby=1)
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     coord = CollectiveController(spec, tmp_path / "run", market=market, faults={2: {"step": 3, "action": "exit"}})
     coord.policies.append(SwitchAt(at=6, to="sma"))

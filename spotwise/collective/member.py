@@ -101,7 +101,7 @@ class Plan:
         return json.dumps(asdict(self))
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "Plan":
+    def from_json(cls, text: str | bytes) -> Plan:
         d = json.loads(text)
         d["members"] = tuple(sorted(int(m) for m in d["members"]))
         return cls(**d)

@@ -25,7 +25,12 @@ from typing import Any
 import numpy as np
 
 from spotwise.collective.group import GroupCoordinator
-from spotwise.collective.member import Plan, decode_replica, encode_replica, remote_member_class
+from spotwise.collective.member import (
+    Plan,
+    decode_replica,
+    encode_replica,
+    remote_member_class,
+)
 from spotwise.runtime.compute import RayCompute
 
 

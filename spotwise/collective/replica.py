@@ -65,7 +65,7 @@ class Replica:
         contributes zeros.
         """
         self.buf.zero_()
-        n = int(len(indices))
+        n = len(indices)
         if n == 0:
             return 0.0, 0
         if self.sparse:

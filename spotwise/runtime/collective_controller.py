@@ -51,8 +51,8 @@ from spotwise.collective.member import NO_LIMIT, Plan
 from spotwise.collective.plane import CollectiveCompute, PlaneControl
 from spotwise.collective.replica import DataCursor
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
-from spotwise.policies.base import SwitchSync
 from spotwise.events import RunSummary
+from spotwise.policies.base import SwitchSync
 from spotwise.runtime.compute import Compute
 from spotwise.runtime.controller import JobController
 from spotwise.runtime.sampler import EpochSampler
@@ -253,11 +253,11 @@ class CollectiveController(JobController):
             batch.append(self.provider.pop_event())  # events of one instant are one membership change
         self.clock.advance_to(ev.t)
         self._emit_prices()
-        if any(e.kind == "revoke" and e.worker in self.gen_members and e.worker in self.members for e in batch):
+        hit = any(e.kind == "revoke" and e.worker in self.gen_members and e.worker in self.members for e in batch)
+        if hit and self.step < self._target_step():
             # the revocation lands inside the next step: let the members start it, then kill
-            if self.step < self._target_step():
-                self.plane.set_lease(self.step + 1)
-                time.sleep(self._fault_rng.uniform(0.0, 0.003))
+            self.plane.set_lease(self.step + 1)
+            time.sleep(self._fault_rng.uniform(0.0, 0.003))
         for e in batch:
             self._handle_market(e)
         if self._dirty:

@@ -55,6 +55,10 @@ def simulate_job(
     """Simulate ``spec`` into ``out_dir``; returns the summary and the loss model's measured/assumed notes."""
     from spotwise.planner.plan import error_model_for
 
+    if spec.cluster.data_plane == "collective" and spec.cluster.sync != "ssgd":
+        raise InputError(f"simulate models synchronous rounds; the collective strategy {spec.cluster.sync!r} is not modelled yet",
+                         "simulate the job with cluster.sync: ssgd (an S-SGD step is timed as fully synchronous SGD, "
+                         "paper 000 eq. 14), or run it with `spotwise run`", "cluster.sync")
     if ":" in spec.workload.name and pilot_dir is None:
         raise InputError("simulate does not import a module:function workload, so it needs a measured loss model",
                          "pass --pilot DIR (a run directory of this job) and --train-size N", "workload.name")
