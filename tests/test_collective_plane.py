@@ -112,6 +112,7 @@ def test_collective_ssgd_equals_single_process_sgd_and_resumes_exactly(ray_sessi
     assert steps == list(range(1, 17)), "the resumed run continues the same log"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sync", ["ssgd", "sma"])
 def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(ray_session: Any, tmp_path: Path,
                                                                                 sync: str) -> None:

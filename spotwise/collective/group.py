@@ -70,7 +70,7 @@ class ElasticGroup:
     """One member's handle on the regroupable group; see the module docstring."""
 
     def __init__(self, host: str, port: int, member: int, timeout_s: float = 5.0, poll_s: float = 0.005,
-                 check_every_s: float = 0.0) -> None:
+                 check_every_s: float = 0.0, rendezvous_timeout_s: float | None = None) -> None:
         self.member = int(member)
         self.timeout_s = float(timeout_s)
         #: the store's fail flag is read before a collective at most this often (0: before every
@@ -79,9 +79,11 @@ class ElasticGroup:
         self.check_every_s = float(check_every_s)
         self._next_check = 0.0
         self.poll = timedelta(seconds=float(poll_s))
-        # the store's timeout bounds gloo's rendezvous too: a member that dies while a generation
-        # forms fails the formation after timeout_s, not after a default 30 s
-        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s))
+        # the store's timeout bounds gloo's rendezvous too: members that start together (processes
+        # being spawned) need a generous one; members that are running already (the data plane's)
+        # pass timeout_s, so a member that dies while a generation forms fails it quickly
+        rdv = max(30.0, timeout_s) if rendezvous_timeout_s is None else float(rendezvous_timeout_s)
+        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=rdv))
         self.gen: int | None = None
         self.members: list[int] = []
         self.pg: Any = None

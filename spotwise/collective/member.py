@@ -156,7 +156,7 @@ class CollectiveMember:
         ``fault`` (tests): ``{"step": s, "action": "exit" | "stop"}`` -- at step ``s`` this process
         exits at once or freezes itself (SIGSTOP), as a revoked or hung VM would.
         """
-        g = ElasticGroup(host, port, member, timeout_s=timeout_s, check_every_s=CONTROL_S)
+        g = ElasticGroup(host, port, member, timeout_s=timeout_s, check_every_s=CONTROL_S, rendezvous_timeout_s=timeout_s)
         self.member = int(member)
         self._fault = dict(fault) if fault else None
         regroups = 0

@@ -129,6 +129,7 @@ class PlaneControl:
         return [decode_replica(self.store.queue_pop("replicas", False))
                 for _ in range(int(self.store.queue_len("replicas")))]
 
-    def wait_any(self, seconds: float) -> None:
-        """Sleep a little (the members run on their own)."""
-        time.sleep(seconds)
+    def close(self) -> None:
+        """Stop serving the store (the members are gone): its port and thread are released."""
+        self.store = None  # type: ignore[assignment]
+        self.coord.store = None  # type: ignore[assignment]

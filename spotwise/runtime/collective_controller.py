@@ -210,12 +210,29 @@ class CollectiveController(JobController):
 
     def _advance(self) -> None:
         """Lease the steps that end before the next market event, log them, then apply the event."""
-        if self.step < self.plane.lease:  # steps the members committed before a regroup: log them first
+        if self.step < self.plane.lease:  # a lease the members started with (a regroup's plan)
             self._pump(self.plane.lease)
+            if self.provider.iteration_driven and not self._dirty:
+                self._iteration_market()
             return
         if self._pending_ckpt is not None and self.step > self.last_ckpt_step:
             self._checkpoint(self._pending_ckpt)
         k = len(self.gen_members)
+        t_ev = self.provider.peek_time()
+        lease = self._lease_for(k)
+        if lease > self.step:
+            self.plane.set_lease(lease)
+            self._pump(lease)
+            if self.provider.iteration_driven and not self._dirty:
+                self._iteration_market()
+            return
+        if t_ev is None or t_ev >= self.market.horizon_s:
+            self.clock.advance_to(max(self.T, self.market.horizon_s))
+            return
+        self._market_event()
+
+    def _lease_for(self, k: int) -> int:
+        """The last step ``k`` members can commit before the market's next event (or the target)."""
         t_ev = self.provider.peek_time()
         limit = min(math.inf if t_ev is None else t_ev, self.market.horizon_s)
         target = self._target_step()
@@ -232,18 +249,9 @@ class CollectiveController(JobController):
                 lease += 1
                 i += 1
         if self.stop_after_samples is not None:
-            lease = min(lease, self.step + 1 + max(0, (self.stop_after_samples - self.counters.samples)
-                                                   // max(1, self.sync_strategy.samples_per_step(k, self.batch))))
-        if lease > self.step:
-            self.plane.set_lease(lease)
-            self._pump(lease)
-            if self.provider.iteration_driven and not self._dirty:
-                self._iteration_market()
-            return
-        if t_ev is None or t_ev >= self.market.horizon_s:
-            self.clock.advance_to(max(self.T, self.market.horizon_s))
-            return
-        self._market_event()
+            per_step = max(1, self.sync_strategy.samples_per_step(k, self.batch))
+            lease = min(lease, self.step + 1 + max(0, (self.stop_after_samples - self.counters.samples) // per_step))
+        return lease
 
     def _market_event(self) -> None:
         """Members wait at the lease: apply the next market event at its instant."""
@@ -450,19 +458,22 @@ class CollectiveController(JobController):
         ck = self.spec.outputs.checkpoint_every or 0
         rep = self.replica_every if not ck else math.gcd(self.replica_every, ck)
         committed = max(alive.values()) if alive else self.step
+        self._draws.clear()
+        self._step_end = max(self._step_end, self.T)
+        # the members may start on the next lease at once (no round trip after forming), unless
+        # they committed steps whose records are still to be logged
+        lease = self._lease_for(len(members)) if committed == self.step else committed
         plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=self.sync,
                     local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step,
                     eval_every=int(self.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
-                    lease=committed)
-        self.plane.reset_lease(committed)
+                    lease=lease)
+        self.plane.reset_lease(lease)
         self.plane.announce(plan, init)
         if not self.plane.formed(self.gen, len(members), self.plane.timeout_s + 2.0):
             self._mark(f"generation {self.gen} did not form")
         self._plan = plan
         self.gen_members = members
         self.regroups += 1
-        self._draws.clear()
-        self._step_end = max(self._step_end, self.T)
         ms = 1000.0 * (time.perf_counter() - t0)
         self._regroup_ms.append(ms)
         self.log.emit("regroup", gen=self.gen, members=members, source=source, survivors=sorted(alive),
@@ -520,6 +531,13 @@ class CollectiveController(JobController):
         self.sampler = EpochSampler.from_state(self.cursor.sampler_state())
         summary = super()._finish()
         return summary
+
+    def _shutdown(self) -> None:
+        try:
+            super()._shutdown()
+        finally:
+            self.runs.clear()
+            self.plane.close()
 
     def _summary_extra(self) -> dict[str, Any]:
         j = self._join_ms
