@@ -87,7 +87,6 @@ class ElasticGroup:
         self.gen: int | None = None
         self.members: list[int] = []
         self.pg: Any = None
-        self._retired: list[Any] = []
 
     @property
     def rank(self) -> int:
@@ -119,16 +118,17 @@ class ElasticGroup:
         pg, self.pg = self.pg, None
         if pg is None:
             return
-        self._retired.append(pg)
+        holder = [pg]  # the thread holds the only reference: the group is destroyed there too
+        del pg
 
         def _abort() -> None:
             try:
-                pg.abort()
+                holder[0].abort()
             except Exception:  # pragma: no cover - abort of a broken group is best effort
                 pass
+            holder.clear()  # the destructor (which may wait for a stuck collective) runs off the member's path
 
         threading.Thread(target=_abort, daemon=True, name=f"abort-g{self.gen}").start()
-        del self._retired[:-4]  # the last few only: older ones have timed out long since
 
     def _failed_flag(self) -> bool:
         return bool(self.store.check([f"fail/{self.gen}"]))

@@ -80,6 +80,9 @@ class Plan:
     #: the lease every member starts the generation with (then read from the store at the lease,
     #: which the coordinator raises only while every member waits there: all see the same value)
     lease: int = 0
+    #: whether members take the source's replica (a joiner, or a survivor a step behind); when
+    #: every member is a survivor at the committed step, their replicas are already the same
+    transfer: bool = True
     #: the last generation: the source sends its records and a final replica, and all leave
     stop: bool = False
 
@@ -156,18 +159,24 @@ class CollectiveMember:
         ``fault`` (tests): ``{"step": s, "action": "exit" | "stop"}`` -- at step ``s`` this process
         exits at once or freezes itself (SIGSTOP), as a revoked or hung VM would.
         """
-        g = ElasticGroup(host, port, member, timeout_s=timeout_s, check_every_s=CONTROL_S, rendezvous_timeout_s=timeout_s)
+        g = ElasticGroup(host, port, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
+                         rendezvous_timeout_s=timeout_s)
         self.member = int(member)
         self._fault = dict(fault) if fault else None
         regroups = 0
+        self._timing: dict[str, float] = {}
         while True:
+            self._timing["plan_wait"] = time.time()
             plan = self._wait_plan(g, gen)
+            self._timing["plan"] = time.time()
             if plan is None or self.member not in plan.members:
                 g.close()
                 return {"member": self.member, "step": self.step, "gen": gen, "left": True, "regroups": regroups}
             try:
                 self._form(g, plan)
+                self._timing["formed"] = time.time()
                 self._take_state(g, plan)
+                self._timing["state"] = time.time()
                 g.store.add(f"formed/{plan.gen}", 1)
                 if plan.stop:
                     if self.member == plan.leader:
@@ -178,6 +187,7 @@ class CollectiveMember:
                     return {"member": self.member, "step": self.step, "gen": gen, "left": False, "regroups": regroups}
                 self._train(g, plan)
             except GroupFailed:
+                self._timing = {"failed": time.time()}
                 g.report_alive(self.step)
                 regroups += 1
                 gen += 1
@@ -205,6 +215,8 @@ class CollectiveMember:
 
     def _take_state(self, g: ElasticGroup, plan: Plan) -> None:
         """Every member adopts the source's replica and cursor (or the coordinator's), whole or not at all."""
+        if plan.source >= 0 and not plan.transfer:
+            return
         if plan.source < 0:
             head, params = decode_replica(g.store.get(f"init/{plan.gen}"))
             self.replica.set_params(params)
@@ -246,9 +258,12 @@ class CollectiveMember:
             if leader and time.monotonic() >= next_ctl:
                 next_ctl = time.monotonic() + CONTROL_S
                 self._serve_want(g)
+            if first:
+                self._timing["step_start"] = time.time()
             rec = step_fn(g, plan)
             if first:
                 rec["first_of_gen"] = True
+                rec["timing"] = dict(self._timing)
                 first = False
             if leader:
                 if plan.replica_every and self.step % plan.replica_every == 0:

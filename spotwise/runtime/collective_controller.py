@@ -153,9 +153,12 @@ class CollectiveController(JobController):
         self._mark(f"member {w} {reason}")
 
     def _handle_market(self, ev: Any) -> None:
-        if ev.kind == "available" and ev.worker < self.provisioned and ev.worker not in self.members:
-            self._join_started[ev.worker] = time.time()
+        joining = ev.kind == "available" and ev.worker < self.provisioned and ev.worker not in self.members
         super()._handle_market(ev)
+        if joining and ev.worker in self.members:
+            # join latency: from the new worker's process being up (a standby actor, or a fresh one
+            # once started) to the first step it contributes to
+            self._join_started[ev.worker] = time.time()
 
     def _mark(self, why: str) -> None:
         if not self._dirty:
@@ -325,9 +328,11 @@ class CollectiveController(JobController):
     def _log_step(self, rec: dict[str, Any]) -> None:
         """One committed step (the members' record): time, counters, event, evaluation, policies, checkpoint."""
         k = int(rec["k"])
-        d = self._draws.pop(0)[1] if self._draws and self._draws[0][0] == k else self._draw_round(k, rec.get("strategy", self.sync))
-        if self._draws and self._draws[0][0] != k:
+        if self._draws and self._draws[0][0] == k:
+            d = self._draws.pop(0)[1]
+        else:  # not the membership the draws were made for: draw afresh
             self._draws.clear()
+            d = self._draw_round(k, rec.get("strategy", self.sync))
         self._step_end = max(self._step_end, self.T) + d
         self._drain_market_before(self._step_end)
         self.clock.advance_to(self._step_end)
@@ -357,6 +362,7 @@ class CollectiveController(JobController):
                       lr=self.lr, sync=rec.get("strategy", self.sync), duration=duration, cost=self.cost_so_far(),
                       epoch=self.cursor.epoch, pos=self.cursor.pos, retries=0, contributions=k, lost=0, staleness=0,
                       recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
+                      **({"timing": rec["timing"]} if rec.get("timing") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
         self.lost_since_commit = 0
         self._commits += 1
@@ -426,6 +432,7 @@ class CollectiveController(JobController):
     def _regroup(self) -> None:
         """End the current generation and form the next (module docstring)."""
         t0 = time.perf_counter()
+        t_alive = t0
         why = self._why
         self._dirty = False
         survivors = [w for w in self.gen_members if w in self.members]
@@ -433,6 +440,7 @@ class CollectiveController(JobController):
         if self.gen >= 0:
             self.plane.fail(self.gen, why)
             alive = self.plane.alive(self.gen, survivors, self.plane.timeout_s + 2.0)
+            t_alive = time.perf_counter()
             for w in survivors:
                 if w not in alive:
                     self._drop_member(w, "node-lost")  # frozen or dead: it did not answer
@@ -458,19 +466,23 @@ class CollectiveController(JobController):
         ck = self.spec.outputs.checkpoint_every or 0
         rep = self.replica_every if not ck else math.gcd(self.replica_every, ck)
         committed = max(alive.values()) if alive else self.step
-        self._draws.clear()
+        k_old = len(self._plan.members) if self._plan is not None else len(members)
         self._step_end = max(self._step_end, self.T)
-        # the members may start on the next lease at once (no round trip after forming), unless
-        # they committed steps whose records are still to be logged
-        lease = self._lease_for(len(members)) if committed == self.step else committed
+        # steps the old generation committed whose records are still to come, then the new
+        # generation's: the members start on the next lease at once (no round trip after forming)
+        self._draws = [(k_old, self._draw_round(k_old, self.sync)) for _ in range(max(0, committed - self.step))]
+        lease = max(committed, self._lease_for(len(members)))
+        transfer = source < 0 or any(w not in alive or alive[w] != committed for w in members)
         plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=self.sync,
                     local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step,
                     eval_every=int(self.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
-                    lease=lease)
+                    lease=lease, transfer=transfer)
         self.plane.reset_lease(lease)
         self.plane.announce(plan, init)
+        t_announce = time.perf_counter()
         if not self.plane.formed(self.gen, len(members), self.plane.timeout_s + 2.0):
             self._mark(f"generation {self.gen} did not form")
+        t_formed = time.perf_counter()
         self._plan = plan
         self.gen_members = members
         self.regroups += 1
@@ -478,7 +490,9 @@ class CollectiveController(JobController):
         self._regroup_ms.append(ms)
         self.log.emit("regroup", gen=self.gen, members=members, source=source, survivors=sorted(alive),
                       joiners=[w for w in members if w not in alive], committed=max(alive.values()) if alive else self.step,
-                      reason=why, ms=ms, sync=self.sync)
+                      reason=why, ms=ms, sync=self.sync,
+                      alive_ms=1000.0 * (t_alive - t0) if self.gen > 0 and alive else None,
+                      form_ms=1000.0 * (t_formed - t_announce))
 
     def _rollback(self) -> None:
         """Every member was lost at once: continue from the controller's newest replica (logged)."""
