@@ -461,8 +461,14 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
         measured.append(f"iterations for loss {spec.target.loss:g}: J = phi^-1(eps) = {J} (Corollary 2, E[1/y] = 1/{n})")
     else:
         J = int(spec.target.iterations or 1)
+        if spec.cluster.sync == "sma":
+            J *= int(spec.cluster.local_steps)  # an S-MA step holds local_steps mini-batches per worker
         eps = float(error_bound(J, error_model, inv_n)) * (1 + 1e-9)
         assumed.append(f"target error eps = the Thm 1 bound after J = {J} iterations with all {n} workers ({eps:.4g})")
+    if spec.cluster.sync == "sma":
+        assumed.append(f"sync sma planned as S-SGD over the same mini-batches ({spec.cluster.local_steps} per worker "
+                       f"per step): time an upper bound (S-MA waits once per {spec.cluster.local_steps} mini-batches), "
+                       "error S-SGD's Thm 1 bound")
     ER = runtime.expected(n, _sync(spec), _n_sync(spec))
     setup, m_sv, a_sv = _serverless_setup(sv_src, market.catalog if sv_catalog is None else sv_catalog,
                                           market.instance if sv_spec is None else sv_vm)
@@ -505,7 +511,10 @@ def _sync(spec: JobSpec) -> str:
     """The runtime model's sync mode; the asynchronous PS is N-batch-sync with N = 1 (one update per mini-batch)."""
     return {"full": "full", "n-sync": "n-sync", "n-batch": "n-batch", "async": "n-batch",
             # a serverless spec's VM rows run fully-synchronous (its functions are priced by spotwise.planner.serverless)
-            "bsp": "full", "ssp": "full", "isp": "full"}[spec.cluster.sync]
+            "bsp": "full", "ssp": "full", "isp": "full",
+            # the collective plane: S-SGD is fully synchronous; S-MA is planned as fully synchronous
+            # per mini-batch (an upper bound on its time: it waits once per local_steps mini-batches)
+            "ssgd": "full", "sma": "full"}[spec.cluster.sync]
 
 
 def _n_sync(spec: JobSpec) -> int | None:
