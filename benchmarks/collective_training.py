@@ -135,8 +135,8 @@ def fig6_once(variant: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
     if variant == "sma":
         over["cluster__sync"] = "sma"
     if variant == "switch":
-        over["policies"] = [{"name": "strategy-switch", "strategies": ["ssgd", "sma"], "window_s": args.window,
-                             "min_interval_s": 4 * args.window}]
+        over["policies"] = [{"name": "strategy-switch", "params": {"strategies": ["ssgd", "sma"], "window_s": args.window,
+                                                                   "min_interval_s": 4 * args.window}}]
     spec = make_spec(**over)
     rev = growth_script(args.workers, args.every, args.seed, args.revocations, args.every * args.workers * 2)
     out = tmp / f"fig6-{variant}-{time.monotonic_ns()}"

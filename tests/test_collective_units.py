@@ -153,3 +153,11 @@ def test_config_of_the_collective_plane() -> None:
         spec_with(BASE, cluster__sync="sma", cluster__local_steps=0)
     with pytest.raises(InputError):
         spec_with(BASE, cluster__group_timeout_s=0)
+
+
+def test_a_collective_spec_with_the_strategy_switch_between_its_strategies() -> None:
+    from spotwise.policies import make_policies
+
+    spec = spec_with(BASE, policies=[{"name": "strategy-switch", "params": {"strategies": ["ssgd", "sma"]}}])
+    (policy,) = make_policies(spec.policies)
+    assert policy.strategies == ("ssgd", "sma")

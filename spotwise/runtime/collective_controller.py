@@ -94,7 +94,7 @@ class CollectiveController(JobController):
         #: a checkpoint asked for between two leases (a notice, a policy): taken at the next lease
         self._pending_ckpt: str | None = None
         self._cum_samples: dict[int, int] = {}
-        #: join latency: capacity available (wall, epoch seconds) per joining slot, and measured ms
+        #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
         self._join_ms: list[float] = []
         self.rolled_back_steps = 0
