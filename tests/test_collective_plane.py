@@ -184,3 +184,54 @@ def test_cli_runs_a_collective_spec_and_refuses_a_ray_address(ray_session: Any, 
     assert summary["steps"] == 6 and summary["extra"]["data_plane"] == "collective"
     code, out, err = cli("run", str(path), "--out", str(tmp_path / "run2"), "--ray-address", "127.0.0.1:1")
     assert code == 2 and "collective data plane" in err
+
+
+@pytest.mark.slow
+def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path) -> None:
+    """kill -9 of the controller (its members die with it): `run --resume` continues from the newest
+    checkpoint, losing at most the steps since it, and the log's step counter goes back only there."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    d = json.loads(json.dumps(BASE))
+    d["target"]["iterations"] = 2000
+    d["outputs"] = {"checkpoint_every": 50, "plots": False}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(d))
+    out = tmp_path / "run"
+    exe = str(Path(sys.executable).with_name("spotwise"))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.Popen([exe, "run", str(path), "--out", str(out), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    killed_at = None
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+        ev = out / "events.jsonl"
+        if ev.exists():
+            lines = [json.loads(x) for x in ev.read_text().splitlines() if '"kind":"checkpoint"' in x and x.endswith("}")]
+            if len(lines) >= 3:
+                proc.send_signal(signal.SIGKILL)
+                killed_at = time.monotonic()
+                break
+    proc.wait(timeout=30)
+    assert killed_at is not None, f"the run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
+    res = subprocess.run([exe, "run", "--resume", str(out), "--json"], capture_output=True, text=True, env=env, timeout=200)
+    assert res.returncode == 0, res.stderr
+    summary = json.loads(res.stdout)
+    assert summary["steps"] == 2000 and summary["status"] == "completed"
+    events = list(read_events(out / "events.jsonl"))
+    (restore,) = [e for e in events if e["kind"] == "restore"]
+    i = events.index(restore)
+    before = [e["step"] for e in events[:i] if e["kind"] == "step"]
+    after = [e["step"] for e in events[i:] if e["kind"] == "step"]
+    ckpts = [e["step"] for e in events[:i] if e["kind"] == "checkpoint"]
+    assert restore["step"] == max(ckpts) and before == list(range(1, len(before) + 1))
+    assert after == list(range(restore["step"] + 1, 2001))
+    assert len(before) - restore["step"] < 50 + 50, "at most the steps since the last checkpoint (and a flush) are lost"
+    kept = [e["samples"] for e in events[:i] if e["kind"] == "step" and e["step"] <= restore["step"]]
+    redone = [e["samples"] for e in events[i:] if e["kind"] == "step"]
+    assert summary["extra"]["samples"] == sum(kept) + sum(redone)

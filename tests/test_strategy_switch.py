@@ -79,3 +79,17 @@ def test_switches_between_collective_strategies():
     rows = history([(600, 1, 0.1), (300, 8, 0.4)], 0)
     d = StrategySwitch(strategies=("ssgd", "sma"), window_s=10, min_interval_s=30).decide(obs(rows[-1][1], sync="ssgd", rows=rows))
     assert len(d) == 1 and d[0].sync == "sma"
+
+
+def test_the_reference_after_a_switch_is_the_new_strategy_s_own_best():
+    """No oscillation: after S-SGD -> S-MA at 25 %, S-MA holding its own throughput stays, even far
+    below S-SGD's single-worker best; it leaves only when it degrades against itself."""
+    p = StrategySwitch(strategies=("ssgd", "sma"), window_s=10, min_interval_s=30)
+    rows = history([(600, 1, 0.1), (300, 8, 0.4)], 0)
+    t = rows[-1][1]
+    steady = rows + [(len(rows) + i, t + 0.4 * (i + 1), 0.01, 8) for i in range(300)]
+    assert p.decide(obs(steady[-1][1], sync="sma", rows=steady, last=t)) == []
+    t2 = steady[-1][1]
+    worse = steady + [(len(steady) + i, t2 + 1.5 * (i + 1), 0.01, 8) for i in range(60)]
+    d = p.decide(obs(worse[-1][1], sync="sma", rows=worse, last=t))
+    assert len(d) == 1 and d[0].sync == "ssgd"

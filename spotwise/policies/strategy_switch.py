@@ -9,8 +9,8 @@ worker are samples per dollar up to the price.
 
 :class:`StrategySwitch` is that rule as a pure :class:`~spotwise.policies.base.Policy`.  It
 measures, from the committed steps only, the per-worker throughput in sliding windows of
-``window_s`` seconds; the reference is the best window measured so far in the run; when the latest
-window falls below ``threshold`` x the reference it emits :class:`~spotwise.policies.base.SwitchSync`
+``window_s`` seconds; the reference is the best window measured under the current strategy; when
+the latest window falls below ``threshold`` x the reference it emits :class:`~spotwise.policies.base.SwitchSync`
 to the next strategy of ``strategies`` (ordered from accuracy- to network-friendly; after the last
 it goes back to the first).  It waits ``min_interval_s`` after a switch before judging again
 (the new strategy gets its own windows), so it cannot oscillate faster than that.
@@ -26,8 +26,11 @@ What it reads from :attr:`Observation.extra` (nothing else):
     strategy's.
 
 Paper's: the 40% threshold, the direction (accuracy- to network-friendly as throughput drops).
-Ours: the sliding window, the reference (best window so far; the paper's baseline is the
-single-worker throughput it started from), the hold-off between switches and the way back.
+Ours: the sliding window, the reference (the best window measured under the current strategy:
+since the run's start for the first one -- the paper's baseline is the single-worker throughput
+it started from -- and since its switch for the others, so a strategy is left only when it
+degrades against itself and two strategies cannot take turns), the hold-off between switches and
+the way back (after the last strategy, the first).
 """
 
 from __future__ import annotations
@@ -98,10 +101,15 @@ class StrategySwitch(Policy):
         windows = window_throughputs(rows, self.window_s)
         if len(windows) < 2:
             return []
-        best = max(v for _, v in windows)
         current_rows = [r for r in rows if last is None or float(r[1]) >= float(last)]
         now = window_throughputs(current_rows, self.window_s)
-        if not now or best <= 0:
+        if not now or (last is not None and len(now) < 2):
+            return []
+        # the reference: the best window of the current strategy (since its switch), so a strategy
+        # is left only when it degrades against itself -- never an oscillation between strategies
+        # that cannot match the first one's few-worker throughput
+        best = max(v for _, v in (now if last is not None else windows))
+        if best <= 0:
             return []
         current = now[-1][1]
         if current >= self.threshold * best:
