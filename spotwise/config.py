@@ -26,14 +26,14 @@ from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
 from spotwise.specload import Duration, build, to_plain
 
-SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma"]
+SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
 ClusterKind = Literal["vm", "serverless"]
 DataPlane = Literal["ps", "collective"]
 #: sync modes of each cluster kind: the parameter-server modes on VMs, MLLess's on functions
 VM_SYNC_MODES = ("full", "n-sync", "n-batch", "async")
 SERVERLESS_SYNC_MODES = ("bsp", "ssp", "isp")
 #: sync modes of the collective data plane (Spotnik, papers/001_30a454edd897cf47.txt Sec. 3.3)
-COLLECTIVE_SYNC_MODES = ("ssgd", "sma")
+COLLECTIVE_SYNC_MODES = ("ssgd", "sma", "adpsgd")
 SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
 BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10")
 SyntheticKind = Literal["uniform", "gaussian", "markov", "constant"]
@@ -229,7 +229,8 @@ class ClusterSpec:
             if self.sync not in COLLECTIVE_SYNC_MODES:
                 raise InputError(f"sync {self.sync!r} is a parameter-server mode",
                                  f"the collective data plane syncs with one of {', '.join(COLLECTIVE_SYNC_MODES)} "
-                                 "(ssgd: all-reduced gradients; sma: model averaging every local_steps)", "sync")
+                                 "(ssgd: all-reduced gradients; sma: model averaging every local_steps; adpsgd: pairwise "
+                                 "gossip averaging)", "sync")
             _positive(self.group_timeout_s, "group_timeout_s", "seconds after which a frozen peer fails a collective, e.g. 5")
             _positive(self.replica_every, "replica_every", "steps between parameter copies sent to the coordinator, e.g. 20")
         elif self.sync in COLLECTIVE_SYNC_MODES:

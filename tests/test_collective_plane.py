@@ -3,7 +3,8 @@
 Every run here is real: member processes are Ray actors holding replicas, the all-reduce is
 gloo over loopback, revocations kill the member processes (at a random point of a step), a
 frozen member is SIGSTOP'd.  Asserted: equivalence with single-process SGD, that every strategy
-learns through random revocations, 75 % at once and all at once, that no committed step is lost
+(S-SGD, S-MA, AD-PSGD) learns through random revocations, 75 % at once and all at once, that no
+committed step is lost
 (a loss of *every* member rolls back at most ``replica_every`` steps, logged), the sampler
 guarantee over the committed history, no hang with a frozen peer, an atomic strategy switch, and
 an exact resume.
@@ -113,7 +114,7 @@ def test_collective_ssgd_equals_single_process_sgd_and_resumes_exactly(ray_sessi
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sync", ["ssgd", "sma"])
+@pytest.mark.parametrize("sync", ["ssgd", "sma", "adpsgd"])
 def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(ray_session: Any, tmp_path: Path,
                                                                                 sync: str) -> None:
     spec = make_spec(cluster__workers=4, cluster__sync=sync, cluster__local_steps=2, cluster__standby=2, target__iterations=60, workload__eval_every=20)
@@ -155,7 +156,7 @@ def test_a_crashed_member_is_replaced_and_a_strategy_switch_is_atomic(ray_sessio
     spec = make_spec(target__iterations=14, cluster__standby=1)
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     coord = CollectiveController(spec, tmp_path / "run", market=market, faults={2: {"step": 3, "action": "exit"}})
-    coord.policies.append(SwitchAt(at=6, to="sma"))
+    coord.policies.append(SwitchAt(at=6, to="adpsgd"))
     coord.policies.append(SwitchAt(at=6, to="async"))  # a PS mode: refused, not acted on
     summary = coord.run()
     out = tmp_path / "run"
@@ -163,10 +164,10 @@ def test_a_crashed_member_is_replaced_and_a_strategy_switch_is_atomic(ray_sessio
     history = committed_history(out)
     assert [e["step"] for e in history] == list(range(1, 15))
     syncs = [e["sync"] for e in history]
-    k = syncs.index("sma")
-    assert set(syncs[:k]) == {"ssgd"} and set(syncs[k:]) == {"sma"}, "every member switched at the same step"
+    k = syncs.index("adpsgd")
+    assert set(syncs[:k]) == {"ssgd"} and set(syncs[k:]) == {"adpsgd"}, "every member switched at the same step"
     decisions = list(read_events(out / "events.jsonl", kinds=["decision"]))
-    assert any(d["acted"] and "sma" in d["decision"] for d in decisions)
+    assert any(d["acted"] and "adpsgd" in d["decision"] for d in decisions)
     assert any(not d["acted"] and "not a strategy of the collective" in d.get("not_acted", "") for d in decisions)
     assert any(r["reason"] == "node-lost" for r in read_events(out / "events.jsonl", kinds=["revoke"]))
     assert summary.extra["samples"] == sum(e["samples"] for e in history)

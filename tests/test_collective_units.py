@@ -9,11 +9,11 @@ import pytest
 import torch
 from _specs import spec_with
 
-from spotwise.collective.member import Plan, decode_replica, encode_replica
+from spotwise.collective.member import Plan, decode_replica, encode_replica, gossip_partner
 from spotwise.collective.replica import DataCursor, Replica
 from spotwise.errors import InputError
 from spotwise.runtime.sampler import EpochSampler
-from spotwise.runtime.sync import SMA, SSGD, FullSync, make_sync
+from spotwise.runtime.sync import ADPSGD, SMA, SSGD, FullSync, make_sync
 from spotwise.theory.runtime import MiniBatchTimeLaw
 from spotwise.workloads.params import flat_grad, flat_params, set_flat_params
 from spotwise.workloads.registry import make_workload
@@ -161,3 +161,22 @@ def test_a_collective_spec_with_the_strategy_switch_between_its_strategies() -> 
     spec = spec_with(BASE, policies=[{"name": "strategy-switch", "params": {"strategies": ["ssgd", "sma"]}}])
     (policy,) = make_policies(spec.policies)
     assert policy.strategies == ("ssgd", "sma")
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 8])
+def test_gossip_partners_are_a_perfect_matching_every_member_agrees_on(k: int) -> None:
+    for step in range(20):
+        partners = [gossip_partner(3, step, k, r) for r in range(k)]
+        for r, p in enumerate(partners):
+            assert p is None or (p != r and partners[p] == r)
+        assert sum(p is None for p in partners) == k % 2
+    # the pairs change from step to step (gossip mixes every replica with every other)
+    assert len({tuple(gossip_partner(3, s, 8, r) for r in range(8)) for s in range(20)}) > 5
+
+
+def test_adpsgd_waits_for_a_pair_not_for_everyone() -> None:
+    law = MiniBatchTimeLaw(1.0, 1.0)
+    assert make_sync("adpsgd") == ADPSGD()
+    assert ADPSGD().expected_round_s(law, 8, 0.1) == pytest.approx(law.order_stat_mean(2, 2) + 0.1)
+    assert ADPSGD().expected_round_s(law, 8) < SSGD().expected_round_s(law, 8)
+    assert ADPSGD().expected_round_s(law, 1) == pytest.approx(1.0)

@@ -167,6 +167,24 @@ class ElasticGroup:
         self._check()
         self._wait(self.pg.allreduce([tensor]))
 
+    def exchange(self, send: torch.Tensor, recv: torch.Tensor, peer_member: int, tag: int) -> None:
+        """Send ``send`` to ``peer_member`` and receive its tensor into ``recv`` (a pairwise exchange:
+        only the two members wait for each other); :class:`GroupFailed` on a failure."""
+        self._check()
+        peer = self.members.index(int(peer_member))
+        out = self.pg.send([send], peer, int(tag))
+        into = self.pg.recv([recv], peer, int(tag))
+        # gloo closes a pair whose send/recv wait times out, so these are not waited for in poll
+        # slices: one wait of the group's timeout.  A coordinator's abort still reaches a member
+        # waiting here: its partner aborts its group, which closes the connection.
+        for work in (out, into):
+            try:
+                work.wait(timedelta(seconds=self.timeout_s))
+            except RuntimeError as e:
+                self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
+                self.abandon()
+                raise GroupFailed(str(e)) from None
+
     def broadcast(self, tensor: torch.Tensor, root_member: int) -> None:
         """Overwrite ``tensor`` everywhere with ``root_member``'s (a joiner's parameters)."""
         self._check()

@@ -16,6 +16,14 @@ the leader pushes, and flags a generation failed to change it.
   ``(n_i g_i, n_i loss_i, n_i)``; every replica applies the same sample-weighted mean.
 * ``sma`` -- synchronous model averaging: each member takes ``local_steps`` local SGD steps on
   its own mini-batches, then one all-reduce averages the replicas (weighted by samples).
+* ``adpsgd`` -- asynchronous decentralised SGD: each member averages its replica with one partner
+  per step (a seeded perfect matching) and applies its own gradient; only pairs wait for each
+  other.  Every ``BARRIER_EVERY`` steps (and at the lease) a one-element all-reduce is the commit
+  point: each member keeps its replica there and sends its records; the coordinator logs a step
+  once every member's record of it arrived.  After a failure every survivor goes back to its
+  replica at the last barrier any survivor completed (all members entered it, so all hold it)
+  and the members average those replicas (``Plan.reconcile = "snapshot"``); a revoked member's
+  replica is lost with it, as in AD-PSGD, whatever it had mixed into its partners' stays.
 
 **Atomic commit** (Sec. 3.2, "Atomic worker state update").  A member changes its replica only
 once the step's all-reduce has completed (S-MA: it keeps the round's starting replica and puts it
@@ -51,7 +59,9 @@ from spotwise.collective.group import ElasticGroup, GroupFailed
 from spotwise.collective.replica import DataCursor, Replica
 
 #: strategies a member runs (``cluster.sync`` on the collective plane)
-STRATEGIES = ("ssgd", "sma")
+STRATEGIES = ("ssgd", "sma", "adpsgd")
+#: AD-PSGD: steps between two barriers (a one-element all-reduce): the commit points of its steps
+BARRIER_EVERY = 8
 #: a step number no job reaches (no target)
 NO_LIMIT = 2**62
 #: the leader sends its records at most this often while steps run (seconds)
@@ -83,6 +93,12 @@ class Plan:
     #: whether members take the source's replica (a joiner, or a survivor a step behind); when
     #: every member is a survivor at the committed step, their replicas are already the same
     transfer: bool = True
+    #: how the members take their state: "roll-forward" (the source's replica: S-SGD and S-MA, whose
+    #: replicas agree at a committed step) or "snapshot" (the previous generation ran AD-PSGD, whose
+    #: replicas differ: every survivor goes back to its replica at the last completed barrier
+    #: ``rollback_to`` and the members average them)
+    reconcile: str = "roll-forward"
+    rollback_to: int = 0
     #: the last generation: the source sends its records and a final replica, and all leave
     stop: bool = False
 
@@ -95,6 +111,8 @@ class Plan:
             raise ValueError(f"the source {self.source} is not a member of {self.members}")
         if self.local_steps < 1 or self.batch < 1:
             raise ValueError("local_steps and batch must be >= 1")
+        if self.reconcile not in ("roll-forward", "snapshot"):
+            raise ValueError(f"unknown reconcile {self.reconcile!r}")
 
     @property
     def leader(self) -> int:
@@ -108,6 +126,17 @@ class Plan:
         d = json.loads(text)
         d["members"] = tuple(sorted(int(m) for m in d["members"]))
         return cls(**d)
+
+
+def gossip_partner(gen: int, step: int, k: int, rank: int) -> int | None:
+    """``rank``'s partner at ``step`` of generation ``gen``: a perfect matching drawn from a generator
+    seeded by ``(gen, step)``, the same on every member (with ``k`` odd one rank sits out)."""
+    if k < 2:
+        return None
+    perm = np.random.default_rng([int(gen), int(step)]).permutation(k)
+    i = int(np.flatnonzero(perm == rank)[0])
+    j = i + 1 if i % 2 == 0 else i - 1
+    return int(perm[j]) if j < k else None
 
 
 def encode_replica(header: dict[str, Any], params: np.ndarray) -> bytes:
@@ -138,6 +167,11 @@ class CollectiveMember:
         self._records: deque[dict[str, Any]] = deque(maxlen=4096)
         self._sent = 0
         self._want_served = 0
+        #: AD-PSGD: the last barrier this member completed, and its replicas at the last two barriers
+        #: it entered (step -> (epoch, pos, parameters))
+        self._barrier_done = 0
+        self._snaps: dict[int, tuple[int, int, torch.Tensor]] = {}
+        self._strategy = "ssgd"
 
     # ------------------------------------------------------------------ actor plumbing
     def ready(self) -> dict[str, Any]:
@@ -176,6 +210,9 @@ class CollectiveMember:
                 self._form(g, plan)
                 self._timing["formed"] = time.time()
                 self._take_state(g, plan)
+                self._strategy = plan.strategy
+                self._barrier_done = self.step  # every member holds the same state: a barrier
+                self._snaps = {self.step: (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())}
                 self._timing["state"] = time.time()
                 g.store.add(f"formed/{plan.gen}", 1)
                 if plan.stop:
@@ -188,7 +225,9 @@ class CollectiveMember:
                 self._train(g, plan)
             except GroupFailed:
                 self._timing = {"failed": time.time()}
-                g.report_alive(self.step)
+                # S-SGD / S-MA: the last step this member committed (the coordinator rolls forward);
+                # AD-PSGD: the last barrier it completed (the coordinator rolls back to it)
+                g.report_alive(self._barrier_done if self._strategy == "adpsgd" else self.step)
                 regroups += 1
                 gen += 1
 
@@ -215,6 +254,9 @@ class CollectiveMember:
 
     def _take_state(self, g: ElasticGroup, plan: Plan) -> None:
         """Every member adopts the source's replica and cursor (or the coordinator's), whole or not at all."""
+        if plan.source >= 0 and plan.reconcile == "snapshot":
+            self._average_snapshots(g, plan)
+            return
         if plan.source >= 0 and not plan.transfer:
             return
         if plan.source < 0:
@@ -230,7 +272,24 @@ class CollectiveMember:
             self.replica.flat.copy_(vec)
             self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
 
+    def _average_snapshots(self, g: ElasticGroup, plan: Plan) -> None:
+        """After AD-PSGD: survivors go back to their replica at the barrier ``rollback_to`` and every
+        member takes the average of those replicas (joiners, holding none, weigh 0)."""
+        rep = self.replica
+        snap = self._snaps.get(plan.rollback_to)
+        buf = torch.zeros(rep.P + 1)
+        if snap is not None:
+            buf[: rep.P].copy_(snap[2])
+            buf[rep.P] = 1.0
+        g.allreduce(buf)
+        prog = torch.tensor([plan.rollback_to, *(snap[:2] if snap is not None else (0, 0))], dtype=torch.float64)
+        g.broadcast(prog, plan.source)  # the source is a survivor: it has the barrier's cursor
+        rep.flat.copy_(buf[: rep.P]).div_(float(buf[rep.P]))
+        self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
+
     def _adopt(self, step: int, epoch: int, pos: int) -> None:
+        if any(r["step"] > step for r in self._records):  # records of steps rolled back
+            self._records = deque((r for r in self._records if r["step"] <= step), maxlen=self._records.maxlen)
         self.step = step
         self.cursor.epoch, self.cursor.pos = epoch, pos
 
@@ -244,13 +303,19 @@ class CollectiveMember:
         lease = plan.lease
         next_flush = time.monotonic() + FLUSH_S
         next_ctl = time.monotonic() + CONTROL_S
-        step_fn = self._ssgd_step if plan.strategy == "ssgd" else self._sma_step
+        step_fn = {"ssgd": self._ssgd_step, "sma": self._sma_step, "adpsgd": self._adpsgd_step}[plan.strategy]
+        gossip = plan.strategy == "adpsgd"
+        if gossip:
+            self._sent = self.step  # the steps up to here were sent at their barriers
         first = True
         while True:
             if self.step >= lease or self.step >= plan.max_step:
-                g.allreduce(torch.ones(1))  # every member reached this step: its records are final
-                if leader:
-                    self._send_records(g, self._sent, self.step)
+                if gossip:
+                    self._barrier(g)  # every member sends its own records, after the barrier
+                else:
+                    g.allreduce(torch.ones(1))  # every member reached this step: its records are final
+                    if leader:
+                        self._send_records(g, self._sent, self.step)
                 lease = self._wait_lease(g, plan, leader)
                 continue
             if self._fault and self.step == int(self._fault["step"]):
@@ -271,6 +336,10 @@ class CollectiveMember:
                 if plan.eval_every and self.step % plan.eval_every == 0:
                     rec["eval"] = self.replica.evaluate()
             self._records.append(rec)
+            if gossip:
+                if self.step % BARRIER_EVERY == 0:
+                    self._barrier(g)
+                continue
             if leader and time.monotonic() >= next_flush:
                 next_flush = time.monotonic() + FLUSH_S
                 self._send_records(g, self._sent, self.step - 1)  # the step before this one is everyone's
@@ -317,6 +386,36 @@ class CollectiveMember:
         samples = self.cursor.advance(H * k, b)
         self.step += 1
         return self._record(plan, loss, samples)
+
+    def _adpsgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
+        """AD-PSGD (Lian et al. 2018, Spotnik's ref. [28]): the gradient at this replica, a pairwise
+        average with this step's partner (a seeded perfect matching), then the step:
+        ``x <- (x + x_partner) / 2 - lr g(x)``.  Only the pair waits for each other."""
+        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
+        rep = self.replica
+        loss, n = rep.gradient(self.cursor.block(r, b))
+        partner = gossip_partner(plan.gen, self.step, k, r)
+        if partner is not None:
+            peer = torch.empty(rep.P)
+            g.exchange(rep.flat.clone(), peer, plan.members[partner], tag=self.step % 32768)
+            rep.flat.add_(peer).mul_(0.5)
+        if n:
+            rep.sgd(rep.buf[: rep.P], n, plan.lr)
+        samples = self.cursor.advance(k, b)
+        self.step += 1
+        rec = self._record(plan, loss if n else float("nan"), samples)
+        rec.update(member=self.member, n=n)
+        return rec
+
+    def _barrier(self, g: ElasticGroup) -> None:
+        """AD-PSGD's commit point: keep this replica, all-reduce one element; every member then
+        sends its own records up to here (the coordinator combines them)."""
+        self._snaps[self.step] = (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())
+        for s in sorted(self._snaps)[:-2]:
+            del self._snaps[s]
+        g.allreduce(torch.ones(1))
+        self._barrier_done = self.step
+        self._send_records(g, self._sent, self.step)
 
     # ------------------------------------------------------------------ talking to the coordinator
     def _wait_lease(self, g: ElasticGroup, plan: Plan, leader: bool) -> int:

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from spotwise.collective.member import NO_LIMIT, Plan
+from spotwise.collective.member import BARRIER_EVERY, NO_LIMIT, Plan
 from spotwise.collective.plane import CollectiveCompute, PlaneControl
 from spotwise.collective.replica import DataCursor
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
@@ -97,6 +97,8 @@ class CollectiveController(JobController):
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
         self._join_ms: list[float] = []
+        #: AD-PSGD: member records of steps not yet whole (step -> member -> record)
+        self._partial: dict[int, dict[int, dict[str, Any]]] = {}
         self.rolled_back_steps = 0
         self.regroups = 0
         self._regroup_ms: list[float] = []
@@ -121,7 +123,28 @@ class CollectiveController(JobController):
         return make_sync(self.sync, self.local_steps if self.sync == "sma" else self.sync_n)
 
     def _draw_round(self, k: int, strategy: str) -> float:
-        """Virtual seconds of one committed step with ``k`` members (module docstring)."""
+        """Virtual seconds of one committed step with ``k`` members (module docstring).
+
+        AD-PSGD: each member waits only for its partner of the step; over the ``BARRIER_EVERY``
+        steps between two barriers a member's time is the sum of its pairs' slower mini-batches
+        (plus ``Delta`` per exchange), and the barrier waits for the slowest member: a step is that
+        window's time over its steps.
+        """
+        if strategy == "adpsgd":
+            if k < 2:
+                return float(self.time_law.draw(self.dur_rng)) + self.commit_overhead_s
+            draws = self.time_law.draw(self.dur_rng, (BARRIER_EVERY, k))
+            per_member = np.zeros(k)
+            for h in range(BARRIER_EVERY):
+                perm = self.dur_rng.permutation(k)
+                pair = np.empty(k)
+                for i in range(0, k - 1, 2):
+                    a, b = perm[i], perm[i + 1]
+                    pair[a] = pair[b] = max(draws[h, a], draws[h, b])
+                if k % 2:
+                    pair[perm[-1]] = draws[h, perm[-1]]
+                per_member += pair
+            return float(per_member.max()) / BARRIER_EVERY + self.commit_overhead_s
         per = self.local_steps if strategy == "sma" else 1
         draws = self.time_law.draw(self.dur_rng, (k, per))
         return float(np.max(np.sum(draws, axis=1))) + self.commit_overhead_s
@@ -307,10 +330,47 @@ class CollectiveController(JobController):
                 self._drop_member(w, "node-lost")
 
     # ================================================================== records and replicas
+    def _gossip_records(self, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """AD-PSGD: every member sends its own records; a step is whole once all its members' are in."""
+        out = [r for r in recs if "member" not in r]
+        for r in recs:
+            if "member" in r and int(r["step"]) > self.step:
+                self._partial.setdefault(int(r["step"]), {})[int(r["member"])] = r
+        for s in sorted(self._partial):
+            parts = self._partial[s]
+            if len(parts) < int(next(iter(parts.values()))["k"]):
+                break
+            out.append(self._combine(self._partial.pop(s)))
+        return out
+
+    @staticmethod
+    def _combine(parts: dict[int, dict[str, Any]], partial: bool = False) -> dict[str, Any]:
+        """One step's record from its members' records (loss weighted by their samples)."""
+        rs = list(parts.values())
+        n = [int(r.get("n", 0)) for r in rs]
+        losses = [(float(r["loss"]), m) for r, m in zip(rs, n) if m and math.isfinite(float(r["loss"]))]
+        tot = sum(m for _, m in losses)
+        rec = dict(rs[0])
+        rec.pop("member", None)
+        rec.update(loss=sum(l * m for l, m in losses) / tot if tot else float("nan"),
+                   wall=max(float(r["wall"]) for r in rs), first_of_gen=any(r.get("first_of_gen") for r in rs))
+        for r in rs:
+            if r.get("eval"):
+                rec["eval"] = r["eval"]
+            if r.get("timing"):
+                rec["timing"] = r["timing"]
+        if partial:
+            rec["partial"] = sorted(parts)
+        return rec
+
     def _take_records(self) -> bool:
-        recs = self.plane.pop_records()
+        recs = self._gossip_records(self.plane.pop_records())
         for head, params in self.plane.pop_replicas():
             self._replicas[int(head["step"])] = (head, params)
+        return self._log_records(recs)
+
+    def _log_records(self, recs: list[dict[str, Any]]) -> bool:
+        """Log the records of steps after the current one, in order; True if any was logged."""
         got = False
         for rec in sorted(recs, key=lambda r: r["step"]):
             s = int(rec["step"])
@@ -446,6 +506,10 @@ class CollectiveController(JobController):
                     self._drop_member(w, "node-lost")  # frozen or dead: it did not answer
             self._dirty = False
             self._take_records()
+            if alive and self._plan is not None and self._plan.strategy == "adpsgd":
+                # AD-PSGD: the steps up to the barrier the survivors go back to are committed now
+                # (before membership is read: logging them may apply the market's notices)
+                self._settle_partial(max(alive.values()))
         if not self.members:
             self.gen_members = []
             return
@@ -470,13 +534,16 @@ class CollectiveController(JobController):
         self._step_end = max(self._step_end, self.T)
         # steps the old generation committed whose records are still to come, then the new
         # generation's: the members start on the next lease at once (no round trip after forming)
-        self._draws = [(k_old, self._draw_round(k_old, self.sync)) for _ in range(max(0, committed - self.step))]
+        old_sync = self._plan.strategy if self._plan is not None else self.sync
+        self._draws = [(k_old, self._draw_round(k_old, old_sync)) for _ in range(max(0, committed - self.step))]
         lease = max(committed, self._lease_for(len(members)))
         transfer = source < 0 or any(w not in alive or alive[w] != committed for w in members)
+        gossip = self._plan is not None and self._plan.strategy == "adpsgd" and source >= 0
         plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=self.sync,
                     local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step,
                     eval_every=int(self.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
-                    lease=lease, transfer=transfer)
+                    lease=lease, transfer=transfer, reconcile="snapshot" if gossip else "roll-forward",
+                    rollback_to=committed if gossip else 0)
         self.plane.reset_lease(lease)
         self.plane.announce(plan, init)
         t_announce = time.perf_counter()
@@ -494,6 +561,16 @@ class CollectiveController(JobController):
                       alive_ms=1000.0 * (t_alive - t0) if self.gen > 0 and alive else None,
                       form_ms=1000.0 * (t_formed - t_announce))
 
+    def _settle_partial(self, committed: int) -> None:
+        """AD-PSGD regroup: the steps up to the barrier the survivors go back to are committed (every
+        member computed them), with the records that arrived; the steps after it are redone."""
+        self._take_records()
+        settled = [self._combine(parts, partial=True) for s, parts in sorted(self._partial.items()) if s <= committed]
+        self._partial.clear()
+        dirty, self._dirty = self._dirty, False  # log them all, whatever the policies say meanwhile
+        self._log_records(settled)
+        self._dirty = self._dirty or dirty
+
     def _rollback(self) -> None:
         """Every member was lost at once: continue from the controller's newest replica (logged)."""
         lost = self.step - self.replica_step
@@ -501,6 +578,7 @@ class CollectiveController(JobController):
         self.log.emit("rollback", from_step=self.step, to_step=self.replica_step, lost_steps=lost,
                       reason="every member was lost at once; the steps after the newest replica are redone")
         self.rolled_back_steps += lost
+        self._partial.clear()
         if samples is not None:
             self.counters.samples = samples
         self.step = self.replica_step
@@ -529,9 +607,13 @@ class CollectiveController(JobController):
             return
         top = max(alive.values())
         source = min(w for w, s in alive.items() if s == top)
+        gossip = self._plan is not None and self._plan.strategy == "adpsgd"
+        if gossip:
+            self._settle_partial(top)
         self.gen += 1
         plan = Plan(gen=self.gen, members=tuple(sorted(alive)), source=source, strategy=self.sync,
-                    local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step, stop=True)
+                    local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step, stop=True,
+                    reconcile="snapshot" if gossip else "roll-forward", rollback_to=top if gossip else 0)
         self.plane.announce(plan)
         self.gen_members = []
         deadline = time.monotonic() + REPLICA_WAIT_S

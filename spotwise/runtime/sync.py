@@ -215,9 +215,32 @@ class SMA(SyncStrategy):
         return f"sma (H={self.H})"
 
 
+@dataclass(frozen=True)
+class ADPSGD(SyncStrategy):
+    """AD-PSGD on the collective plane (``papers/001_30a454edd897cf47.txt`` Sec. 3.3, its ref. [28]):
+    every member takes one mini-batch per step and averages its replica with one partner, so a
+    step waits for the slower of a pair, ``E[max(r_1, r_2)] + Delta`` (the pairwise exchange), not
+    for the slowest of all (barriers every few steps aside)."""
+
+    name: ClassVar[str] = "adpsgd"
+    barrier: ClassVar[bool] = True
+
+    @property
+    def n(self) -> int | None:
+        return None
+
+    def needed(self, active: int) -> int:
+        return _check_active(active)
+
+    def expected_round_s(self, time_law: MiniBatchTimeLaw, active: int, overhead_s: float = 0.0) -> float:
+        y = _check_active(active)
+        r = time_law.order_stat_mean(2, 2) if y >= 2 else time_law.mean
+        return r + _check_overhead(overhead_s)
+
+
 #: every mode, by its ``cluster.sync`` name
 SYNC_STRATEGIES: dict[str, type[SyncStrategy]] = {
-    c.name: c for c in (FullSync, NSync, NBatchSync, AsyncSync, SSGD, SMA)
+    c.name: c for c in (FullSync, NSync, NBatchSync, AsyncSync, SSGD, SMA, ADPSGD)
 }
 
 
@@ -242,4 +265,4 @@ def make_sync(name: str, n: int | None = None) -> SyncStrategy:
     return cls()
 
 
-__all__ = ["SyncStrategy", "FullSync", "NSync", "NBatchSync", "AsyncSync", "SSGD", "SMA", "SYNC_STRATEGIES", "make_sync"]
+__all__ = ["SyncStrategy", "FullSync", "NSync", "NBatchSync", "AsyncSync", "SSGD", "SMA", "ADPSGD", "SYNC_STRATEGIES", "make_sync"]
