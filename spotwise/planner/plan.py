@@ -465,6 +465,10 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
             J *= int(spec.cluster.local_steps)  # an S-MA step holds local_steps mini-batches per worker
         eps = float(error_bound(J, error_model, inv_n)) * (1 + 1e-9)
         assumed.append(f"target error eps = the Thm 1 bound after J = {J} iterations with all {n} workers ({eps:.4g})")
+    if spec.cluster.sync == "adpsgd":
+        assumed.append("sync adpsgd planned as S-SGD over the same mini-batches: time an upper bound (AD-PSGD waits "
+                       "for a partner, not for every worker), error S-SGD's Thm 1 bound (AD-PSGD converges at S-SGD's rate, "
+                       "Lian et al. 2018)")
     if spec.cluster.sync == "sma":
         assumed.append(f"sync sma planned as S-SGD over the same mini-batches ({spec.cluster.local_steps} per worker "
                        f"per step): time an upper bound (S-MA waits once per {spec.cluster.local_steps} mini-batches), "
@@ -514,7 +518,7 @@ def _sync(spec: JobSpec) -> str:
             "bsp": "full", "ssp": "full", "isp": "full",
             # the collective plane: S-SGD is fully synchronous; S-MA is planned as fully synchronous
             # per mini-batch (an upper bound on its time: it waits once per local_steps mini-batches)
-            "ssgd": "full", "sma": "full"}[spec.cluster.sync]
+            "ssgd": "full", "sma": "full", "adpsgd": "full"}[spec.cluster.sync]
 
 
 def _n_sync(spec: JobSpec) -> int | None:

@@ -9,7 +9,8 @@ what a step is:
 
 * **Lease.**  On the emulated provider (a virtual clock) the controller draws each step's virtual
   time as the strategy's round (S-SGD: the slowest of ``k`` mini-batches plus ``Delta``, paper 000
-  eq. 14; S-MA: the slowest member's ``H`` mini-batches plus ``Delta``) and lets the members
+  eq. 14; S-MA: the slowest member's ``H`` mini-batches plus ``Delta``; AD-PSGD: per barrier
+  window, the slowest member's sum of its pairs' slower mini-batches) and lets the members
   commit, at their own speed, every step that ends before the market's next event (the *lease*).
   At the lease the event is applied at its virtual instant.  A revocation of a member raises the
   lease by one and kills the member's process at once, so it dies at a random point of a real
@@ -19,11 +20,13 @@ what a step is:
   the generation: the controller flags it failed, collects the survivors' last committed steps
   (a survivor that does not answer within ``group_timeout_s`` is declared lost and killed),
   announces the next generation with a survivor of the highest step as its source (roll forward:
-  see :mod:`spotwise.collective.member`) and the joiners started, and the members rebuild the
+  see :mod:`spotwise.collective.member`; after AD-PSGD, a roll-back to the last barrier and an
+  average of the survivors' replicas) and the joiners started, and the members rebuild the
   group in place (same processes, replicas in memory) and take the source's state by broadcast.
   Recovery (kill -> the first step the new generation commits) is measured on the members' clock.
 * **Commits.**  Steps are logged from the leader's records, which it sends only once every
-  member has committed the step; their virtual time is the drawn round time.  Policies are
+  member has committed the step (AD-PSGD: from every member's records, sent at its barriers, once
+  all of a step's are in); their virtual time is the drawn round time.  Policies are
   consulted after every logged step; a decision that changes the members' work (SwitchSync,
   SetLearningRate, Resize) takes effect at the next regroup, atomically on every member.
 * **Replicas and checkpoints.**  The leader sends its replica every ``cluster.replica_every``
