@@ -129,7 +129,7 @@ def fig6_once(variant: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
     from spotwise.events import read_events
 
     over: dict[str, Any] = {"cluster__workers": args.workers, "cluster__standby": 2, "cluster__data_plane": "collective",
-                            "cluster__straggler": 1.0, "cluster__sync_overhead_s": 0.05, "cluster__local_steps": 4,
+                            "cluster__straggler": 1.0, "cluster__sync_overhead_s": 0.05, "cluster__local_steps": args.local_steps,
                             "workload__batch_size": 16, "workload__lr": 0.05, "workload__eval_every": 5,
                             "target__iterations": args.steps, "cluster__replica_every": 25}
     if variant in ("sma", "adpsgd"):
@@ -145,6 +145,11 @@ def fig6_once(variant: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
     s = coord.run()
     evals = [(e["t"], e["metric"]) for e in read_events(out / "events.jsonl", kinds=["eval"]) if e.get("metric") is not None]
     steps = list(read_events(out / "events.jsonl", kinds=["step"]))
+    from spotwise.policies.strategy_switch import window_throughputs
+
+    rows = [(0, 0.0, 0.0, 1, 1)] + [(e["step"], e["t"], 0.0, e["contributions"],
+                                     args.local_steps if e["sync"] == "sma" else 1) for e in steps]
+    throughput = window_throughputs(rows, args.window)
     switches = [e["t"] for e in read_events(out / "events.jsonl", kinds=["decision"]) if e.get("acted")]
     reach = {}
     for thr in args.thresholds:
@@ -153,7 +158,8 @@ def fig6_once(variant: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
     return {"variant": variant, "steps": s.steps, "virtual_s": s.virtual_s, "wall_s": time.perf_counter() - t0,
             "final_accuracy": s.final_metric, "final_loss": s.final_loss, "cost_usd": s.cost_usd,
             "samples": s.extra["samples"], "revocations": s.revocations, "time_to_accuracy_s": reach,
-            "switch_t": switches, "evals": evals, "syncs": [e["sync"] for e in steps][-1:]}
+            "switch_t": switches, "evals": evals, "throughput_per_worker": throughput,
+            "syncs": [e["sync"] for e in steps][-1:]}
 
 
 def cmd_fig6(args: argparse.Namespace) -> None:
@@ -177,22 +183,30 @@ def cmd_fig6(args: argparse.Namespace) -> None:
         if all(ts.values()):
             print(f"time to accuracy {thr}: switch / ssgd = {ts['switch'] / ts['ssgd']:.2f}, "
                   f"switch / adpsgd = {ts['switch'] / ts['adpsgd']:.2f}, sma / ssgd = {ts['sma'] / ts['ssgd']:.2f}")
-    plot = RESULTS / "collective_fig6.png"
+    plot = RESULTS / f"{args.name or 'collective_fig6'}.png"
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7, 4))
+        fig, (ax0, ax) = plt.subplots(2, 1, figsize=(7, 6.5), sharex=True)
+        end = min(r["virtual_s"] for r in results)
         for r in results:
-            ts, ms = zip(*r["evals"]) if r["evals"] else ((), ())
+            tp = [(t, v) for t, v in r["throughput_per_worker"] if t <= end]
+            if tp:
+                ax0.plot(*zip(*tp), label=r["variant"])
+            ts, ms = zip(*[(t, m) for t, m in r["evals"] if t <= end]) if r["evals"] else ((), ())
             ax.plot(ts, ms, label=r["variant"])
             for t in r["switch_t"]:
-                ax.axvline(t, ls=":", color="grey")
+                for a in (ax0, ax):
+                    a.axvline(t, ls=":", color="grey")
+        ax0.set_ylabel("mini-batches / s / worker")
+        ax0.set_title(f"Fig. 6-style: workers added 1 -> {args.workers} every {args.every:.0f} s, with revocations")
+        ax0.legend()
         ax.set_xlabel("virtual time (s)")
         ax.set_ylabel("test accuracy")
-        ax.set_title(f"Fig. 6-style: workers added 1 -> {args.workers} every {args.every:.0f} s, with revocations")
+        ax.set_ylim(0.6, 1.0)
         ax.legend()
         fig.tight_layout()
         RESULTS.mkdir(parents=True, exist_ok=True)
@@ -216,6 +230,7 @@ def main() -> None:
     f.add_argument("--revocations", type=int, default=4)
     f.add_argument("--window", type=float, default=60.0, help="the switch policy's throughput window (s)")
     f.add_argument("--thresholds", type=float, nargs="+", default=[0.8, 0.9])
+    f.add_argument("--local-steps", type=int, default=4, help="S-MA's local steps")
     for p in (r, f):
         p.add_argument("--seed", type=int, default=1)
         p.add_argument("--num-cpus", type=int, default=2)
