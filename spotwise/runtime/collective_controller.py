@@ -397,7 +397,7 @@ class CollectiveController(JobController):
             self._draws.clear()
             d = self._draw_round(k, rec.get("strategy", self.sync))
         self._step_end = max(self._step_end, self.T) + d
-        self._drain_market_before(self._step_end)
+        self._drain_market(self._step_end)  # notices inside the step (the lease ends before a revocation or join)
         self.clock.advance_to(self._step_end)
         self.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
@@ -442,18 +442,6 @@ class CollectiveController(JobController):
             self._checkpoint("periodic")
         if self.progress is not None:
             self.progress(self.snapshot())
-
-    def _drain_market_before(self, t: float) -> None:
-        """Notices that fall inside a step are applied at their instant (a revocation or join never
-        does: the lease ends before it)."""
-        while True:
-            te = self.provider.peek_time()
-            if te is None or te > t:
-                return
-            ev = self.provider.pop_event()
-            self.clock.advance_to(ev.t)
-            self._emit_prices()
-            self._handle_market(ev)
 
     def _adopt_replica_at(self, step: int) -> bool:
         """Take the members' replica of ``step`` as the controller's copy, if one arrived."""

@@ -89,12 +89,8 @@ class SyncStrategy(ABC):
         return self.name if self.n is None else f"{self.name} (N={self.n})"
 
 
-@dataclass(frozen=True)
-class FullSync(SyncStrategy):
-    """Fully synchronous: every active worker's mini-batch, ``R = max_k r_k + Delta`` (paper 000 eq. 14)."""
-
-    name: ClassVar[str] = "full"
-    barrier: ClassVar[bool] = True
+class _EveryWorker(SyncStrategy):
+    """A mode whose step takes every active worker's contribution (no free ``N``)."""
 
     @property
     def n(self) -> int | None:
@@ -102,6 +98,14 @@ class FullSync(SyncStrategy):
 
     def needed(self, active: int) -> int:
         return _check_active(active)
+
+
+@dataclass(frozen=True)
+class FullSync(_EveryWorker):
+    """Fully synchronous: every active worker's mini-batch, ``R = max_k r_k + Delta`` (paper 000 eq. 14)."""
+
+    name: ClassVar[str] = "full"
+    barrier: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -170,7 +174,7 @@ class SSGD(FullSync):
 
 
 @dataclass(frozen=True)
-class SMA(SyncStrategy):
+class SMA(_EveryWorker):
     """Synchronous model averaging (``papers/001_30a454edd897cf47.txt`` Sec. 3.3, its ref. [22]).
 
     Each member takes ``H = local_steps`` local SGD steps on its own mini-batches, then the replicas
@@ -189,13 +193,6 @@ class SMA(SyncStrategy):
     def __post_init__(self) -> None:
         if isinstance(self.H, bool) or not isinstance(self.H, int) or self.H < 1:
             raise InputError(f"sma needs local_steps >= 1, got {self.H!r}", "set cluster.local_steps, e.g. 4", "local_steps")
-
-    @property
-    def n(self) -> int | None:
-        return None
-
-    def needed(self, active: int) -> int:
-        return _check_active(active)
 
     def samples_per_step(self, active: int, batch: int) -> int:
         return self.H * super().samples_per_step(active, batch)
@@ -216,7 +213,7 @@ class SMA(SyncStrategy):
 
 
 @dataclass(frozen=True)
-class ADPSGD(SyncStrategy):
+class ADPSGD(_EveryWorker):
     """AD-PSGD on the collective plane (``papers/001_30a454edd897cf47.txt`` Sec. 3.3, its ref. [28]):
     every member takes one mini-batch per step and averages its replica with one partner, so a
     step waits for the slower of a pair, ``E[max(r_1, r_2)] + Delta`` (the pairwise exchange), not
@@ -224,13 +221,6 @@ class ADPSGD(SyncStrategy):
 
     name: ClassVar[str] = "adpsgd"
     barrier: ClassVar[bool] = True
-
-    @property
-    def n(self) -> int | None:
-        return None
-
-    def needed(self, active: int) -> int:
-        return _check_active(active)
 
     def expected_round_s(self, time_law: MiniBatchTimeLaw, active: int, overhead_s: float = 0.0) -> float:
         y = _check_active(active)
