@@ -87,6 +87,7 @@ class ElasticGroup:
         self.gen: int | None = None
         self.members: list[int] = []
         self.pg: Any = None
+        self._retired: list[Any] = []
 
     @property
     def rank(self) -> int:
@@ -118,17 +119,18 @@ class ElasticGroup:
         pg, self.pg = self.pg, None
         if pg is None:
             return
-        holder = [pg]  # the thread holds the only reference: the group is destroyed there too
-        del pg
+        self._retired.append(pg)
 
         def _abort() -> None:
             try:
-                holder[0].abort()
+                pg.abort()
             except Exception:  # pragma: no cover - abort of a broken group is best effort
                 pass
-            holder.clear()  # the destructor (which may wait for a stuck collective) runs off the member's path
 
         threading.Thread(target=_abort, daemon=True, name=f"abort-g{self.gen}").start()
+        # the last few only: older ones have timed out long since (destroying a group on its abort
+        # thread instead made gloo call std::terminate at process exit)
+        del self._retired[:-4]
 
     def _failed_flag(self) -> bool:
         return bool(self.store.check([f"fail/{self.gen}"]))
