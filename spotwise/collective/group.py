@@ -87,7 +87,6 @@ class ElasticGroup:
         self.gen: int | None = None
         self.members: list[int] = []
         self.pg: Any = None
-        self._retired: list[Any] = []
 
     @property
     def rank(self) -> int:
@@ -119,18 +118,22 @@ class ElasticGroup:
         pg, self.pg = self.pg, None
         if pg is None:
             return
-        self._retired.append(pg)
+        holder = [pg]  # the abort thread holds the only reference
+        del pg
+        linger = self.timeout_s + 1.0
 
         def _abort() -> None:
             try:
-                pg.abort()
+                holder[0].abort()
             except Exception:  # pragma: no cover - abort of a broken group is best effort
                 pass
+            # destroyed here, off the member's path, once any collective still pending on it has
+            # ended (gloo's timeout): destroying a group under a live work object terminates the
+            # process, and destroying it on the member's thread costs the regroup tens of ms
+            time.sleep(linger)
+            holder.clear()
 
         threading.Thread(target=_abort, daemon=True, name=f"abort-g{self.gen}").start()
-        # the last few only: older ones have timed out long since (destroying a group on its abort
-        # thread instead made gloo call std::terminate at process exit)
-        del self._retired[:-4]
 
     def _failed_flag(self) -> bool:
         return bool(self.store.check([f"fail/{self.gen}"]))
