@@ -163,6 +163,7 @@ def test_a_crashed_member_is_replaced_and_a_strategy_switch_is_atomic(ray_sessio
     assert summary.status == "completed" and summary.steps == 14
     history = committed_history(out)
     assert [e["step"] for e in history] == list(range(1, 15))
+    assert all(e["samples"] > 0 and not e.get("unreported") for e in history), "every step's record was logged"
     syncs = [e["sync"] for e in history]
     k = syncs.index("adpsgd")
     assert set(syncs[:k]) == {"ssgd"} and set(syncs[k:]) == {"adpsgd"}, "every member switched at the same step"

@@ -381,11 +381,12 @@ class CollectiveController(JobController):
                 continue  # sent again by a new leader
             while self.step < s - 1:  # steps whose records died with a leader: counted, loss unknown
                 self._log_step({"step": self.step + 1, "k": rec["k"], "loss": float("nan"), "samples": 0,
-                                "epoch": rec["epoch"], "pos": rec["pos"], "unreported": True})
+                                "epoch": rec["epoch"], "pos": rec["pos"], "unreported": True,
+                                "strategy": rec.get("strategy", self.sync)})
+            # every record taken from the store is logged, whatever a policy decides meanwhile:
+            # these steps are committed (a record dropped here would come back as a gap)
             self._log_step(rec)
             got = True
-            if self._done() or self._dirty:
-                break
         return got
 
     def _log_step(self, rec: dict[str, Any]) -> None:
