@@ -438,11 +438,7 @@ class CollectiveController(JobController):
                           metric=None if name is None else self.last_eval.get(name))
         self._adopt_replica_at(self.step)
         self._apply_policies()
-        every = self.spec.outputs.checkpoint_every
-        if every and self.step % every == 0:
-            self._checkpoint("periodic")
-        if self.progress is not None:
-            self.progress(self.snapshot())
+        self._after_commit()
 
     def _adopt_replica_at(self, step: int) -> bool:
         """Take the members' replica of ``step`` as the controller's copy, if one arrived."""

@@ -466,6 +466,10 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         if self.step % self.spec.workload.eval_every == 0:
             self._evaluate()
         self._apply_policies()
+        self._after_commit()
+
+    def _after_commit(self) -> None:
+        """The periodic checkpoint and the progress display after a committed step (every controller)."""
         every = self.spec.outputs.checkpoint_every
         if every and self.step % every == 0:
             self._checkpoint("periodic")
