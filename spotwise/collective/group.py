@@ -108,18 +108,21 @@ class ElasticGroup:
         prefix = dist.PrefixStore(f"g{gen}/", self.store)
         self.pg = dist.ProcessGroupGloo(prefix, self.rank, len(members), timedelta(seconds=self.timeout_s))
 
-    def abandon(self) -> None:
+    def abandon(self, *pending: Any) -> None:
         """Leave the current generation's process group without waiting for it.
 
         A collective still pending on it may block ``abort()`` (and the group's destructor) until
         gloo's own timeout; so the group is aborted on a background thread and kept referenced
-        until then, and this member goes on to the next generation at once.
+        until then, and this member goes on to the next generation at once.  ``pending``: the work
+        objects of collectives still running on it, released on that thread too (a work object
+        destroyed on the member's thread while its group is aborted on another one crashed the
+        process, once in ~10 runs of the joiner test).
         """
         pg, self.pg = self.pg, None
         if pg is None:
             return
-        holder = [pg]  # the abort thread holds the only reference
-        del pg
+        holder: list[Any] = [pg, *pending]  # the abort thread holds the only references
+        del pg, pending
         linger = self.timeout_s + 1.0
 
         def _abort() -> None:
@@ -149,10 +152,10 @@ class ElasticGroup:
                 # connection, gloo's own timeout on a frozen peer) fails the generation
                 if "Operation timed out" not in str(e) or time.monotonic() > deadline:
                     self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
-                    self.abandon()
+                    self.abandon(work)
                     raise GroupFailed(str(e)) from None
             if self._failed_flag():
-                self.abandon()
+                self.abandon(work)
                 raise GroupFailed(self.store.get(f"fail/{self.gen}").decode(errors="replace"))
 
     def _check(self) -> None:
@@ -187,7 +190,7 @@ class ElasticGroup:
                 work.wait(timedelta(seconds=self.timeout_s))
             except RuntimeError as e:
                 self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
-                self.abandon()
+                self.abandon(out, into)
                 raise GroupFailed(str(e)) from None
 
     def broadcast(self, tensor: torch.Tensor, root_member: int) -> None:

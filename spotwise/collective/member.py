@@ -199,6 +199,9 @@ class CollectiveMember:
         self._fault = dict(fault) if fault else None
         regroups = 0
         self._timing: dict[str, float] = {}
+        #: whether this process holds a generation's state (a joiner that never formed one does not:
+        #: it reports -1, so the coordinator never takes its fresh replica for a committed one)
+        self._has_state = False
         while True:
             self._timing["plan_wait"] = time.time()
             plan = self._wait_plan(g, gen)
@@ -210,6 +213,7 @@ class CollectiveMember:
                 self._form(g, plan)
                 self._timing["formed"] = time.time()
                 self._take_state(g, plan)
+                self._has_state = True
                 self._strategy = plan.strategy
                 self._barrier_done = self.step  # every member holds the same state: a barrier
                 self._snaps = {self.step: (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())}
@@ -227,7 +231,8 @@ class CollectiveMember:
                 self._timing = {"failed": time.time()}
                 # S-SGD / S-MA: the last step this member committed (the coordinator rolls forward);
                 # AD-PSGD: the last barrier it completed (the coordinator rolls back to it)
-                g.report_alive(self._barrier_done if self._strategy == "adpsgd" else self.step)
+                g.report_alive(-1 if not self._has_state else
+                               self._barrier_done if self._strategy == "adpsgd" else self.step)
                 regroups += 1
                 gen += 1
 

@@ -3,8 +3,10 @@
 :func:`member_main` is the smallest complete user of :class:`~spotwise.collective.group.ElasticGroup`:
 it forms the announced generation, all-reduces a vector every round, and on :class:`GroupFailed`
 reports itself alive and forms the next generation the coordinator announces, timing each
-recovery (failure seen -> next all-reduce done).  A joiner (``join_gen``) forms that generation and
-receives the vector by broadcast from the lowest other member.  Results go to ``out`` (a queue).
+recovery (failure seen -> next all-reduce done).  After every regroup the members roll forward as the
+data plane's coordinator does (:func:`_reconcile`: the highest step wins; a member one step behind
+-- its all-reduce failed where a peer's completed -- or a joiner (``join_gen``) takes the vector
+and the step by broadcast).  Results go to ``out`` (a queue).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ def member_main(host: str, port: int, member: int, out: Any, rounds: int, size: 
     gen = join_gen
     g.form(gen)
     step, recoveries = 0, []
-    if join_gen:  # member ids only grow, so the lowest member of the generation already has the state
+    if join_gen:
         t0 = time.perf_counter()
-        step = _receive_state(g, x)
-        out.put(("joined", member, gen, time.perf_counter() - t0, float(x[0]), step))
+        step, src = _reconcile(g, x, None)
+        out.put(("joined", member, gen, time.perf_counter() - t0, float(x[0]), step, src))
     while step < rounds:
         if g.store.check(["stop"]):
             break
@@ -43,11 +45,9 @@ def member_main(host: str, port: int, member: int, out: Any, rounds: int, size: 
         except GroupFailed:
             t_fail = time.perf_counter()
             g.report_alive(step)
-            old = set(g.members)
             gen += 1
             g.form(gen)
-            if set(g.members) - old:  # a joiner: hand it the vector and the step it resumes at
-                _receive_state(g, x, step)
+            step, _ = _reconcile(g, x, step)
             y = torch.ones(size)  # the failed step is retried whole
             g.allreduce(y)
             recoveries.append(time.perf_counter() - t_fail)
@@ -57,9 +57,18 @@ def member_main(host: str, port: int, member: int, out: Any, rounds: int, size: 
     g.close()
 
 
-def _receive_state(g: ElasticGroup, x: torch.Tensor, step: int = 0) -> int:
-    """Broadcast the vector and the step counter from the generation's lowest member; the step."""
-    g.broadcast(x, min(g.members))
-    s = torch.tensor([float(step)], dtype=torch.float64)
-    g.broadcast(s, min(g.members))
-    return int(s[0])
+def _reconcile(g: ElasticGroup, x: torch.Tensor, step: int | None) -> tuple[int, int]:
+    """Roll forward, as the data plane's coordinator does: every member's step in one all-reduce
+    (``None``: a joiner, holding none); the lowest member at the highest step is the source, whose
+    vector everyone takes when the steps differ (an all-reduce that completed on some members only,
+    or a joiner).  Returns ``(step, source member)``."""
+    mine = torch.zeros(len(g.members), dtype=torch.float64)
+    mine[g.rank] = 0.0 if step is None else float(step + 1)
+    g.allreduce(mine)
+    have = [int(v) - 1 for v in mine.tolist()]
+    top = max(have)
+    src = g.members[have.index(top)]
+    if any(h != top for h in have):
+        g.broadcast(x, src)
+    return top, src
+

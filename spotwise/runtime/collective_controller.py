@@ -494,17 +494,20 @@ class CollectiveController(JobController):
                     self._drop_member(w, "node-lost")  # frozen or dead: it did not answer
             self._dirty = False
             self._take_records()
-            if alive and self._plan is not None and self._plan.strategy == "adpsgd":
+            if any(s >= 0 for s in alive.values()) and self._plan is not None and self._plan.strategy == "adpsgd":
                 # AD-PSGD: the steps up to the barrier the survivors go back to are committed now
                 # (before membership is read: logging them may apply the market's notices)
                 self._settle_partial(max(alive.values()))
         if not self.members:
             self.gen_members = []
             return
+        # the members holding a committed state: a joiner whose first generation never formed
+        # reports -1 (it is running, waiting for a plan, but its replica is no committed one)
+        holding = {w: s for w, s in alive.items() if s >= 0}
         source = -1
-        if alive:
-            top = max(alive.values())
-            source = min(w for w, s in alive.items() if s == top)
+        if holding:
+            top = max(holding.values())
+            source = min(w for w, s in holding.items() if s == top)
         elif self.gen >= 0 and self.step > self.replica_step:
             self._rollback()
         members = sorted(self.members)
@@ -517,7 +520,7 @@ class CollectiveController(JobController):
             init = ({"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos}, self.params)
         ck = self.spec.outputs.checkpoint_every or 0
         rep = self.replica_every if not ck else math.gcd(self.replica_every, ck)
-        committed = max(alive.values()) if alive else self.step
+        committed = max(holding.values()) if holding else self.step
         k_old = len(self._plan.members) if self._plan is not None else len(members)
         self._step_end = max(self._step_end, self.T)
         # steps the old generation committed whose records are still to come, then the new
@@ -525,7 +528,7 @@ class CollectiveController(JobController):
         old_sync = self._plan.strategy if self._plan is not None else self.sync
         self._draws = [(k_old, self._draw_round(k_old, old_sync)) for _ in range(max(0, committed - self.step))]
         lease = max(committed, self._lease_for(len(members)))
-        transfer = source < 0 or any(w not in alive or alive[w] != committed for w in members)
+        transfer = source < 0 or any(w not in holding or holding[w] != committed for w in members)
         gossip = self._plan is not None and self._plan.strategy == "adpsgd" and source >= 0
         plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=self.sync,
                     local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step,
@@ -543,8 +546,8 @@ class CollectiveController(JobController):
         self.regroups += 1
         ms = 1000.0 * (time.perf_counter() - t0)
         self._regroup_ms.append(ms)
-        self.log.emit("regroup", gen=self.gen, members=members, source=source, survivors=sorted(alive),
-                      joiners=[w for w in members if w not in alive], committed=max(alive.values()) if alive else self.step,
+        self.log.emit("regroup", gen=self.gen, members=members, source=source, survivors=sorted(holding),
+                      joiners=[w for w in members if w not in holding], committed=committed,
                       reason=why, ms=ms, sync=self.sync,
                       alive_ms=1000.0 * (t_alive - t0) if self.gen > 0 and alive else None,
                       form_ms=1000.0 * (t_formed - t_announce))
@@ -591,6 +594,9 @@ class CollectiveController(JobController):
         survivors = [w for w in self.gen_members if w in self.members]
         self.plane.fail(self.gen, "stop")
         alive = self.plane.alive(self.gen, survivors, self.plane.timeout_s + 2.0)
+        # only members holding a committed state count (see _regroup); without one there is
+        # nothing to collect: the shutdown ends the processes
+        alive = {w: s for w, s in alive.items() if s >= 0}
         if not alive:
             return
         top = max(alive.values())
