@@ -180,3 +180,28 @@ def test_adpsgd_waits_for_a_pair_not_for_everyone() -> None:
     assert ADPSGD().expected_round_s(law, 8, 0.1) == pytest.approx(law.order_stat_mean(2, 2) + 0.1)
     assert ADPSGD().expected_round_s(law, 8) < SSGD().expected_round_s(law, 8)
     assert ADPSGD().expected_round_s(law, 1) == pytest.approx(1.0)
+
+
+def test_a_joiner_whose_first_generation_never_forms_reports_no_state() -> None:
+    """A member that never held a generation's state answers a failure with -1, not its step 0: the
+    coordinator must never take its fresh replica for a committed one (it rolls back instead)."""
+    import threading
+
+    from spotwise.collective.group import GroupCoordinator
+    from spotwise.collective.member import CollectiveMember
+
+    wl = {"name": "mlp-digits", "batch_size": 8, "lr": 0.05}
+    coord = GroupCoordinator()
+    coord.store.set("lease", "0")
+    coord.store.set("want", "0")
+    member = CollectiveMember(wl, seed=1)
+    out: dict[str, Any] = {}
+    # generation 0 names a second member that never comes: the rendezvous fails after 1 s
+    coord.store.set("plan/0", Plan(gen=0, members=(0, 1), source=-1, lease=5).to_json())
+    t = threading.Thread(target=lambda: out.update(member.run(coord.host, coord.port, 0, 0, timeout_s=1.0)))
+    t.start()
+    assert coord.alive(0, [0], timeout_s=20.0) == {0: -1}
+    # the next generation leaves it out: its loop ends
+    coord.store.set("plan/1", Plan(gen=1, members=(1,), source=-1).to_json())
+    t.join(20.0)
+    assert not t.is_alive() and out["left"] and out["step"] == 0
