@@ -119,6 +119,7 @@ def test_other_sync_modes_learn_through_revocations(ray_session, tmp_path: Path,
 
 
 # ---------------------------------------------------------------------------------- faults
+@pytest.mark.slow
 def test_many_at_once_then_all_workers(ray_session, tmp_path: Path) -> None:
     """75% of workers at once, later the whole cluster: idle, then resume in place."""
     spec = make_spec(**{"cluster__workers": 8, "target__iterations": 60})
@@ -140,6 +141,7 @@ def test_many_at_once_then_all_workers(ray_session, tmp_path: Path) -> None:
     assert coord.compute.killed >= 14  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:
     spec = make_spec(**{"cluster__workers": 8, "target__iterations": 50, "cluster__standby": 4})
     rev = ScriptedRevocation(random_outages(8, horizon=75, count=4, seed=5, fraction=0.5, duration=(2, 20)))
@@ -151,6 +153,7 @@ def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:
     assert summary.revocations > 3
 
 
+@pytest.mark.slow
 def test_bernoulli_chaos_example(ray_session, tmp_path: Path) -> None:
     """examples/chaos.yaml semantics: Bernoulli revocations per iteration, several at once."""
     spec = make_spec(**{"cluster__workers": 6, "target__iterations": 20, "cluster__standby": 3,
