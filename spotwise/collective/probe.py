@@ -71,4 +71,3 @@ def _reconcile(g: ElasticGroup, x: torch.Tensor, step: int | None) -> tuple[int,
     if any(h != top for h in have):
         g.broadcast(x, src)
     return top, src
-

@@ -494,16 +494,16 @@ class CollectiveController(JobController):
                     self._drop_member(w, "node-lost")  # frozen or dead: it did not answer
             self._dirty = False
             self._take_records()
-            if any(s >= 0 for s in alive.values()) and self._plan is not None and self._plan.strategy == "adpsgd":
-                # AD-PSGD: the steps up to the barrier the survivors go back to are committed now
-                # (before membership is read: logging them may apply the market's notices)
-                self._settle_partial(max(alive.values()))
-        if not self.members:
-            self.gen_members = []
-            return
         # the members holding a committed state: a joiner whose first generation never formed
         # reports -1 (it is running, waiting for a plan, but its replica is no committed one)
         holding = {w: s for w, s in alive.items() if s >= 0}
+        if holding and self._plan is not None and self._plan.strategy == "adpsgd":
+            # AD-PSGD: the steps up to the barrier the survivors go back to are committed now
+            # (before membership is read: logging them may apply the market's notices)
+            self._settle_partial(max(holding.values()))
+        if not self.members:
+            self.gen_members = []
+            return
         source = -1
         if holding:
             top = max(holding.values())
