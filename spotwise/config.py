@@ -58,6 +58,19 @@ MAX_SPEC_WORKERS = 100_000
 #: seeds go to numpy (any non-negative integer) and torch.manual_seed (at most 2**64 - 1)
 MAX_SEED = 2**63 - 1
 
+#: allowed ``cluster.group_timeout_s`` (issue 18 item 10).  It is gloo's collective timeout *and*
+#: the members' rendezvous (store connect) timeout: an S-SGD all-reduce waits for the slowest
+#: peer's mini-batch, so a timeout shorter than a step declares healthy peers lost.  Measured on
+#: the 2-core dev machine (2-3 members, mlp-digits, 16 steps): 0.001 s -> 14 regroups and a
+#: spurious revocation; below 1 ms the store's connect timeout rounds to 0 ms and no group ever
+#: forms (status no-capacity, 0 steps).  1 s leaves a margin for a loaded machine; above an hour a
+#: frozen peer would stall the whole job that long.
+GROUP_TIMEOUT_RANGE_S = (1.0, 3600.0)
+
+#: most local SGD steps between two S-MA averagings: a committed step holds ``local_steps``
+#: mini-batches per member, so 1e6 made one step outlast the market (status no-capacity, 0 steps)
+MAX_LOCAL_STEPS = 1000
+
 
 def _seed(value: int, name: str) -> None:
     """InputError unless ``0 <= value <= MAX_SEED`` (numpy rejects negative seeds, torch huge ones)."""
@@ -231,14 +244,19 @@ class ClusterSpec:
                                  f"the collective data plane syncs with one of {', '.join(COLLECTIVE_SYNC_MODES)} "
                                  "(ssgd: all-reduced gradients; sma: model averaging every local_steps; adpsgd: pairwise "
                                  "gossip averaging)", "sync")
-            _positive(self.group_timeout_s, "group_timeout_s", "seconds after which a frozen peer fails a collective, e.g. 5")
             _positive(self.replica_every, "replica_every", "steps between parameter copies sent to the coordinator, e.g. 20")
         elif self.sync in COLLECTIVE_SYNC_MODES:
             raise InputError(f"sync {self.sync!r} is a collective mode", "set cluster.data_plane: collective, or use "
                              "full, n-sync, n-batch or async with the parameter server", "sync")
-        if int(self.local_steps) != self.local_steps or self.local_steps < 1:
-            raise InputError(f"must be an integer >= 1, got {self.local_steps!r}",
+        if int(self.local_steps) != self.local_steps or not 1 <= self.local_steps <= MAX_LOCAL_STEPS:
+            raise InputError(f"must be an integer >= 1 and <= {MAX_LOCAL_STEPS}, got {self.local_steps!r}",
                              "local SGD steps between two model averagings (sync: sma), e.g. 4", "local_steps")
+        lo, hi = GROUP_TIMEOUT_RANGE_S
+        if not lo <= self.group_timeout_s <= hi:  # NaN fails too
+            raise InputError(f"must lie in [{lo:g}, {hi:g}] seconds, got {self.group_timeout_s!r}",
+                             f"use e.g. 5: seconds after which a frozen peer fails a collective; at least {lo:g} "
+                             "(it must outlast a step's compute and a gloo rendezvous), at most "
+                             f"{hi:g} (a frozen peer stalls the job this long)", "group_timeout_s")
 
     def _check_kind(self) -> None:
         """The fields of the other cluster kind are refused, not silently ignored."""
