@@ -218,33 +218,60 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
     return None
 
 
+def _file_problem(path: Path, sha256: str) -> str | None:
+    """Why the file of a manifest entry cannot be trusted (``None`` when its checksum verifies)."""
+    if path.is_symlink() and not path.exists():
+        return "the file is missing (a dangling symlink)"
+    if not path.exists():
+        return "the file is missing"
+    if not path.is_file():
+        return "it is not a regular file"
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "it is empty (0 bytes: truncated)"
+        if _sha256(path) != sha256:
+            return f"its checksum does not match the manifest (truncated or corrupted; {size:,} bytes)"
+    except OSError as e:
+        return f"it cannot be read ({e.strerror or e})"
+    return None
+
+
+def _load_problem(e: Exception) -> str:
+    """A loading failure in a few words: the exception's class and the first line of its message."""
+    first = (str(e).strip().splitlines() or [""])[0][:120]
+    return f"it is not a loadable checkpoint ({e.__class__.__name__}{': ' + first if first else ''})"
+
+
 def load_latest_checkpoint(
     out_dir: str | Path, expect_shape: Sequence[int] | None = None, warn: Warn | None = None,
+    rejected: list[str] | None = None,
 ) -> tuple[dict[str, Any], Path] | None:
     """The newest checkpoint that verifies (checksum) and validates (:func:`check_state`), or ``None``.
 
     Every newer checkpoint skipped on the way is reported through ``warn`` (one message naming the
-    file, the reason and the step fallen back to); ``warn=None`` is silent.  Raises InputError for
-    an unusable manifest (see the module docstring); never reads a file outside the folder.
+    file, the reason and the step fallen back to); ``warn=None`` is silent.  ``rejected``, if
+    given, receives one ``"step-NNNNNNNN.pt: why"`` line per checkpoint skipped (and, when none is
+    usable, per checkpoint file the manifest does not list).  Raises InputError for an unusable
+    manifest (see the module docstring); never reads a file outside the folder.
     """
     folder = Path(out_dir) / CHECKPOINT_DIR
     skipped: list[str] = []
-    for entry in reversed(_read_manifest(folder)):
+    entries = _read_manifest(folder)
+    for entry in reversed(entries):
         path = folder / entry["file"]
-        problem: str | None
         state: Any = None
-        if not path.is_file():
-            problem = "the file is missing"
-        elif _sha256(path) != entry["sha256"]:
-            problem = "its checksum does not match the manifest (torn or corrupted)"
-        else:
+        problem = _file_problem(path, entry["sha256"])
+        if problem is None:
             try:
                 state = torch.load(path, weights_only=True, map_location="cpu")
                 problem = check_state(state, expect_shape, entry["step"])
             except Exception as e:  # fails to unpickle: as bad as a wrong checksum
-                problem = f"it cannot be loaded ({e.__class__.__name__})"
+                problem = _load_problem(e)
         if problem is not None:
             skipped.append(f"{path.name}: {problem}")
+            if rejected is not None:
+                rejected.append(skipped[-1])
             continue
         if skipped and warn is not None:
             for s in skipped:
@@ -253,15 +280,38 @@ def load_latest_checkpoint(
     if skipped and warn is not None:
         for s in skipped:
             warn(f"checkpoint {s}; no older checkpoint to fall back to")
+    if rejected is not None and folder.is_dir():
+        listed = {e["file"] for e in entries}
+        for p in sorted(folder.iterdir()):
+            if CHECKPOINT_NAME.match(p.name) and p.name not in listed:
+                rejected.append(f"{p.name}: not listed in manifest.json (its checksum is unknown, so it is not trusted)")
     return None
+
+
+def no_valid_checkpoint_error(out_dir: str | Path, rejected: Sequence[str]) -> InputError:
+    """The error for a run directory with no usable checkpoint.
+
+    With none found the run died before its first checkpoint; otherwise the message counts the
+    checkpoints found and says, per file, why each was rejected (missing, empty, checksum,
+    unloadable, wrong content or shape, not in the manifest).
+    """
+    if not rejected:
+        return InputError("the run directory has no checkpoint to resume from (the run stopped before its first "
+                          "checkpoint)", "start it again with `spotwise run SPEC --out DIR --overwrite`", str(out_dir))
+    n = len(rejected)
+    return InputError(f"no valid checkpoint to resume from: {n} checkpoint{'s' if n != 1 else ''} found and "
+                      f"{'it was' if n == 1 else 'all were'} rejected -- " + "; ".join(rejected),
+                      "restore checkpoints/ from a backup, or start the run again with `spotwise run SPEC --out DIR "
+                      "--overwrite` (a checkpoint of another spec does not fit this model)", str(out_dir))
 
 
 def require_checkpoint(
     out_dir: str | Path, expect_shape: Sequence[int] | None = None, warn: Warn | None = warn_on_stderr,
 ) -> tuple[dict[str, Any], Path]:
-    """Like :func:`load_latest_checkpoint` (warning on stderr by default), but InputError if none is usable."""
-    found = load_latest_checkpoint(out_dir, expect_shape, warn)
+    """Like :func:`load_latest_checkpoint` (warning on stderr by default), but InputError if none is
+    usable: :func:`no_valid_checkpoint_error`, which counts the checkpoints rejected and says why."""
+    rejected: list[str] = []
+    found = load_latest_checkpoint(out_dir, expect_shape, warn, rejected=rejected)
     if found is None:
-        raise InputError("no valid checkpoint in this run directory", "resume a directory written by `spotwise run` "
-                         "that got past its first checkpoint, or start a new run", str(out_dir))
+        raise no_valid_checkpoint_error(out_dir, rejected)
     return found

@@ -12,7 +12,7 @@ from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
-from spotwise.runtime.checkpoint import load_latest_checkpoint
+from spotwise.runtime.checkpoint import load_latest_checkpoint, no_valid_checkpoint_error
 from spotwise.runtime.controller import JobController
 from spotwise.runtime.progress import NoProgressError
 from spotwise.runtime.rundir_io import load_run_spec
@@ -102,9 +102,9 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
     """:func:`run_job` once the run directory is prepared and locked."""
     if resume:
         spec = load_run_spec(out)
-        if load_latest_checkpoint(out) is None:
-            raise InputError("the run directory has no valid checkpoint to resume from",
-                             "start it again with `spotwise run SPEC --out DIR` (it died before its first checkpoint)", str(out))
+        rejected: list[str] = []
+        if load_latest_checkpoint(out, rejected=rejected) is None:  # how many were found and why each was refused
+            raise no_valid_checkpoint_error(out, rejected)
     assert spec is not None
     if not ray_address:
         check_local_workers(spec.cluster)  # a resumed run too: this machine may be smaller than the last
