@@ -135,8 +135,11 @@ def _ray_running() -> bool:
 
 def print_json(obj: Any) -> None:
     """The one JSON object of a ``--json`` command, on stdout (the real one, see :func:`json_stdout`)."""
+    from spotwise.report.finite_json import dumps_finite
+
+    text = dumps_finite(obj, what="--json output", indent=2, default=str)  # NaN/Infinity: an internal error, never printed
     stream = _json_out[0] if _json_out else sys.stdout
-    stream.write(json.dumps(obj, indent=2, allow_nan=False, default=str) + "\n")
+    stream.write(text + "\n")
     stream.flush()
 
 

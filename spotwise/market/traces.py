@@ -21,9 +21,12 @@ whose ``id`` is unique and human-readable.  Four real formats are understood:
 
 :func:`load_traces` detects the format of each file (or every file under a directory) and returns
 all the series.  Every problem a user can cause -- a missing file, bad JSON, a malformed CSV, a
-wrong column, a negative or non-numeric price, a bad timestamp, an unknown format -- raises
-:class:`~spotwise.errors.InputError` naming the file and saying how to fix it; no other exception
-type escapes these loaders.
+wrong column, a negative, non-numeric, non-finite or absurd price (above
+:data:`MAX_PRICE_PER_HOUR`), an absurd availability count (above :data:`MAX_AVAILABLE`), a bad
+timestamp, an unknown format -- raises :class:`~spotwise.errors.InputError` naming the file, the
+row and the value and saying how to fix it; no other exception type escapes these loaders.
+Bounding the values here keeps every statistic and cost computed from a trace finite (a price of
+``1e308`` $/h would overflow the first time-weighted sum into ``inf``/``NaN``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ from spotwise.market.series import SeriesMeta, StepSeries
 
 __all__ = [
     "GCP_MAX_LIFETIME_S",
+    "MAX_AVAILABLE",
+    "MAX_PRICE_PER_HOUR",
     "TraceFormat",
     "LifetimeRecord",
     "LifetimeTable",
@@ -67,6 +72,18 @@ TraceFormat = Literal["aws", "azure", "skypilot", "gcp-lifetime", "gcp-vm-data"]
 
 #: Maximum lifetime of a GCE preemptible VM (``papers/002_a246f6afe29b4bfb.txt`` Sec. III-A).
 GCP_MAX_LIFETIME_S: float = 24 * 3600.0
+
+#: The highest price a trace may hold, in $/hour per instance.  The dearest cloud instances cost
+#: a few hundred dollars an hour on demand (AWS u-24tb1.metal ~ $218/h, p5.48xlarge ~ $98/h in
+#: 2024); a price above this cap is a unit or data error, and left in it would overflow costs and
+#: statistics to ``inf``/``NaN``.
+MAX_PRICE_PER_HOUR: float = 1e4
+
+#: The largest instance count an availability trace may hold (SkyPilot ``data`` cells).
+MAX_AVAILABLE: float = 1e6
+
+#: The last instant a trace may reach: 9999-12-31T23:59:59Z (what a timestamp can name).
+_MAX_EPOCH_S: float = 253402300799.0
 
 _SUPPORTED = (
     "AWS DescribeSpotPriceHistory JSON ({\"SpotPriceHistory\": [...]}), "
@@ -123,9 +140,15 @@ def _parse_price(raw: object, where: str, what: str) -> float:
     else:
         val = _finite_number(raw)
     if val is None or not math.isfinite(val):
-        raise InputError(f"{what}: price {raw!r} is not a number", "prices must be decimal numbers of dollars per hour, e.g. 1.1409 or $0.24552", where)
+        kind = "a number" if val is None or math.isnan(val) else "a finite number"
+        raise InputError(f"{what}: price {raw!r} is not {kind}",
+                         "prices must be finite decimal numbers of dollars per hour, e.g. 1.1409 or $0.24552", where)
     if val < 0:
         raise InputError(f"{what}: negative price {raw!r}", "prices must be >= 0 dollars per hour", where)
+    if val > MAX_PRICE_PER_HOUR:
+        raise InputError(f"{what}: price {raw!r} is above {MAX_PRICE_PER_HOUR:g} $/h per instance",
+                         "prices are dollars per hour per instance (no cloud instance costs that much): "
+                         "fix the value or its unit", where)
     return val
 
 
@@ -375,8 +398,9 @@ def _folder_start(folder: str) -> float | None:
         return None
 
 
-def _number_list(raw: object, key: str, where: str) -> np.ndarray:
-    fix = f"'{key}' must be a list of non-negative numbers, one per tick"
+def _number_list(raw: object, key: str, where: str, cap: float, unit: str) -> np.ndarray:
+    """A JSON list of finite numbers in ``[0, cap]`` (``unit`` names what they count, for messages)."""
+    fix = f"'{key}' must be a list of numbers from 0 to {cap:g} {unit}, one per tick"
     if not isinstance(raw, list):
         raise InputError(f"'{key}' is not a list", fix, where)
     vals = [_finite_number(x) for x in raw]
@@ -387,6 +411,9 @@ def _number_list(raw: object, key: str, where: str) -> np.ndarray:
     if np.any(arr < 0):
         i = int(np.nonzero(arr < 0)[0][0])
         raise InputError(f"{key}[{i}] = {raw[i]!r} is negative", fix, where)
+    if np.any(arr > cap):
+        i = int(np.nonzero(arr > cap)[0][0])
+        raise InputError(f"{key}[{i}] = {raw[i]!r} is above {cap:g} {unit}", fix, where)
     return arr
 
 
@@ -419,12 +446,12 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
         raise InputError(f"metadata.gap_seconds = {doc['metadata']['gap_seconds']!r} is not a positive number", fix, where)
     if "data" not in doc:
         raise InputError("no 'data' list", fix, where)
-    data = _number_list(doc["data"], "data", where)
+    data = _number_list(doc["data"], "data", where, MAX_AVAILABLE, "instances")
     if data.size == 0:
         raise InputError("'data' is empty", "the trace needs at least one tick", where)
     prices = None
     if doc.get("prices") is not None:
-        prices = _number_list(doc["prices"], "prices", where)
+        prices = _number_list(doc["prices"], "prices", where, MAX_PRICE_PER_HOUR, "$/h per instance")
         if prices.size != data.size:
             raise InputError(f"'prices' has {prices.size} entries but 'data' has {data.size}", "give one price per tick", where)
     folder = p.parent.name
@@ -433,8 +460,11 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
     stem = p.stem
     zone, _, instance = stem.partition("_")
     cloud = folder.split("-", 1)[0].lower() if folder.split("-", 1)[0].lower() in ("aws", "gcp", "azure") else ""
-    times = t0 + gap * np.arange(data.size, dtype=float)
     end = t0 + gap * data.size
+    if end > _MAX_EPOCH_S:
+        raise InputError(f"{data.size} ticks of metadata.gap_seconds = {gap:g} s end after the year 9999",
+                         "give the tick length in seconds (SkyPilot traces use e.g. 600)", where)
+    times = t0 + gap * np.arange(data.size, dtype=float)
     base = f"skypilot/{folder}:{zone}:{instance}" if instance else f"skypilot/{folder}:{stem}"
     extra = {"ticks": int(data.size), "gap_seconds": gap, "start_from_folder": start is not None}
     common = dict(cloud=cloud, region=_region_of(zone), zone=zone, instance=instance, source=where)

@@ -9,10 +9,10 @@ finish time, with the deadline marked).
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
+from spotwise.report.finite_json import dumps_finite
 from spotwise.sim.sweep import SweepResult
 
 
@@ -43,7 +43,7 @@ def write_sweep(result: SweepResult, out: Path, plots: bool = True) -> list[Path
     out.mkdir(parents=True, exist_ok=True)
     written = []
     p = out / "sweep.json"
-    p.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    p.write_text(dumps_finite(result.to_dict(), what="sweep.json", indent=2) + "\n", encoding="utf-8")
     written.append(p)
     p = out / "windows.csv"
     rows = [r.to_dict() for r in result.rows]

@@ -501,6 +501,11 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
         if not live:
             continue
         orc = hindsight_oracle(job, places, st)
+        if not orc.cost > 0:  # every cost is compared with the oracle's: a free job has no ratio
+            raise InputError(f"the hindsight oracle runs the job for $0 from {iso8601(st)} at {orc.place}: the traces "
+                             "price spot capacity at $0/h over the whole window and the job has no coordinator",
+                             "check the trace's prices (no cloud sells spot capacity for $0/h), or use another trace",
+                             "--trace")
         shared: dict[str, WindowResult] = {}
         for home in live:
             oracle.append(orc)
