@@ -3,14 +3,24 @@
 * item 12 -- when every checkpoint of a run directory is invalid, ``run --resume`` used to say "it
   died before its first checkpoint"; it now says how many checkpoints were found and rejected, and
   why each one was (exit 2).
+* item 9 -- a full disk while saving a checkpoint exited 1 (torch's ``RuntimeError: unexpected pos
+  N vs M``, "a bug in spotwise"): it is now a full disk (exit 2), the temporary file is removed,
+  the previous checkpoint stays, and the message says how much space the checkpoint needs and how
+  much is free.  Tested on a real, tiny tmpfs (root only: skipped where ``mount`` is refused) and,
+  everywhere, with a file object that raises ENOSPC under the real ``torch.save``.
 """
 
 from __future__ import annotations
 
+import builtins
 import copy
+import errno
 import hashlib
 import json
+import os
+import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +126,132 @@ def test_item12_checkpoint_files_the_manifest_does_not_list_are_counted(tmp_path
     (tmp_path / "checkpoints" / "step-00000003.pt").write_bytes(b"x")
     with pytest.raises(InputError, match="1 checkpoint found.*step-00000003.pt: not listed in manifest.json"):
         require_checkpoint(tmp_path, warn=None)
+
+
+# ============================================================================ item 9
+def _tmp_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*") if ".tmp-" in p.name)
+
+
+def _state(step: int, n: int = 4) -> dict[str, Any]:
+    return {"format": 1, "step": step, "params": torch.full((n,), float(step)), "lr": 0.1, "T": float(step),
+            "sampler": {"epoch": 0}, "dur_rng": "{}", "iter_rng": "", "available": [0, 1], "provisioned": 2,
+            "sync": "full", "sync_n": None, "ema_loss": None, "counters": {}, "cost": {"total": 0.0}}
+
+
+@pytest.fixture()
+def tiny_disk(tmp_path: Path):
+    """``mount(size)``: a real tmpfs of ``size`` (e.g. "256k") under tmp_path; unmounted afterwards."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"disk{len(mounted)}"
+        where.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            pytest.skip(f"mount -t tmpfs is not permitted here: {res.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _needed_bytes(message: str) -> float:
+    m = re.search(r"the checkpoint needs ([\d.,]+) (B|KiB|MiB|GiB)", message)
+    assert m, message
+    return float(m.group(1).replace(",", "")) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[m.group(2)]
+
+
+def _assert_full_disk_handled(out: Path, message: str, state_bytes: int) -> None:
+    from spotwise.runtime.checkpoint import require_checkpoint
+
+    assert "disk is full" in message and "free there" in message
+    assert state_bytes <= _needed_bytes(message) <= state_bytes + 8 * 1024  # the tensors plus the zip's few kB
+    assert _tmp_files(out) == []
+    assert not (out / "checkpoints" / "step-00000010.pt").exists()
+    state, path = require_checkpoint(out, warn=None)  # the previous checkpoint is intact
+    assert path.name == "step-00000005.pt" and state["step"] == 5
+    assert "continues from step 5" in message
+
+
+def test_item9_a_real_full_disk_while_saving_a_checkpoint_is_a_full_disk(tiny_disk) -> None:
+    from spotwise.errors import InputError
+    from spotwise.runtime.checkpoint import save_checkpoint
+
+    out = tiny_disk("256k") / "run"
+    save_checkpoint(out, 5, _state(5))
+    before = (out / "checkpoints" / "manifest.json").read_text()
+    big = _state(10, n=100_000)  # 400 kB of parameters: torch's zip writer runs out of disk mid-record
+    with pytest.raises(InputError) as ei:
+        save_checkpoint(out, 10, big)
+    msg = str(ei.value)
+    assert str(out / "checkpoints") in msg
+    assert (out / "checkpoints" / "manifest.json").read_text() == before
+    _assert_full_disk_handled(out, msg, 100_000 * 4)
+    free = shutil.disk_usage(out).free
+    assert re.search(r"([\d.,]+ (B|KiB|MiB)) are free there", msg)
+    assert free < 400_000
+
+
+def test_item9_torch_short_write_over_enospc_is_recognised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No mount needed: the file object raises ENOSPC after 1 kB; the real torch.save turns that into
+    its own ``RuntimeError: ... unexpected pos``, which must still be read as a full disk."""
+    import spotwise.runtime.checkpoint as ck
+    from spotwise.errors import InputError
+
+    out = tmp_path / "run"
+    ck.save_checkpoint(out, 5, _state(5))
+    real_open = builtins.open
+
+    class FillingFile:
+        def __init__(self, fh: Any) -> None:
+            self.fh, self.written = fh, 0
+
+        def write(self, b: Any) -> int:
+            n = memoryview(b).nbytes
+            if self.written + n > 1024:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += n
+            return self.fh.write(b)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fh, name)
+
+        def __enter__(self) -> FillingFile:
+            return self
+
+        def __exit__(self, *exc: Any) -> None:
+            self.fh.close()
+
+    def filling_open(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+        fh = real_open(file, mode, *a, **k)
+        return FillingFile(fh) if "w" in mode and ".tmp-" in str(file) else fh
+
+    monkeypatch.setattr(ck, "open", filling_open, raising=False)
+    # the real torch error, as save_checkpoint sees it
+    with pytest.raises(RuntimeError, match="unexpected pos") as raw:
+        with filling_open(tmp_path / ".probe.tmp-1", "wb") as fh:
+            torch.save(_state(10, n=10_000), fh)
+    assert isinstance(raw.value.__context__, OSError) and raw.value.__context__.errno == errno.ENOSPC
+    with pytest.raises(InputError, match="disk is full") as ei:
+        ck.save_checkpoint(out, 10, _state(10, n=10_000))
+    monkeypatch.undo()
+    _assert_full_disk_handled(out, str(ei.value), 10_000 * 4)
+
+
+def test_item9_a_run_whose_disk_fills_exits_2_with_the_space_needed(tiny_disk, ray_session, tmp_path: Path) -> None:
+    """End to end on a real 48 kB tmpfs: the run's small files fit, its first checkpoint (~41 kB) does
+    not.  Before the fix: exit 1, "RuntimeError: unexpected pos 2304 vs 2198 (this is a bug in spotwise)"."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump(copy.deepcopy(SPEC)))
+    out = tiny_disk("48k") / "run"
+    code, _, err = _invoke("run", str(spec), "--out", str(out), "--json")
+    assert code == 2, err
+    assert "disk is full" in err and "the checkpoint needs" in err and "free there" in err
+    assert "internal error" not in err and "unexpected pos" not in err
+    assert _tmp_files(out) == []

@@ -18,17 +18,23 @@ Failure behaviour (all :class:`~spotwise.errors.InputError`, exit 2 through the 
   folder is ever read, and the keep-N rotation never unlinks a name that breaks the rule;
 * a full disk (ENOSPC/EDQUOT) while writing a checkpoint or the manifest is a
   :class:`~spotwise.rundir.DiskFullError` naming the folder; the temp file is removed first, so no
-  ``.tmp-PID`` file is ever left behind and the previous checkpoint stays the newest;
+  ``.tmp-PID`` file is ever left behind and the previous checkpoint stays the newest.  torch's
+  own short-write error (``RuntimeError: ... unexpected pos N vs M``, raised over the file's
+  ENOSPC) counts as a full disk too, and the message says how many bytes the checkpoint needs
+  and how many are free (issue 18 item 9);
 * no checkpoint that verifies and validates: :func:`require_checkpoint` raises.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -37,7 +43,7 @@ import torch
 
 from spotwise.errors import InputError
 from spotwise.events import atomic_write_text
-from spotwise.rundir import disk_full_error, is_disk_full
+from spotwise.rundir import DiskFullError, is_disk_full
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "manifest.json"
@@ -126,6 +132,93 @@ def _fsync_dir(folder: Path) -> None:
         os.close(dfd)
 
 
+class _CountingSink(io.RawIOBase):
+    """A write-only stream that only counts: the exact size :func:`torch.save` writes, nothing stored."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        n = memoryview(b).nbytes
+        self.n += n
+        return n
+
+    def tell(self) -> int:
+        return self.n
+
+
+def _serialized_size(state: Any) -> int:
+    """Bytes ``torch.save(state)`` writes (serialised into a counting sink: no memory, no disk)."""
+    sink = _CountingSink()
+    torch.save(state, sink)
+    return sink.n
+
+
+def _free_bytes(folder: Path) -> int:
+    try:
+        return int(shutil.disk_usage(folder).free)
+    except OSError:
+        return -1
+
+
+def _disk_full_cause(exc: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT ``OSError`` of ``exc`` or of its cause/context chain (torch raises its own
+    ``RuntimeError("... unexpected pos N vs M")`` over the file object's ENOSPC)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if is_disk_full(e):
+            return e  # type: ignore[return-value]
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def _is_short_write(exc: BaseException) -> bool:
+    """torch's zip writer's check that every byte it wrote arrived (a short write)."""
+    return isinstance(exc, RuntimeError) and "unexpected pos" in str(exc)
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for a person: ``512 B``, ``40.6 KiB``, ``3.82 MiB``, ``1.50 GiB``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:,.{1 if unit == 'KiB' else 2}f} {unit}"
+    return f"{n} B"
+
+
+def _checkpoint_disk_full(path: Path, exc: OSError, state: Any, out_dir: str | Path,
+                          previous: list[dict[str, Any]]) -> DiskFullError:
+    """The exit-2 error for a checkpoint that did not fit: how much it needs and how much is free.
+
+    ``previous``: the manifest's entries before this write (untouched by it), to say what a resume
+    continues from.
+    """
+    try:
+        need = _serialized_size(state)
+    except Exception:  # pragma: no cover - the state was serialisable a moment ago
+        need = -1
+    free = _free_bytes(path.parent)
+    what = f"the disk is full: could not write {path.name} in {path.parent} ({exc.strerror or exc})"
+    if need >= 0:
+        what += f"; the checkpoint needs {_size(need)}"
+    if free >= 0:
+        what += f", {_size(free)} {'are' if free != 1 else 'is'} free there"
+    room = (f"free at least {_size(need - max(free, 0))} (plus file-system overhead) on that disk"
+            if need > max(free, 0) else "free space on that disk")
+    if previous:
+        last = max(e["step"] for e in previous)
+        fix = (f"{room}, then `spotwise run --resume {Path(out_dir)}` continues from step {last} (its checkpoint "
+               "is intact; the partial file was removed)")
+    else:
+        fix = f"{room} (or choose another --out), then start the run again with --overwrite (no checkpoint was written yet)"
+    return DiskFullError(what, fix, str(path.parent))
+
+
 def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep: int = 3) -> Path:
     """Write ``state`` as the checkpoint of ``step``; returns its path.
 
@@ -149,10 +242,14 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep:
         _fsync_dir(folder)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
-        if is_disk_full(e):
-            raise disk_full_error(path, e,  # type: ignore[arg-type]
-                                  f"free space on the disk holding {folder}, then `spotwise run --resume "
-                                  f"{Path(out_dir)}` continues from the last checkpoint") from None
+        full = _disk_full_cause(e)
+        if full is None and _is_short_write(e):
+            # torch's own short-write check without the OSError behind it: a full disk if the
+            # checkpoint does not fit in what is free now (the temp file is gone already)
+            if _free_bytes(folder) < _serialized_size(state):
+                full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if full is not None:
+            raise _checkpoint_disk_full(path, full, state, out_dir, entries) from None
         raise
     digest = _sha256(path)
     entries = [e for e in entries if e["file"] != path.name]
