@@ -536,6 +536,8 @@ def simulate(
     spec_market: bool = typer.Option(False, "--spec-market", help="Sweep over the spec's own market (synthetic prices, "
                                      "its revocation model's capacity, e.g. GCP lifetimes) instead of --trace."),
     horizon: str = typer.Option("30d", "--horizon", help="With --spec-market: how long a market to generate."),
+    max_runs: Optional[int] = typer.Option(None, "--max-runs", help="Sweep: the most window runs (starts x homes x "
+                                           "strategies, 1-3 ms each) before the sweep is refused (default 60000)."),
 ) -> None:
     """Simulate a job in virtual time (no Ray): one run on its market, or with --trace a sweep over real traces.
 
@@ -550,7 +552,7 @@ def simulate(
 
     if trace or spec_market:
         _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
-                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot)
+                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot, max_runs)
         return
     if pilot_steps < 10:
         raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
@@ -583,13 +585,14 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
                     strategies: Optional[str], starts: str, all_zones: bool, types: Optional[str],
                     work_hours: Optional[float], deadline_hours: Optional[float], restart: str, history: str, plot: bool,
                     spot_price: Optional[float] = None, spec_market: bool = False, horizon: str = "30d",
-                    pilot: Optional[Path] = None) -> None:
+                    pilot: Optional[Path] = None, max_runs: Optional[int] = None) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from spotwise.config import load_spec
     from spotwise.report.sweep_view import sweep_table, write_sweep
     from spotwise.rundir import open_run_dir
-    from spotwise.sim.sweep_spec import SweepRequest, run_trace_sweep
+    from spotwise.sim.sweep import MAX_RUNS
+    from spotwise.sim.sweep_spec import SweepRequest, TextProgress, run_trace_sweep
     from spotwise.specload import parse_duration
 
     job = load_spec(spec)  # never imports a module:function workload
@@ -598,9 +601,12 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
         types=[t.strip() for t in types.split(",") if t.strip()] if types else [], all_zones=all_zones,
         work_hours=work_hours, deadline_h=deadline_hours, restart_s=parse_duration(restart, "--restart"),
         history_s=parse_duration(history, "--history"), spot_price=spot_price, spec_market=spec_market,
-        horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed, pilot_dir=str(pilot) if pilot else None)
+        horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed, pilot_dir=str(pilot) if pilot else None,
+        max_runs=MAX_RUNS if max_runs is None else max_runs)
 
     def go() -> Any:
+        if as_json or not err_console.is_terminal:  # no live bar: a line on stderr every 10 s of a long sweep
+            return run_trace_sweep(job, req, TextProgress(sys.stderr))
         with Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} starts"),
                       TimeRemainingColumn(), console=err_console, disable=as_json, transient=True) as bar:
             task = bar.add_task("sweep", total=None)

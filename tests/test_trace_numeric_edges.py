@@ -169,3 +169,99 @@ def test_item7_sweep_json_refuses_non_finite(tmp_path: Path) -> None:
     with pytest.raises(NonFiniteOutputError, match="worker_iterations"):
         write_sweep(res, tmp_path, plots=False)
     assert not (tmp_path / "sweep.json").exists()
+
+
+# ------------------------------------------------------------------------------------------ item 8
+# Item 8: a three-point trace spanning 1970-2020 made `simulate --trace` run for minutes with no
+# output (73,089 start times every 6 h x 5 strategies).  The sweep's work is counted before it
+# starts and refused beyond --max-runs with the --starts step that fits; long sweeps whose stderr
+# is not a terminal print progress lines.
+def _three_points(path: Path) -> Path:
+    recs = [{"AvailabilityZone": "us-east-1b", "InstanceType": "p3.2xlarge", "ProductDescription": "Linux/UNIX",
+             "SpotPrice": p, "Timestamp": t}
+            for p, t in (("0.9", "1970-01-01T00:00:00Z"), ("1.0", "1995-01-10T00:00:00Z"), ("0.9", "2020-01-20T00:00:00Z"))]
+    path.write_text(json.dumps({"SpotPriceHistory": recs}))
+    return path
+
+
+P3_SPEC = Path(__file__).resolve().parents[1] / "examples" / "p3-24h-traces.yaml"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_item8_three_point_trace_1970_2020_exits_2_within_seconds(cli, tmp_path: Path, as_json: bool) -> None:
+    import time
+
+    tr = _three_points(tmp_path / "gap.json")
+    t0 = time.perf_counter()
+    code, out, err = cli("simulate", str(P3_SPEC), "--trace", str(tr), *(["--json"] if as_json else []))
+    took = time.perf_counter() - t0
+    assert code == 2, err
+    assert took < 10, f"took {took:.1f} s"
+    assert out.strip() == "" and "Traceback" not in err
+    # sizes, the long gap, and what to do
+    assert "73,089 start times" in err and "50.0 years" in err and "25.0 years" in err
+    assert "--starts" in err and "--max-runs" in err
+
+
+def test_item8_suggested_step_fits_the_bound(tmp_path: Path) -> None:
+    import re
+
+    from spotwise.config import load_spec
+    from spotwise.market.traces import load_traces
+    from spotwise.market.world import load_catalog
+    from spotwise.sim.places import build_places
+    from spotwise.sim.sweep import MAX_RUNS, check_sweep_size, parse_strategies, start_range, sweep_runs
+    from spotwise.sim.sweep_spec import sweep_job
+    from spotwise.specload import parse_duration
+
+    spec = load_spec(P3_SPEC)
+    places, _ = build_places(load_traces([_three_points(tmp_path / "gap.json")]), load_catalog(spec), spec.workload.family,
+                             spec.cluster.instance_type, None)
+    job = sweep_job(spec)
+    strategies = parse_strategies(None)
+    lo, hi, n = start_range(places, job, 6 * 3600.0)
+    with pytest.raises(InputError) as ei:
+        check_sweep_size(n, 1, strategies, 6 * 3600.0, hi - lo, MAX_RUNS, places)
+    step = parse_duration(re.search(r"--starts (\S+) or coarser", ei.value.message).group(1), "--starts")
+    lo, hi, n2 = start_range(places, job, step)
+    assert sweep_runs(n2, 1, strategies) <= MAX_RUNS < sweep_runs(n, 1, strategies)
+    assert check_sweep_size(n2, 1, strategies, step, hi - lo, MAX_RUNS, places) == sweep_runs(n2, 1, strategies)
+
+
+def test_item8_coarse_sweep_of_the_gap_trace_finishes_and_max_runs_is_honoured(cli, tmp_path: Path) -> None:
+    tr = _three_points(tmp_path / "gap.json")
+    args = ["simulate", str(P3_SPEC), "--trace", str(tr), "--starts", "3650d", "--json", "--no-plot"]
+    code, out, err = cli(*args)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["windows"] == 6 and all(math.isfinite(s["mean_cost"]) for s in doc["strategies"])
+    code, out, err = cli(*args, "--max-runs", "29")  # 6 starts x 5 strategies = 30 runs
+    assert code == 2 and "30 window runs" in err and out.strip() == ""
+    code, out, err = cli(*args, "--max-runs", "0")
+    assert code == 2 and "--max-runs must be an integer >= 1" in err
+
+
+@pytest.mark.timeout(60)
+def test_item8_tiny_starts_step_is_refused_before_building_the_start_list(cli, tmp_path: Path) -> None:
+    tr = _aws(tmp_path / "ok.json", _GOOD)
+    code, out, err = cli("simulate", str(_spec(tmp_path)), "--trace", str(tr), "--starts", "0.000001s", "--json")
+    assert code == 2, err
+    assert "start times every 1e-06 s" in err and out.strip() == ""
+
+
+def test_item8_text_progress_prints_a_line_every_interval() -> None:
+    import io
+
+    from spotwise.sim.sweep_spec import TextProgress
+
+    now = [0.0]
+    buf = io.StringIO()
+    prog = TextProgress(buf, every_s=10.0, clock=lambda: now[0])
+    for done in range(1, 101):
+        now[0] = done * 0.5  # 0.5 s a start: 50 s in all -> a line at 10, 20, 30, 40, 50 s
+        prog(done, 100)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 5 and prog.lines == 5
+    assert lines[0] == "sweep: 20/100 start times (20.0%), 10 s, about 40 s left"
+    assert lines[-1].startswith("sweep: 100/100 start times (100.0%), 50 s")
