@@ -1,0 +1,109 @@
+"""Issue 18 item 6: the collective plane listens on loopback only, on one machine.
+
+The plane's :class:`torch.distributed.TCPStore` (no authentication: anyone who reaches it can
+read the replicas and abort or steer generations) used to listen on every interface (``::``, which
+also accepts IPv4) whatever host it was given: torch 2.13's store ignores the host for its bind,
+with either backend (libuv or not).  It is now handed a socket already bound to the host
+(``master_listen_fd``).  The members' gloo groups listen where gloo's default device resolves
+(``GLOO_SOCKET_IFNAME`` or the hostname's address); with a loopback store they are pinned to that
+address too.  Checked from the kernel's socket table (psutil), not from the code's intentions.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Any
+
+import psutil
+import pytest
+import torch
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _listening(pid: int | None = None) -> set[tuple[str, int]]:
+    proc = psutil.Process(pid or os.getpid())
+    return {(c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+
+
+def test_the_plane_store_listens_on_loopback_only() -> None:
+    from spotwise.collective.group import ElasticGroup
+    from spotwise.collective.plane import PlaneControl
+
+    plane = PlaneControl(timeout_s=5.0)  # as the collective controller builds it
+    try:
+        mine = {addr for addr in _listening() if addr[1] == plane.port}
+        assert mine == {("127.0.0.1", plane.port)}, mine
+        # and it still serves: a member's client reads what the coordinator wrote
+        g = ElasticGroup(plane.host, plane.port, member=0, timeout_s=2.0)
+        assert g.store.get("lease") == b"0"
+        plane.set_lease(3)
+        assert g.store.get("lease") == b"3"
+        # nothing answers on the machine's other addresses
+        for ip in _other_ipv4s():
+            with socket.socket() as s:
+                s.settimeout(1.0)
+                assert s.connect_ex((ip, plane.port)) != 0, f"the store answers on {ip}"
+    finally:
+        plane.close()
+    assert not {addr for addr in _listening() if addr[1] == plane.port}  # released on close
+
+
+def _other_ipv4s() -> list[str]:
+    return [a.address for addrs in psutil.net_if_addrs().values() for a in addrs
+            if a.family == socket.AF_INET and not a.address.startswith("127.")]
+
+
+def _non_loopback_interface() -> str | None:
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and not a.address.startswith("127.") for a in addrs):
+            return name
+    return None
+
+
+def test_a_members_gloo_group_listens_on_loopback_even_if_gloo_would_pick_another_interface(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``GLOO_SOCKET_IFNAME`` (or a hostname resolving to an external address) makes gloo's default
+    device listen on that interface; a group over a loopback store must stay on loopback."""
+    from spotwise.collective.group import ElasticGroup, GroupCoordinator
+
+    iface = _non_loopback_interface()
+    if iface is None:
+        pytest.skip("this machine has no non-loopback IPv4 interface to tempt gloo with")
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", iface)
+    coord = GroupCoordinator()
+    coord.announce(0, [0, 1])
+    groups: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def member(m: int) -> None:
+        try:
+            g = ElasticGroup(coord.host, coord.port, member=m, timeout_s=10.0)
+            g.form(0)
+            t = torch.ones(4)
+            g.allreduce(t)
+            assert t.tolist() == [2.0] * 4
+            groups[m] = g
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=member, args=(m,)) for m in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    try:
+        listening = _listening()
+        assert len(listening) >= 2, listening  # the store and at least one gloo listener
+        assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+        for ip in _other_ipv4s():
+            for _, port in listening:
+                with socket.socket() as s:
+                    s.settimeout(1.0)
+                    assert s.connect_ex((ip, port)) != 0, f"port {port} answers on {ip}"
+    finally:
+        for g in groups.values():
+            g.close()
