@@ -162,20 +162,38 @@ def connect(url: RedisURL, timeout_s: float = 5.0) -> Any:
 
     opts = dict(host=url.host, port=url.port, password=url.password or None, db=url.db, socket_connect_timeout=timeout_s)
     probe = redis.Redis(**opts, socket_timeout=timeout_s, retry=Retry(NoBackoff(), 0))  # fail fast, no retries
+    not_redis = InputError(f"the service at {url.redacted} does not speak Redis (its answer to PING is not Redis's protocol)",
+                           "point --redis-url at a Redis server (redis-server listens on 6379 by default), "
+                           "or leave --redis-url out and spotwise starts its own", "--redis-url")
     try:
-        probe.ping()
+        if probe.ping() is not True:  # a reply in Redis's framing that is not PONG
+            raise not_redis
     except redis.AuthenticationError:
         if not url.password:
             raise InputError(f"Redis at {url.redacted} needs a password", "put it in the URL: redis://:PASSWORD@host:port",
                              "--redis-url") from None
         raise InputError(f"Redis at {url.redacted} refused the password", "give the right password in the URL (redis://:PASSWORD@host:port)",
                          "--redis-url") from None
+    except redis.exceptions.InvalidResponse:  # e.g. an HTTP or SSH server: "Protocol error, got 'H' as reply type byte"
+        raise not_redis from None
+    except (AttributeError, TypeError, ValueError, UnicodeDecodeError):
+        # redis-py chokes on a handshake reply in Redis's framing but of the wrong shape (HELLO
+        # answered by a string, not a map): whatever listens there is not Redis
+        raise not_redis from None
     except redis.ResponseError as e:
         if "NOAUTH" in str(e) or "AUTH" in str(e).upper():
             raise InputError(f"Redis at {url.redacted} needs a password", "put it in the URL: redis://:PASSWORD@host:port",
                              "--redis-url") from None
         raise InputError(f"Redis at {url.redacted} answered {e}", "check the URL points at a Redis server", "--redis-url") from None
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+    except redis.TimeoutError as e:
+        if "connecting" in str(e).lower():  # no TCP connection within the timeout: nothing answered there
+            raise InputError(f"cannot reach Redis at {url.redacted} ({e})",
+                             "start redis-server there, fix the host/port, or leave --redis-url out and spotwise starts its own",
+                             "--redis-url") from None
+        raise InputError(f"the service at {url.redacted} did not answer a Redis PING within {timeout_s:g} s (is it Redis?)",
+                         "point --redis-url at a Redis server, or leave --redis-url out and spotwise starts its own",
+                         "--redis-url") from None
+    except (redis.ConnectionError, OSError) as e:
         raise InputError(f"cannot reach Redis at {url.redacted} ({e})",
                          "start redis-server there, fix the host/port, or leave --redis-url out and spotwise starts its own",
                          "--redis-url") from None
