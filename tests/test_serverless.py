@@ -44,7 +44,7 @@ def sl_spec(steps: int = 12, workers: int = 2, sync: str = "bsp", **cluster):
 
 @pytest.fixture(scope="module")
 def redis_server():
-    with RedisServer() as srv:
+    with RedisServer(tcp=True) as srv:  # an operator's Redis on 127.0.0.1 (--redis-url)
         yield srv
 
 
@@ -222,7 +222,7 @@ def test_an_external_redis_that_comes_back_empty_is_reseeded(tmp_path):
     import threading
 
     spec = sl_spec(steps=12, workers=2, sync="bsp")
-    with RedisServer() as srv:
+    with RedisServer(tcp=True) as srv:
         state = {"killed": False}
 
         def progress(snap):

@@ -124,3 +124,70 @@ def test_cli_run_with_a_redis_url_of_an_http_server_exits_2(cli, tmp_path):
     assert code == 2, err
     assert "does not speak Redis" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+# ---------------------------------------------------------------------------------- item 4
+def _tcp_listen_ports(pid: int) -> set[int]:
+    import psutil
+
+    return {c.laddr.port for c in psutil.Process(pid).net_connections("inet") if c.status == psutil.CONN_LISTEN}
+
+
+def test_private_redis_listens_only_on_a_unix_socket_in_its_private_folder():
+    import os
+    import stat
+
+    from spotwise.serverless.store import RedisServer, connect
+
+    with RedisServer() as srv:
+        assert _tcp_listen_ports(srv.proc.pid) == set()  # no TCP port anyone could take over
+        assert stat.S_IMODE(os.stat(srv.dir).st_mode) == 0o700
+        assert srv.url.socket_path and os.path.dirname(srv.url.socket_path) == str(srv.dir)
+        assert stat.S_IMODE(os.stat(srv.dir / "redis.conf").st_mode) == 0o600
+        c = connect(srv.url)
+        c.set("k", "v")
+        srv.restart()
+        assert _tcp_listen_ports(srv.proc.pid) == set()
+        assert connect(srv.url).get("k") is None  # the same address, a fresh (empty) server
+    assert not srv.dir.exists()
+
+
+def test_a_restarted_private_redis_never_sends_the_password_to_whoever_took_its_port(tmp_path):
+    """spotwise's own redis-server dies mid-run and another program takes every TCP port it had:
+    neither the supervisor nor any function sends the password there, and the run goes on (on the
+    restarted private server) to the parameters of a fault-free run."""
+    import numpy as np
+
+    from spotwise.config import spec_from_dict
+    from spotwise.serverless.store import RedisServer
+    from spotwise.serverless.supervisor import ServerlessSupervisor
+
+    spec = spec_from_dict({"name": "squat", "workload": PMF, "target": {"iterations": 14},
+                           "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
+                           "outputs": {"checkpoint_every": 0, "plots": False}})
+    srv = RedisServer()
+    squatters: list[RecordingServer] = []
+    state = {"killed": False, "ports": set()}
+
+    def progress(snap):
+        if snap["step"] == 6 and not state["killed"]:
+            state["killed"] = True
+            state["ports"] = _tcp_listen_ports(srv.proc.pid)
+            srv.kill()
+            for port in state["ports"]:  # another program takes the freed port at once
+                squatters.append(RecordingServer(lambda seen: b"-ERR unknown command\r\n", port=port))
+
+    try:
+        sup = ServerlessSupervisor(spec, tmp_path / "r", redis_server=srv, progress=progress, heartbeat_timeout_s=6.0)
+        s = sup.run()
+    finally:
+        for sq in squatters:
+            sq.close()
+    assert state["killed"]
+    for sq in squatters:
+        assert srv.password.encode() not in bytes(sq.received), "the password went to the program on the old port"
+    assert s.status == "completed" and s.steps == 14 and s.extra["store_reseeds"] >= 1
+    from test_serverless import sgd_reference
+
+    assert np.allclose(sup.x, sgd_reference(spec, 14), rtol=1e-4, atol=1e-5)
+    assert not srv.dir.exists()

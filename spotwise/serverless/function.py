@@ -105,11 +105,12 @@ class WorkerInvocation:
     def _connect(self) -> None:
         import redis
 
-        from spotwise.serverless.store import Keys
+        from spotwise.serverless.store import Keys, RedisURL
 
-        u = self.args["redis"]
-        self.r = redis.Redis(host=u["host"], port=int(u["port"]), password=u["password"] or None, db=int(u["db"]),
-                             socket_timeout=60, socket_connect_timeout=10)
+        # host:port, or the private server's unix socket; the password inline or (on this machine)
+        # read from the supervisor's 0600 file
+        u = RedisURL.from_dict(self.args["redis"])
+        self.r = redis.Redis(**u.client_options(), socket_timeout=60, socket_connect_timeout=10)
         self.k = Keys(self.args["job"])
         self.commit = self.r.register_script(_commit_lua())
 

@@ -3,9 +3,10 @@
 Serverless functions cannot talk to each other, so MLLess exchanges every update through Redis
 ("Communication channels", Sec. 3.1).  This module holds:
 
-* :class:`RedisServer` -- a ``redis-server`` that spotwise starts itself on 127.0.0.1, on a free
-  port, with a random password and a temporary directory (no persistence: the supervisor holds
-  the authoritative model and can re-seed the store), and can restart (fault tests) and stop.
+* :class:`RedisServer` -- a ``redis-server`` that spotwise starts itself, listening on a unix
+  socket in a private 0700 temporary directory, with a random password (no persistence: the
+  supervisor holds the authoritative model and can re-seed the store), and can restart (fault
+  tests) and stop.
 * :func:`connect` -- a client for ``redis://[:password@]host:port[/db]``; a wrong URL, an
   unreachable server or a wrong password is an :class:`~spotwise.errors.InputError` (exit 2)
   that says how to fix it.
@@ -103,34 +104,67 @@ def decode_dense(data: bytes, size: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class RedisURL:
-    """Where the store is: host, port, password (may be empty), database number."""
+    """Where the store is: host and port, or a unix socket; password (may be empty); database number.
+
+    ``socket_path`` (an absolute path) replaces host and port: spotwise's private
+    :class:`RedisServer` listens only on a unix socket inside its private 0700 folder, an address
+    no other user can take over (issue 18 item 4).  ``password_file`` (optional) names a 0600 file
+    holding the password: what a function on this machine is given instead of the password itself
+    (item 5, see :meth:`for_function`).
+    """
 
     host: str
     port: int
     password: str = ""
     db: int = 0
+    socket_path: str = ""
+    password_file: str = ""
 
     def __post_init__(self) -> None:
-        if not self.host:
-            raise InputError("the Redis URL has no host", "write it as redis://:PASSWORD@HOST:PORT", "--redis-url")
-        if not 0 < self.port < 65536:
-            raise InputError(f"port {self.port} is out of range", "use a TCP port in 1-65535 (Redis's default is 6379)", "--redis-url")
+        if self.socket_path:
+            if not os.path.isabs(self.socket_path):
+                raise ValueError(f"the Redis unix socket path must be absolute, got {self.socket_path!r}")
+        else:
+            if not self.host:
+                raise InputError("the Redis URL has no host", "write it as redis://:PASSWORD@HOST:PORT", "--redis-url")
+            if not 0 < self.port < 65536:
+                raise InputError(f"port {self.port} is out of range", "use a TCP port in 1-65535 (Redis's default is 6379)", "--redis-url")
         if self.db < 0:
             raise InputError(f"database {self.db} is negative", "use a database number >= 0, e.g. redis://host:6379/0", "--redis-url")
+
+    def _where(self) -> str:
+        return f"unix://{{auth}}{self.socket_path}?db={self.db}" if self.socket_path else f"redis://{{auth}}{self.host}:{self.port}/{self.db}"
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
-        return f"redis://{auth}{self.host}:{self.port}/{self.db}"
+        return self._where().format(auth=auth)
 
     @property
     def redacted(self) -> str:
         """The URL with the password hidden (for logs and messages)."""
-        auth = ":***@" if self.password else ""
-        return f"redis://{auth}{self.host}:{self.port}/{self.db}"
+        return self._where().format(auth=":***@" if self.password or self.password_file else "")
+
+    def client_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``redis.Redis`` for this address (password read from its file if need be)."""
+        where: dict[str, Any] = {"unix_socket_path": self.socket_path} if self.socket_path else {"host": self.host, "port": self.port}
+        return {**where, "password": self.secret() or None, "db": self.db}
+
+    def secret(self) -> str:
+        """The password, read from ``password_file`` when it is not held inline."""
+        if self.password or not self.password_file:
+            return self.password
+        return Path(self.password_file).read_text(encoding="utf-8").strip()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port, "password": self.password, "db": self.db}
+        return {"host": self.host, "port": self.port, "password": self.password, "db": self.db, "socket_path": self.socket_path,
+                "password_file": self.password_file}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RedisURL":
+        """Inverse of :meth:`to_dict` (what a function receives)."""
+        return cls(str(d.get("host", "")), int(d.get("port", 0)), str(d.get("password", "")), int(d.get("db", 0)),
+                   str(d.get("socket_path", "")), str(d.get("password_file", "")))
 
 
 def parse_redis_url(url: str) -> RedisURL:
@@ -160,7 +194,7 @@ def connect(url: RedisURL, timeout_s: float = 5.0) -> Any:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    opts = dict(host=url.host, port=url.port, password=url.password or None, db=url.db, socket_connect_timeout=timeout_s)
+    opts = dict(**url.client_options(), socket_connect_timeout=timeout_s)
     probe = redis.Redis(**opts, socket_timeout=timeout_s, retry=Retry(NoBackoff(), 0))  # fail fast, no retries
     not_redis = InputError(f"the service at {url.redacted} does not speak Redis (its answer to PING is not Redis's protocol)",
                            "point --redis-url at a Redis server (redis-server listens on 6379 by default), "
@@ -218,19 +252,33 @@ def redis_server_binary() -> str:
 
 
 class RedisServer:
-    """A private ``redis-server`` on 127.0.0.1 with a random password in a temporary directory.
+    """A private ``redis-server`` with a random password in a private (0700) temporary directory.
+
+    It listens only on a unix socket inside that directory (``port 0``, no TCP at all): while the
+    server is down nobody else can take its address over, so a client that reconnects after a
+    crash or a :meth:`restart` can only ever reach this server -- the password is never sent to
+    whatever another program put on a freed TCP port (issue 18 item 4).  ``tcp=True`` listens on
+    127.0.0.1 at ``port`` (a free one if not given) as well: the stand-in for an operator's own
+    Redis given by ``--redis-url`` in tests and benchmarks; even then readiness is checked over the
+    unix socket, so no password goes over TCP before this ``redis-server`` holds the port.
 
     No persistence (``save ""``, ``appendonly no``): the store holds only what the supervisor
-    can re-seed.  :meth:`restart` stops and starts it on the same port and password (what a
+    can re-seed.  :meth:`restart` stops and starts it on the same address and password (what a
     crashed store looks like to the job); :meth:`stop` removes the temporary directory.
     """
 
-    def __init__(self, port: int | None = None, password: str | None = None, maxmemory_mb: int = 0) -> None:
+    def __init__(self, port: int | None = None, password: str | None = None, maxmemory_mb: int = 0, tcp: bool = False) -> None:
         self.binary = redis_server_binary()
-        self.port = int(port) if port else _free_port()
+        self.tcp = bool(tcp or port)
+        self.port: int | None = (int(port) if port else _free_port()) if self.tcp else None
         self.password = password if password is not None else secrets.token_hex(16)
         self.maxmemory_mb = int(maxmemory_mb)
         self.dir = Path(tempfile.mkdtemp(prefix="spotwise-redis-"))
+        if len(str(self.dir / "redis.sock")) > 100:  # sun_path holds 108 bytes: a long $TMPDIR falls back to /tmp
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = Path(tempfile.mkdtemp(prefix="spotwise-redis-", dir="/tmp"))
+        os.chmod(self.dir, 0o700)  # mkdtemp's mode already; the socket's safety rests on it
+        self.socket_path = self.dir / "redis.sock"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None
         self.restarts = 0
@@ -238,18 +286,27 @@ class RedisServer:
 
     @property
     def url(self) -> RedisURL:
-        return RedisURL("127.0.0.1", self.port, self.password, 0)
+        """The address clients use: the TCP port with ``tcp=True``, else the unix socket."""
+        if self.port is not None:
+            return RedisURL("127.0.0.1", self.port, self.password, 0)
+        return RedisURL("", 0, self.password, 0, socket_path=str(self.socket_path))
 
     def start(self, timeout_s: float = 10.0) -> None:
+        """Start ``redis-server`` (again) and wait until it answers on its unix socket."""
         conf = self.dir / "redis.conf"
         lines = [
-            "bind 127.0.0.1", f"port {self.port}", f"requirepass {self.password}", f"dir {self.dir}", 'save ""',
-            "appendonly no", "protected-mode yes", "daemonize no", "loglevel warning", f"logfile {self.dir / 'redis.log'}",
+            f"port {self.port or 0}", f"unixsocket {self.socket_path}", "unixsocketperm 700", f"requirepass {self.password}",
+            f"dir {self.dir}", 'save ""', "appendonly no", "protected-mode yes", "daemonize no", "loglevel warning",
+            f"logfile {self.dir / 'redis.log'}",
         ]
+        if self.port is not None:
+            lines.insert(0, "bind 127.0.0.1")
         if self.maxmemory_mb:
             lines.append(f"maxmemory {self.maxmemory_mb}mb")
-        conf.write_text("\n".join(lines) + "\n")
-        os.chmod(conf, 0o600)  # it holds the password
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the password: never readable by others
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.chmod(conf, 0o600)
         self.proc = subprocess.Popen([self.binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
         deadline = time.monotonic() + timeout_s
@@ -260,12 +317,17 @@ class RedisServer:
                 log = (self.dir / "redis.log").read_text(errors="replace")[-500:] if (self.dir / "redis.log").exists() else ""
                 raise RuntimeError(f"redis-server exited with code {self.proc.returncode}: {log}")
             try:
-                redis.Redis(host="127.0.0.1", port=self.port, password=self.password, socket_connect_timeout=0.5).ping()
+                # the unix socket in our 0700 folder: only this server can be listening there
+                c = redis.Redis(unix_socket_path=str(self.socket_path), password=self.password, socket_connect_timeout=0.5)
+                try:
+                    c.ping()
+                finally:
+                    c.close()
                 break
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout_s:g} s")
+                    raise RuntimeError(f"redis-server did not answer on {self.socket_path} within {timeout_s:g} s")
                 time.sleep(0.02)
         self.started_at = time.time()
 
@@ -277,7 +339,7 @@ class RedisServer:
         self.proc = None
 
     def restart(self) -> None:
-        """Kill and start again on the same port and password (empty store)."""
+        """Kill and start again on the same address and password (empty store)."""
         self.kill()
         self.start()
         self.restarts += 1

@@ -513,6 +513,10 @@ class ServerlessSupervisor:
         self.counters["store_reseeds"] += 1
         deadline = time.monotonic() + 60.0
         while True:
+            if self.own_redis is not None and not self.own_redis.alive():
+                # our own server died: start it again on its unix socket (an address only it can hold)
+                # before any client talks to it, so no password goes to whatever else may listen
+                self.own_redis.start()
             try:
                 self.r.ping()
                 break
