@@ -191,3 +191,80 @@ def test_a_restarted_private_redis_never_sends_the_password_to_whoever_took_its_
 
     assert np.allclose(sup.x, sgd_reference(spec, 14), rtol=1e-4, atol=1e-5)
     assert not srv.dir.exists()
+
+
+# ---------------------------------------------------------------------------------- item 5
+def _exposed(secret: bytes, roots: list[str]) -> list[str]:
+    """Files under ``roots`` holding ``secret`` that a group or other user could read, and
+    processes whose (world-readable) command line holds it."""
+    import glob
+    import os
+    import stat
+
+    hits: list[str] = []
+    for root in roots:
+        for path in glob.glob(os.path.join(root, "**"), recursive=True):
+            try:
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if secret in data and st.st_mode & 0o044:
+                hits.append(f"{path} (mode {stat.S_IMODE(st.st_mode):o})")
+    for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(cmdline, "rb") as f:
+                if secret in f.read():
+                    hits.append(cmdline)
+        except OSError:
+            continue
+    return hits
+
+
+def _scan_roots(out) -> list[str]:
+    import glob
+    import tempfile
+
+    from lithops.constants import CONFIG_DIR, LITHOPS_TEMP_DIR
+
+    return [LITHOPS_TEMP_DIR, CONFIG_DIR, *glob.glob(f"{tempfile.gettempdir()}/spotwise-*"), str(out)]
+
+
+@pytest.mark.parametrize("own", [True, False], ids=["private-redis", "redis-url"])
+def test_the_redis_password_is_in_no_file_others_can_read(tmp_path, own):
+    """During and after a run on Lithops localhost functions, no file Lithops or spotwise wrote
+    (job payloads ``lithops.jobs/*/aggdata.pickle``, task files, logs, the run directory, the
+    private folder) nor any command line holds the Redis password readable by others."""
+    from spotwise.config import spec_from_dict
+    from spotwise.serverless.store import RedisServer
+    from spotwise.serverless.supervisor import ServerlessSupervisor
+
+    spec = spec_from_dict({"name": "secret", "workload": PMF, "target": {"iterations": 8},
+                           "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
+                           "outputs": {"checkpoint_every": 4, "plots": False}})
+    out = tmp_path / "run"
+    srv = RedisServer(tcp=not own)
+    secret = srv.password.encode()
+    during: list[str] = []
+    import glob
+    import tempfile
+
+    secret_dirs = set(glob.glob(f"{tempfile.gettempdir()}/spotwise-secret-*"))
+
+    def progress(snap):
+        if snap["step"] == 5 and not during:
+            during.extend(_exposed(secret, _scan_roots(out)) or ["(scanned, clean)"])
+
+    try:
+        kw = {"redis_server": srv} if own else {"redis_url": srv.url}
+        s = ServerlessSupervisor(spec, out, progress=progress, heartbeat_timeout_s=6.0, **kw).run()
+        after = _exposed(secret, _scan_roots(out))
+    finally:
+        srv.stop()
+    assert s.status == "completed" and s.steps == 8
+    assert during == ["(scanned, clean)"], during
+    assert after == [], after
+    assert set(glob.glob(f"{tempfile.gettempdir()}/spotwise-secret-*")) == secret_dirs  # the private copy is gone

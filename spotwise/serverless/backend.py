@@ -55,6 +55,10 @@ class LithopsBackend:
         logging.getLogger("lithops").setLevel(logging.ERROR)
         self.config = config or localhost_config(max_workers)
         self.name = str(self.config.get("lithops", {}).get("backend", "localhost"))
+        #: the functions run on this machine as this user: they can read a 0600 file of ours, so
+        #: secrets travel as a path to one and never in Lithops's job data (world-readable files
+        #: under /tmp/lithops-$USER on localhost)
+        self.shares_filesystem = self.name == "localhost"
         self.executor = lithops.FunctionExecutor(config=self.config)
         self.futures: list[Any] = []
 

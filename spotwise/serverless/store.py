@@ -236,6 +236,16 @@ def connect(url: RedisURL, timeout_s: float = 5.0) -> Any:
     return redis.Redis(**opts, socket_timeout=max(timeout_s, 30.0))
 
 
+def write_secret_file(folder: Path, secret: str, name: str = "password") -> Path:
+    """Write ``secret`` to ``folder/name``, readable by this user only (0600, never through a link)."""
+    path = Path(folder) / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(secret)
+    os.chmod(path, 0o600)
+    return path
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -279,6 +289,8 @@ class RedisServer:
             self.dir = Path(tempfile.mkdtemp(prefix="spotwise-redis-", dir="/tmp"))
         os.chmod(self.dir, 0o700)  # mkdtemp's mode already; the socket's safety rests on it
         self.socket_path = self.dir / "redis.sock"
+        #: the password for functions on this machine: they are given this path, not the secret
+        self.password_file = write_secret_file(self.dir, self.password)
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None
         self.restarts = 0

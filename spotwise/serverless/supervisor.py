@@ -30,8 +30,10 @@ IBM ``M1.2x16`` by default, paper 004 Table 2).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -49,7 +51,8 @@ from spotwise.runtime.checkpoint import save_checkpoint
 from spotwise.runtime.rundir_io import SPEC_FILE
 from spotwise.serverless.schedule import SampleStream, Schedule, epochs_done
 from spotwise.serverless.significance import merge_leaving_replica
-from spotwise.serverless.store import Keys, RedisServer, RedisURL, apply_encoded, connect, decode_dense, encode_dense
+from spotwise.serverless.store import (Keys, RedisServer, RedisURL, apply_encoded, connect, decode_dense, encode_dense,
+                                       write_secret_file)
 from spotwise.specload import to_plain
 from spotwise.workloads.params import flat_params, set_flat_params
 from spotwise.workloads.registry import make_workload
@@ -162,6 +165,8 @@ class ServerlessSupervisor:
         self.k = Keys(self.job)
         self._leave_script = self.r.register_script(LEAVE_LUA)
         self.backend = backend
+        self._fn_url: RedisURL | None = None  # the store's address as functions get it (see _function_url)
+        self._secret_dir: Path | None = None  # a private folder holding a --redis-url's password for functions
         # the model side: the supervisor's replica of the workload's model
         self.workload = make_workload(spec.workload, spec.seed)
         self.model = self.workload.build_model()
@@ -254,9 +259,34 @@ class ServerlessSupervisor:
         self.faults = {}  # injected once
         pipe.execute()
 
+    def _function_url(self) -> RedisURL:
+        """Where a function finds the store, as it travels in the function's arguments (issue 18 item 5).
+
+        Lithops writes every call's arguments into its job data (on localhost, world-readable
+        files under ``/tmp/lithops-$USER``), so when the functions share this machine's
+        filesystem they get the path of a 0600 file holding the password (the private server's
+        own, or one in a private 0700 folder for a ``--redis-url``), never the password.  A cloud
+        backend's functions cannot read our files: their arguments (in the cloud's object
+        storage, under the user's account) carry the password.
+        """
+        if self._fn_url is not None:
+            return self._fn_url
+        url = self.url
+        if url.password and getattr(self.backend, "shares_filesystem", True):
+            if self.own_redis is not None:
+                path = self.own_redis.password_file
+            else:
+                import tempfile
+
+                self._secret_dir = Path(tempfile.mkdtemp(prefix="spotwise-secret-"))  # 0700
+                path = write_secret_file(self._secret_dir, url.password)
+            url = dataclasses.replace(url, password="", password_file=str(path))
+        self._fn_url = url
+        return url
+
     def _worker_args(self, w: int, inc: str) -> dict[str, Any]:
         wl = self.spec.workload
-        return {"redis": self.url.to_dict(), "job": self.job, "worker": w, "inc": inc, "lease_s": self.lease_s,
+        return {"redis": self._function_url().to_dict(), "job": self.job, "worker": w, "inc": inc, "lease_s": self.lease_s,
                 "sync": self.sync, "staleness": self.staleness, "significance": self.significance,
                 "batch": int(wl.batch_size), "lr": float(wl.lr), "workload": to_plain(wl), "seed": int(self.spec.seed), "ckpt_every": self.isp_checkpoint_every, "lease_steps": self.lease_steps,
                 "network_mbps": self.network_mbps}
@@ -707,3 +737,6 @@ class ServerlessSupervisor:
                     self._delete_job_keys()
             except Exception:
                 pass
+            finally:
+                if self._secret_dir is not None:
+                    shutil.rmtree(self._secret_dir, ignore_errors=True)
