@@ -39,13 +39,22 @@ err_console = Console(stderr=True)
 
 
 def guarded(fn: F) -> F:
-    """Map spotwise errors to the exit-code contract: InputError -> 2, anything else -> 1."""
+    """Map spotwise errors to the exit-code contract: InputError -> 2, anything else -> 1.
+
+    Ctrl-C exits 130; SIGTERM (``timeout``, systemd, Kubernetes) is turned into the same
+    interrupt, so the same cleanup runs, and exits 143 (:mod:`spotwise.signals`).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from spotwise.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+
         try:
-            with json_stdout(bool(kwargs.get("as_json"))):
+            with sigterm_as_interrupt(), json_stdout(bool(kwargs.get("as_json"))):
                 return fn(*args, **kwargs)
+        except Terminated:
+            err_console.print("terminated (SIGTERM)")
+            raise typer.Exit(EXIT_TERMINATED) from None
         except typer.Exit:
             raise
         except InputError as e:
@@ -57,7 +66,7 @@ def guarded(fn: F) -> F:
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted")
-            raise typer.Exit(130) from None
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as e:  # internal failure: exit 1
             if os.environ.get("SPOTWISE_DEBUG"):
                 traceback.print_exc()

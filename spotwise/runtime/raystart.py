@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from spotwise.errors import InputError
+from spotwise.signals import reinstall as reinstall_sigterm
 
 
 #: the only interface a local Ray listens on
@@ -102,8 +103,13 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             raise InputError(f"cannot connect to the Ray cluster at {address!r} ({e.__class__.__name__})",
                              "check the address (ray status on the head node prints it) and that the cluster is up",
                              "--ray-address") from None
+        finally:
+            reinstall_sigterm()  # ray.init replaced the CLI's SIGTERM handler with sys.exit(15)
         return
-    _init_loopback(ray, num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
+    try:
+        _init_loopback(ray, num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
+    finally:
+        reinstall_sigterm()
 
 
 def _init_loopback(ray: Any, **kwargs: Any) -> None:

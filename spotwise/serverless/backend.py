@@ -83,12 +83,23 @@ class LithopsBackend:
         return futs
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
-        """Wait (bounded) for the calls to return, then clean Lithops's temporary data."""
+        """Wait (bounded) for the calls to return, stop the executor, clean Lithops's temporary data.
+
+        Stopping is Lithops's own context-manager exit (job monitor, invoker, then the compute
+        handler's ``clear()``): on ``localhost`` it kills the process group of every call still
+        running, so an interrupted or terminated run leaves no function process behind
+        (issue 18 item 3); calls that returned are not affected.
+        """
         try:
             if self.futures:
                 self.executor.wait(self.futures, throw_except=False, timeout=timeout_s, show_progressbar=False)
         except Exception:
             pass
+        finally:
+            try:
+                self.executor.__exit__(None, None, None)
+            except Exception:
+                pass
         try:
             self.executor.clean(clean_cloudobjects=True)
         except Exception:

@@ -294,7 +294,11 @@ class RedisServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at: float | None = None
         self.restarts = 0
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # an interrupt (Ctrl-C, SIGTERM) while it starts leaves no server nor folder
+            self.stop()
+            raise
 
     @property
     def url(self) -> RedisURL:

@@ -726,6 +726,13 @@ class ServerlessSupervisor:
             time.sleep(0.02)
 
     def _shutdown(self) -> None:
+        """Stop the functions, the backend and the private store; also after an interrupt (Ctrl-C,
+        SIGTERM) or a crash, when the stop flag tells the running functions to return at once."""
+        if self.status == "running":  # not a normal end (that sets the flag in _finish)
+            try:
+                self.r.set(self.k.stop, str(self.version))
+            except Exception:
+                pass
         try:
             if self.backend is not None and hasattr(self.backend, "shutdown"):
                 self.backend.shutdown(timeout_s=5.0)
