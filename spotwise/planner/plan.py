@@ -178,6 +178,13 @@ class Inputs:
     vm_note: str = ""
     #: the comparison VM's throughput for the family was derived (not in the catalog)
     vm_throughput_derived: bool = False
+    #: the spec's own strategy priced on its market's churn (:mod:`spotwise.planner.churn`); None on a
+    #: market without revocations
+    churn: Any = None
+    #: churn estimates by (workers, iterations), shared by copies of these inputs (``--plot``)
+    churn_cache: dict[tuple[int, int], Any] = field(default_factory=dict)
+    #: why the spec's own run cannot finish on its market (no capacity), if so
+    churn_problem: str = ""
 
     @property
     def coordinator_price(self) -> float:
@@ -431,6 +438,10 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
             sv_spec: JobSpec | None = None, sv_catalog: Any = None, sv_vm: Any = None) -> Inputs:
     """Inputs of a VM ``spec``; ``sv_spec`` (with ``sv_catalog``, ``sv_vm``) is the serverless spec it stands in for."""
     market = build_market(spec)
+    # a market whose workers cannot outlive a mini-batch is refused by `run` (exit 2): the plan says so too
+    from spotwise.runtime.progress import check_progress_possible
+
+    check_progress_possible(spec, market)
     sv_src = spec if sv_spec is None else sv_spec
     if sv.considered(sv_src):  # a bad function pricing or size is the user's to fix before any pilot runs
         sv.function_pricing(market.catalog, sv_src.cluster.functions, int(sv_src.cluster.memory_mb))
@@ -451,14 +462,22 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
         assumed += a
     else:
         assumed.append("error model given by the caller")
-    inv_n = 1.0 / n
+    per_step = _contributions(spec)
+    inv_n = 1.0 / per_step
     if spec.target.loss is not None:
         eps = float(spec.target.loss) - g_star
         if eps <= 0:
             raise InfeasibleError(f"target loss {spec.target.loss:g} is not above the pilot's asymptote {g_star:g}",
                                   "raise target.loss", "target.loss")
-        J = iterations_for_error(eps, error_model, inv_y=inv_n)
-        measured.append(f"iterations for loss {spec.target.loss:g}: J = phi^-1(eps) = {J} (Corollary 2, E[1/y] = 1/{n})")
+        J = _iterations_to(eps, error_model, inv_n, spec)
+        measured.append(f"iterations for loss {spec.target.loss:g}: J = {J} (Corollary 2 with E[1/y] = 1/{per_step}, "
+                        f"the mini-batches a step commits" + (f"; capped at target.iterations {spec.target.iterations}"
+                                                              if spec.target.iterations is not None else "") + ")")
+        reach = float(error_bound(J, error_model, inv_n)) * (1 + 1e-9)
+        if reach > eps:  # the run stops at target.iterations before the loss
+            assumed.append(f"target loss {spec.target.loss:g} is not reached within target.iterations = {J} (its Thm 1 "
+                           f"bound {reach + g_star:.4g}); the run stops there, so the error target is that bound")
+            eps = reach
     else:
         J = int(spec.target.iterations or 1)
         if spec.cluster.sync == "sma":
@@ -473,7 +492,7 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
         assumed.append(f"sync sma planned as S-SGD over the same mini-batches ({spec.cluster.local_steps} per worker "
                        f"per step): time an upper bound (S-MA waits once per {spec.cluster.local_steps} mini-batches), "
                        "error S-SGD's Thm 1 bound")
-    ER = runtime.expected(n, _sync(spec), _n_sync(spec))
+    ER = _round_mean(runtime, n, _sync(spec), _n_sync(spec))
     setup, m_sv, a_sv = _serverless_setup(sv_src, market.catalog if sv_catalog is None else sv_catalog,
                                           market.instance if sv_spec is None else sv_vm)
     measured += m_sv
@@ -507,8 +526,30 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
                    f"{float(market.coordinator.on_demand_per_hour or 0.0):g} $/h for the whole expected time) and the "
                    f"billing policy {market.billing.name} (granularity {market.billing.granularity_s:g} s, minimum "
                    f"{market.billing.minimum_s:g} s per started instance, as the run's Ledger bills)")
-    return Inputs(prices, fixed, runtime, error_model, n, J, eps, deadline, market, tuple(measured), tuple(assumed),
-                  price_src, g_star, epoch, history, start, err_source, tuple(problems), serverless=setup)
+    inp = Inputs(prices, fixed, runtime, error_model, n, J, eps, deadline, market, tuple(measured), tuple(assumed),
+                 price_src, g_star, epoch, history, start, err_source, tuple(problems), serverless=setup)
+    if not _has_churn(spec, market):
+        return inp
+    # the strategy the spec runs, on its market's churn (spotwise.planner.churn): E[1/y] decides its iterations
+    # (loss target) or the error it reaches (iterations target)
+    try:
+        est = _churn(inp, spec, n, J)
+    except InfeasibleError as e:
+        return replace(inp, churn_problem=e.message)
+    J_spec = J
+    if spec.target.loss is not None:
+        J_spec = _iterations_to(float(spec.target.loss) - g_star, error_model, est.inv_y, spec)
+        est = _churn(inp, spec, n, J_spec) if J_spec != J else est
+    own = float(error_bound(J_spec, error_model, est.inv_y)) * (1 + 1e-9)
+    if spec.target.loss is not None and own > eps:  # J_spec is target.iterations: the run stops there
+        assumed.append(f"target error eps = the Thm 1 bound the spec's own run reaches after its J = {J_spec} "
+                       f"iterations on its market's churn, E[1/y] = {est.inv_y:.3g} ({own:.4g}; with all workers "
+                       f"always active it would be {eps:.4g})")
+        eps = own
+    assumed.append(f"churn: {market.revocation.__class__.__name__} priced by replaying its active-worker process "
+                   "round by round (paper 000 eq. 14-15 rounds, revocations inside rounds, restarts, idle time, "
+                   "one billing minimum per started instance; spotwise.planner.churn)")
+    return replace(inp, eps=eps, assumed=tuple(assumed), churn=est)
 
 
 def _sync(spec: JobSpec) -> str:
@@ -521,6 +562,89 @@ def _sync(spec: JobSpec) -> str:
             "ssgd": "full", "sma": "full", "adpsgd": "full"}[spec.cluster.sync]
 
 
+def _round_mean(runtime: RuntimeModel, y: int, sync: str, n_sync: int | None) -> float:
+    """Mean seconds per committed step with ``y`` active workers.
+
+    Barrier modes: paper 000 eq. (14)-(15) (:meth:`RuntimeModel.expected`).  Continuous modes (``n-batch``;
+    the asynchronous PS is ``N = 1``): the workers never wait, each finishes a mini-batch every
+    ``E[r] + Delta`` seconds (it restarts after the commit), so by the renewal-reward theorem ``y``
+    workers commit a step of ``N`` mini-batches every ``N (E[r] + Delta) / y`` seconds in the long run
+    (eq. 42's ``N / (y mu)`` for exponential times, with the overhead); the time to the first ``N``
+    completions from a common start, which :meth:`RuntimeModel.expected` gives for non-exponential
+    times, is only the first step's.
+    """
+    if sync != "n-batch":
+        return float(runtime.expected(y, sync, n_sync))  # type: ignore[arg-type]
+    mean_r = 1.0 / float(runtime.mu) if runtime.kind == "exponential" else float(np.mean(runtime.samples))  # type: ignore[arg-type]
+    return float(n_sync or 1) * (mean_r + float(runtime.delta)) / max(1, int(y))
+
+
+def _contributions(spec: JobSpec) -> int:
+    """Mini-batches a committed step holds with all workers active: ``n`` (fully synchronous), ``N``
+    (N-sync, N-batch; paper 000 Thm 5-6 use ``E[1/y] = 1/N``), 1 (the asynchronous PS); the error
+    recursion of a run adds ``1 / contributions`` per step (Thm 1, eq. 10)."""
+    n = spec.cluster.workers
+    if spec.cluster.kind == "serverless":
+        return n
+    if spec.cluster.sync == "async":
+        return 1
+    if spec.cluster.sync in ("n-sync", "n-batch") and spec.cluster.sync_n:
+        return min(n, int(spec.cluster.sync_n))
+    return n
+
+
+def _iterations_to(eps: float, model: ErrorModel, inv_y: float, spec: JobSpec) -> int:
+    """Corollary 2's iterations for ``eps``, capped at ``target.iterations`` (a run stops at whichever target
+    comes first); with a cap, a loss the run cannot reach runs the cap."""
+    cap = spec.target.iterations
+    try:
+        J = iterations_for_error(eps, model, inv_y=inv_y)
+    except InfeasibleError:
+        if cap is None:
+            raise
+        return int(cap)
+    return J if cap is None else min(J, int(cap))
+
+
+def _has_churn(spec: JobSpec, market: Market) -> bool:
+    """Whether the spec's own workers come and go (any revocation model but none; a bid market only
+    with the spec's bids)."""
+    from spotwise.planner.churn import has_churn
+
+    return spec.cluster.kind != "serverless" and has_churn(market.revocation)
+
+
+def _churn(inp: Inputs, spec: JobSpec, n: int, J: int) -> Any:
+    """The :class:`~spotwise.planner.churn.ChurnEstimate` of ``n`` workers for ``J`` steps on the spec's
+    market (cached per inputs); :class:`InfeasibleError` when the market never lets it finish."""
+    from spotwise.planner.churn import ChurnJob, estimate
+
+    key = (int(n), int(J))
+    if key in inp.churn_cache:
+        return inp.churn_cache[key]
+    mk = inp.market
+    sync, n_sync = _sync(spec), _n_sync(spec)
+    cont: tuple[float, ...] = ()
+    if sync == "n-batch":
+        cont = (0.0,) + tuple(_round_mean(inp.runtime, y, sync, n_sync) for y in range(1, n + 1))
+    series = mk.prices
+    price: float | StepSeries = series if series.max() > series.min() else float(series.values[0])
+    m = mk.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
+    from spotwise.theory.runtime import MiniBatchTimeLaw
+
+    job = ChurnJob(int(n), int(J), MiniBatchTimeLaw(m, float(spec.cluster.straggler)), float(spec.cluster.sync_overhead_s),
+                   sync, n_sync, mk.revocation, price, inp.coordinator_price, mk.billing, float(mk.horizon_s), cont)
+    reps = 16 if J <= 5000 else 8
+    est = estimate(job, seed=spec.seed, replications=reps, span_s=min(float(mk.horizon_s), max(4 * inp.deadline, 3600.0)),
+                   offsets=not mk.revocation.needs_rng)
+    if est is None:
+        raise InfeasibleError(f"the market never gives {n} worker(s) enough capacity to finish {J} steps within its "
+                              f"{mk.horizon_s:.0f} s", "use a market with more capacity (bids, lifetimes, traces)",
+                              "market.revocation")
+    inp.churn_cache[key] = est
+    return est
+
+
 def _n_sync(spec: JobSpec) -> int | None:
     if spec.cluster.kind == "serverless":
         return None
@@ -530,7 +654,7 @@ def _n_sync(spec: JobSpec) -> int | None:
 # ------------------------------------------------------------------------------------ pricing like a run
 def _run_moments(inp: Inputs, n: int, sync: str, n_sync: int | None) -> tuple[float, float]:
     """``(E[R(n)], Var[R(n)])`` of one iteration (eq. (14)-(15); :meth:`RuntimeModel.variance`)."""
-    return inp.runtime.expected(n, sync, n_sync), inp.runtime.variance(n, sync, n_sync)  # type: ignore[arg-type]
+    return _round_mean(inp.runtime, n, sync, n_sync), inp.runtime.variance(n, sync, n_sync)  # type: ignore[arg-type]
 
 
 def _epoch(inp: Inputs, bid: float) -> float:
@@ -594,7 +718,7 @@ def _uniform(inp: Inputs, n: int, J: int, deadline: float, sync: str, n_sync: in
     from spotwise.planner.bidding import thm3_bid
 
     assert inp.prices is not None
-    R = inp.runtime.expected(n, sync, n_sync)
+    R = _round_mean(inp.runtime, n, sync, n_sync)
     thm3 = thm3_bid(inp.prices, J, R, deadline)
     if not thm3.feasible:
         raise InfeasibleError(f"the deadline {deadline:.0f} s is shorter than the uninterrupted runtime {J * R:.0f} s",
@@ -783,7 +907,7 @@ def _revocation_q(spec: JobSpec, inp: Inputs, sync: str, n_sync: int | None) -> 
         rev = inp.market.revocation
         mean_life = float(getattr(rev, "capped_mean_s", 0.0) or getattr(rev, "mttf_s", 0.0) or 0.0)
         if mean_life > 0:
-            R = inp.runtime.expected(inp.n, sync, n_sync)
+            R = _round_mean(inp.runtime, inp.n, sync, n_sync)
             return float(min(0.99, 1.0 - math.exp(-R / mean_life)))  # P(a lifetime ends within one iteration)
     return None
 
@@ -792,24 +916,57 @@ def _alt_preemptible(inp: Inputs, spec: JobSpec, sync: str, n_sync: int | None, 
     from spotwise.planner.bidding import optimal_workers_and_iterations
 
     assert inp.fixed_price is not None
-    R = inp.runtime.expected(inp.n, sync, n_sync)
+    R = _round_mean(inp.runtime, inp.n, sync, n_sync)
     try:
         wp = optimal_workers_and_iterations(inp.error, eps=inp.eps, deadline=inp.deadline, runtime=R,
                                             price=inp.fixed_price, q=q)
     except (InfeasibleError, InputError) as e:
         return Alternative("preemptible-thm7", (), inp.n, inp.J, None, None, None, False, "closed-form", e.message)
-    ok = wp.expected_time <= inp.deadline * (1 + 1e-9)
-    cost = wp.expected_cost / SECONDS_PER_HOUR + _coordinator_cost(inp, wp.expected_time)
-    # Sec. V: an iteration runs when at least one of n* workers survives (prob 1 - q^n*), one slot per iteration
-    _, V = _run_moments(inp, min(wp.n_workers, inp.n), sync, n_sync) if sync == "full" else (R, 0.0)
-    p = _p_meet(inp, [Phase(wp.iterations, R, V, 1.0 - q**wp.n_workers, R)]) if ok else None
-    return Alternative("preemptible-thm7", (), wp.n_workers, wp.iterations, cost, wp.expected_time, wp.expected_error, ok,
-                       wp.method, f"Thm 7: n* = {wp.n_workers} preemptible workers (preempted with q = {q:.3g} per "
-                       f"iteration), J* = {wp.iterations}", wp.notes, p)
+    # Thm 7 chooses n* and J*; what they cost and take is priced on the market's real churn
+    # (spotwise.planner.churn), like the run of the spec it would write
+    try:
+        est = _churn(inp, spec, wp.n_workers, wp.iterations)
+    except InfeasibleError as e:
+        return Alternative("preemptible-thm7", (), wp.n_workers, wp.iterations, None, None, None, False, wp.method, e.message)
+    ok = est.time_s <= inp.deadline * (1 + 1e-9)
+    err = float(error_bound(wp.iterations, inp.error, est.inv_y))
+    head = (f"Thm 7: n* = {wp.n_workers} preemptible workers (preempted with q = {q:.3g} per iteration), "
+            f"J* = {wp.iterations}; priced on the market's churn")
+    return Alternative("preemptible-thm7", (), wp.n_workers, wp.iterations, est.cost, est.time_s, err, ok, wp.method,
+                       head if ok else f"expected time {est.time_s:.0f} s exceeds the deadline {inp.deadline:.0f} s ({head})",
+                       wp.notes + (est.describe(),), _churn_p_meet(est, inp.deadline) if ok else None)
+
+
+def _churn_p_meet(est: Any, deadline: float) -> float:
+    """P(time <= deadline) of a churn estimate: normal with the histories' mean and spread."""
+    sd = float(getattr(est, "time_sd_s", 0.0))
+    if sd <= 0:
+        return 1.0 if est.time_s <= deadline else 0.0
+    return float(0.5 * math.erfc((est.time_s - deadline) / (sd * math.sqrt(2.0))))
+
+
+def _alt_as_specified(inp: Inputs) -> Alternative:
+    """The spec's own workers (and bids) on its market, priced on the market's churn (:mod:`spotwise.planner.churn`):
+    the strategy ``spotwise run`` / ``simulate`` of the spec carries out."""
+    est = inp.churn
+    if est is None:
+        return Alternative("as-specified", (), inp.n, inp.J, None, None, None, False, "replayed churn", inp.churn_problem)
+    err = float(error_bound(est.iterations, inp.error, est.inv_y))
+    ok = est.time_s <= inp.deadline * (1 + 1e-9)
+    bids = ()
+    rev = inp.market.revocation
+    if hasattr(rev, "bids"):
+        b = rev.bids  # type: ignore[attr-defined]
+        bids = tuple(float(x) for x in (b if isinstance(b, tuple) else (b,) * inp.n))[: inp.n]
+    head = f"the spec as written: {inp.n} workers on its market ({type(rev).__name__}), priced on its churn"
+    return Alternative("as-specified", bids, inp.n, est.iterations, est.cost, est.time_s, err, ok, "replayed churn",
+                       head if ok else f"expected time {est.time_s:.0f} s exceeds the deadline {inp.deadline:.0f} s ({head})",
+                       (est.describe(),), _churn_p_meet(est, inp.deadline) if ok else None)
 
 
 def _hold_to_error_target(a: Alternative, eps: float) -> Alternative:
-    """An alternative whose own error bound exceeds the target is infeasible (issue 7 item 10)."""
+    """An alternative whose own error bound exceeds the target is infeasible (issue 7 item 10); its expected
+    cost and time stay (the spec's own run, ``as-specified``, is still priced as it would run)."""
     if a.feasible and a.expected_error is not None and a.expected_error > eps * (1 + _ERR_TOL):
         return replace(a, feasible=False, deadline_probability=None,
                        reason=f"misses the error target: its Thm 1 bound {a.expected_error:.4g} exceeds eps = {eps:.4g}")
@@ -848,8 +1005,12 @@ def compare(inp: Inputs, spec: JobSpec) -> list[Alternative]:
         alts += [_alt_no_interruptions(inp, sync, n_sync), _alt_one_bid(inp, sync, n_sync)]
         if sync == "full":
             alts += [_alt_two_bids(inp), _alt_dynamic(inp, sync, n_sync)]
+        if inp.churn is not None or inp.churn_problem:
+            alts.append(_alt_as_specified(inp))
     else:
-        alts.append(_alt_fixed_price(inp, sync, n_sync))
+        # a fixed price without revocations runs as priced; with churn the spec's own run is priced on it
+        churn = inp.churn is not None or inp.churn_problem
+        alts.append(_alt_as_specified(inp) if churn else _alt_fixed_price(inp, sync, n_sync))
         q = _revocation_q(spec, inp, sync, n_sync)
         if q is not None:
             alts.append(_alt_preemptible(inp, spec, sync, n_sync, q))
@@ -1015,7 +1176,7 @@ def dynamic_policy_params(inp: Inputs, spec: JobSpec, iterations: int, switch: f
         price = {"kind": "quantiles", "values": [float(inp.prices.ppf(q)) for q in qs]}
     return {"name": "dynamic-bids", "params": {
         "switch_step": int(round(switch * iterations)), "workers": inp.n, "iterations": iterations, "deadline_s": inp.deadline,
-        "mean_round_s": float(inp.runtime.expected(inp.n, _sync(spec), _n_sync(spec))), "price": price}}
+        "mean_round_s": float(_round_mean(inp.runtime, inp.n, _sync(spec), _n_sync(spec))), "price": price}}
 
 
 def cost_vs_deadline(spec: JobSpec, inp: Inputs, deadlines: np.ndarray) -> dict[str, list[float | None]]:
