@@ -401,6 +401,7 @@ def plan(
     types: Optional[str] = typer.Option(None, "--types", help="With --trace: instance types the job may use, comma-separated "
                                         "(default: cluster.instance_type)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
+    explain: bool = typer.Option(False, "--explain", help="Also print every assumption the plan rests on (always in --json)."),
 ) -> None:
     """Recommend workers, bids and iterations; compare the strategies of paper 000 (Thm 3, Thm 4, dynamic).
 
@@ -439,18 +440,45 @@ def plan(
         print_json(d)
         return
     console = Console()
+    for line in _recommendation_lines(result.extra.get("recommendation") or {}):
+        console.print(line)
     console.print(_plan_table(result))
     placement = result.extra.get("placement")
     if placement and placement.get("backtest"):
         console.print(_placement_table(placement))
     elif placement:
         console.print(f"placement: {placement.get('error') or placement.get('note')}")
-    console.print(f"[bold]recommended:[/bold] {result.strategy} -- {result.why}")
+    console.print(f"why: {result.why}")
     console.print(f"prices: {result.price_source}")
     for m in result.measured:
         console.print(f"measured: {m}")
-    for a in result.assumed:
-        console.print(f"assumed: {a}")
+    if explain:
+        for a in result.assumed:
+            console.print(f"assumed: {a}")
+    else:
+        console.print(f"({len(result.assumed)} assumptions behind these numbers: --explain prints them)")
+
+
+def _recommendation_lines(rec: dict[str, Any]) -> list[str]:
+    """The plan's one recommendation (issue 18 item 2): place, strategy, expected cost, P(deadline) with its
+    interval and the saving against on-demand, all from the same place and prices."""
+    if not rec:
+        return []
+    where = " ".join(x for x in (rec.get("place"), rec.get("instance")) if x)
+    bids = rec.get("bids") or []
+    bid = f", bids {', '.join(f'{b:.4g}' for b in sorted(set(bids), reverse=True))} $/h" if bids else ""
+    p = rec.get("deadline_probability")
+    p_txt = "-" if p is None else f"{p:.2f} (model)"
+    if rec.get("deadline_ci95"):
+        lo, hi = rec["deadline_ci95"]
+        p_txt += f"; measured on the trace's past windows {rec['deadline_measured']:.0%} (95% CI {lo:.0%}-{hi:.0%})"
+    od, saving = rec.get("on_demand_cost"), rec.get("saving_vs_on_demand")
+    save_txt = "no on-demand price to compare" if od is None else (
+        f"{saving:.0%} less than on-demand (${od:.4g})" if saving >= 0 else f"{-saving:.0%} more than on-demand (${od:.4g})")
+    return [f"[bold]recommended:[/bold] {rec['strategy']} in {where} with {rec['workers']} worker(s){bid}",
+            f"  expected cost ${rec['expected_cost']:.4g}, expected time {rec['expected_time_s'] / 3600:.2f} h; "
+            f"P(deadline) = {p_txt}",
+            f"  saving: {save_txt}"]
 
 
 @app.command()

@@ -1032,6 +1032,16 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     if objective not in ("cost", "time"):
         raise InputError(f"unknown objective {objective!r}", "use cost or time", "--objective")
     inp = gather_inputs(spec, traces, pilot_dir, pilot_steps, error_model)
+    placement: dict[str, Any] | None = None
+    src = list(traces or spec.market.traces)
+    if inp.plan_start is not None and src:
+        from spotwise.planner.trace_plan import plan_placement
+
+        try:
+            placement = plan_placement(spec, src, inp.plan_start, types=types)
+        except InputError as e:  # the bid plan below stands; say why there is no placement
+            placement = {"error": e.message}
+        spec, inp = _plan_at_place(spec, inp, traces or [], placement.get("choice"))
     alts = compare(inp, spec)
     budget = spec.budget_usd
     ok = [a for a in alts if a.feasible and a.expected_cost is not None and (budget is None or a.expected_cost <= budget)]
@@ -1071,15 +1081,9 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
         extra["serverless"] = {**inp.serverless.to_dict(), "estimate": est}
     if inp.plan_start is not None:
         extra["plan_start"] = _iso(inp.plan_start)
-        src = list(traces or spec.market.traces)
-        if src:
-            from spotwise.planner.trace_plan import plan_placement
-
-            try:
-                placement = plan_placement(spec, src, inp.plan_start, types=types)
-            except InputError as e:  # the bid plan above stands; say why there is no placement
-                placement = {"error": e.message}
+        if placement is not None:
             extra["placement"] = placement
+            extra["place"] = {"region": spec.cluster.region, "instance_type": spec.cluster.instance_type}
             bt = placement.get("backtest")
             if bt:
                 sw = next(s for s in bt["strategies"] if s["strategy"] == "spotwise")
@@ -1087,10 +1091,61 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
                 why += (f"; place: {ch['zone']} {ch['instance']} at {ch['spot_price']:.4g} $/h (cheapest at the start among "
                         f"{ch['candidates']}); on the {bt['windows']} past windows the spotwise strategy met the deadline "
                         f"in {sw['deadline_met']:.0%} (95% CI {sw['ci95'][0]:.0%}-{sw['ci95'][1]:.0%})")
+    extra["recommendation"] = _recommendation(inp, spec, best, alts, placement)
     return Plan(best.strategy, best.bids, best.workers, best.iterations, float(best.expected_cost),
                 float(best.expected_time_s), float(best.expected_error or inp.eps), objective, inp.deadline, why,
                 tuple(alts), inp.measured, inp.assumed, inp.price_source, policies, extra,
                 deadline_probability=best.deadline_probability)
+
+
+def _price_place(inp: Inputs, spec: JobSpec) -> str:
+    """The zone (or region) whose prices the plan's numbers come from."""
+    if inp.history is not None:
+        return inp.history.meta.zone or inp.history.meta.region or spec.cluster.region or ""
+    return spec.cluster.region or inp.market.instance.region or ""
+
+
+def _plan_at_place(spec: JobSpec, inp: Inputs, traces: list[str], choice: dict[str, Any] | None) -> tuple[JobSpec, Inputs]:
+    """The spec and inputs at the place the placement chose (issue 18 item 2): when the trace placement picks
+    another zone or instance type than the one whose prices the inputs hold, the plan is made again on
+    that place's prices (same start, same error model), so the recommendation names one place."""
+    import dataclasses
+
+    if not choice or inp.history is None:
+        return spec, inp
+    zone, inst = str(choice["zone"]), str(choice["instance"])
+    if _price_place(inp, spec) == zone and inp.market.instance.name == inst:
+        return spec, inp
+    cl = dataclasses.replace(spec.cluster, region=zone, instance_type=inst)
+    mk = dataclasses.replace(spec.market, start=spec.market.start or _iso(float(inp.plan_start or 0.0)))
+    placed = dataclasses.replace(spec, cluster=cl, market=mk)
+    new = gather_inputs(placed, traces, error_model=inp.error, g_star=inp.pilot_g_star)
+    note = (f"place: {zone} {inst} (the trace placement's choice at the start) instead of the spec's "
+            f"{spec.cluster.region or '(any)'} {spec.cluster.instance_type}; every number of the plan is for this place")
+    return placed, replace(new, measured=inp.measured, assumed=inp.assumed + (note,), error_source=inp.error_source,
+                           pilot_problems=inp.pilot_problems)
+
+
+def _recommendation(inp: Inputs, spec: JobSpec, best: Alternative, alts: list[Alternative],
+                    placement: dict[str, Any] | None) -> dict[str, Any]:
+    """The one recommendation the plan leads with: place, strategy, expected cost and time, P(deadline) with
+    its interval (measured on the trace's past windows when there is a backtest, else None) and the saving
+    against on-demand -- all from the same place and prices."""
+    od = next((a for a in alts if a.strategy == "on-demand" and a.expected_cost is not None), None)
+    ci: list[float] | None = None
+    measured: float | None = None
+    bt = (placement or {}).get("backtest")
+    if bt:
+        sw = next((x for x in bt["strategies"] if x["strategy"] == "spotwise"), None)
+        if sw is not None:
+            ci, measured = [float(v) for v in sw["ci95"]], float(sw["deadline_met"])
+    saving = None if od is None or not od.expected_cost else 1.0 - float(best.expected_cost or 0.0) / float(od.expected_cost)
+    return {"strategy": best.strategy, "place": _price_place(inp, spec), "instance": inp.market.instance.name,
+            "workers": best.workers, "bids": list(best.bids), "expected_cost": best.expected_cost,
+            "expected_time_s": best.expected_time_s, "deadline_probability": best.deadline_probability,
+            "deadline_measured": measured, "deadline_ci95": ci,
+            "on_demand_cost": None if od is None else od.expected_cost, "saving_vs_on_demand": saving,
+            "price_source": inp.price_source}
 
 
 def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
@@ -1118,6 +1173,9 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     d["deadline"] = plan.deadline_s
     cl = d["cluster"]
     cl["workers"] = plan.workers
+    place = plan.extra.get("place")
+    if place:  # the place the plan was made for (issue 18 item 2)
+        cl["region"], cl["instance_type"] = place["region"], place["instance_type"]
     rev = d["market"]["revocation"]
     if plan.strategy in ("no-interruptions", "one-bid", "two-bids"):
         cl["bids"] = [float(b) for b in plan.bids]
