@@ -22,6 +22,7 @@ from rich.console import Console
 
 from spotwise import __version__
 from spotwise.errors import InputError
+from spotwise.outputfiles import check_output_file, write_output_text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -179,6 +180,8 @@ def traces_show(
 
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot prices.png", "--plot")
+    if plot is not None:
+        check_output_file(plot, "--plot")
     series = load_traces([str(p) for p in paths])
     if not series:
         raise InputError(
@@ -416,6 +419,10 @@ def plan(
         raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot cost.png", "--plot")
     if pilot_steps < 10:
         raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
+    if plot is not None:
+        check_output_file(plot, "--plot")
+    if write_spec is not None:
+        check_output_file(write_spec, "--write-spec")
     job = _check_spec(spec)
     traces = [str(p) for p in trace]
     result = make_plan(job, traces=traces, objective=objective, pilot_dir=str(pilot) if pilot else None,  # type: ignore[arg-type]
@@ -431,8 +438,8 @@ def plan(
 
         planned = apply_plan(job, result)
         spec_from_dict(planned, "planned spec")  # what we write must load
-        write_spec.write_text(f"# {job.name} with the plan applied: {result.strategy} ({result.why})\n"
-                              + yaml.safe_dump(planned, sort_keys=False))
+        write_output_text(write_spec, f"# {job.name} with the plan applied: {result.strategy} ({result.why})\n"
+                          + yaml.safe_dump(planned, sort_keys=False), "--write-spec")
         err_console.print(f"planned spec written to {write_spec}")
     if as_json:
         d = result.to_dict()
@@ -497,7 +504,7 @@ def run(
     compare_on_demand: bool = typer.Option(False, "--compare-on-demand", help="Afterwards, train the same samples on "
                                            "on-demand workers (emulated, never revoked) and report both: accuracy, time, cost."),
     redis_url: Optional[str] = typer.Option(None, "--redis-url", help="cluster.kind serverless: use this Redis "
-                                            "(redis://[:password@]host:port[/db]) instead of starting a private redis-server."),
+                                            "(redis://\\[:password@]host:port\\[/db]) instead of starting a private redis-server."),
     lithops_config: Optional[Path] = typer.Option(None, "--lithops-config", help="cluster.kind serverless: a Lithops config "
                                                   "file selecting a cloud function backend (default: Lithops localhost)."),
     emulate_network_mbps: float = typer.Option(0.0, "--emulate-network-mbps", help="cluster.kind serverless, experiments: "
@@ -585,7 +592,7 @@ def simulate(
     """
     from spotwise.rundir import open_run_dir
     from spotwise.runtime.runner import RunProgress
-    from spotwise.sim.simulate import simulate_job
+    from spotwise.sim.simulate import check_simulable, simulate_job
 
     if trace or spec_market:
         _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
@@ -594,6 +601,7 @@ def simulate(
     if pilot_steps < 10:
         raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
     job = _check_spec(spec)  # the spec's own errors first
+    check_simulable(job, str(pilot) if pilot else None)
     if out is None:
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
     with open_run_dir(out, "overwrite" if overwrite else "new"):

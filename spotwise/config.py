@@ -16,6 +16,7 @@ every 4 s).
 from __future__ import annotations
 
 import math
+from datetime import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -386,6 +387,11 @@ class MarketSpec:
         if self.revocation.model == "trace" and not self.traces:
             raise InputError("the trace revocation model needs market.traces", "list an availability trace under market.traces", "revocation.model")
         _non_negative(self.min_charge_s, "min_charge_s", "use 0 for no minimum charge, or e.g. 60")
+        if self.start is not None:
+            try:
+                datetime.fromisoformat(str(self.start).replace("Z", "+00:00"))
+            except ValueError:
+                raise InputError(f"{self.start!r} is not an ISO 8601 time", "write e.g. 2020-02-25T00:00:00Z", "start") from None
 
 
 @dataclass

@@ -1031,6 +1031,11 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     region, or no strategy meeting the deadline, budget and error target."""
     if objective not in ("cost", "time"):
         raise InputError(f"unknown objective {objective!r}", "use cost or time", "--objective")
+    if types:
+        from spotwise.market.world import load_catalog
+        from spotwise.sim.places import check_instance_types
+
+        check_instance_types(load_catalog(spec), types)
     inp = gather_inputs(spec, traces, pilot_dir, pilot_steps, error_model)
     placement: dict[str, Any] | None = None
     src = list(traces or spec.market.traces)

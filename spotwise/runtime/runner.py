@@ -14,7 +14,7 @@ from spotwise.events import RunSummary
 from spotwise.market.world import build_market
 from spotwise.runtime.checkpoint import load_latest_checkpoint, no_valid_checkpoint_error
 from spotwise.runtime.controller import JobController
-from spotwise.runtime.progress import NoProgressError
+from spotwise.runtime.progress import NoProgressError, check_progress_possible
 from spotwise.runtime.rundir_io import load_run_spec
 from spotwise.runtime.worker import worker_args_for
 from spotwise.runtime.raystart import check_local_workers, ensure_ray
@@ -109,6 +109,8 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
     if not ray_address:
         check_local_workers(spec.cluster)  # a resumed run too: this machine may be smaller than the last
     market = build_market(spec)
+    if not ray_address:  # the emulated market decides capacity: refuse a hopeless one before Ray starts
+        check_progress_possible(spec, market)
     ensure_ray(ray_address)
     with RunProgress(spec.target.iterations, progress) as bar:
         callback = bar.update if progress else None

@@ -116,6 +116,15 @@ def _type_name(s: StepSeries) -> str:
     return name
 
 
+def check_instance_types(catalog: Catalog, types: Sequence[str] | None) -> None:
+    """Raise InputError (exit 2) naming every type of ``types`` (``--types``) the catalog does not hold."""
+    known = {n.lower() for n in catalog.names()}
+    unknown = [t for t in (types or []) if str(t).lower() not in known]
+    if unknown:
+        raise InputError(f"unknown instance type(s) {', '.join(map(repr, unknown))} in --types",
+                         "list catalog types such as p3.2xlarge,p2.xlarge (or add yours under market.catalog)", "--types")
+
+
 def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, home_instance: str,
                  instance_types: Sequence[str] | None = None, spot_price: float | None = None) -> tuple[list[Place], list[str]]:
     """Places from loaded trace series (:func:`spotwise.market.traces.load_traces`).
@@ -130,6 +139,7 @@ def build_places(series: Iterable[StepSeries], catalog: Catalog, family: str, ho
     if spot_price is not None and not (math.isfinite(spot_price) and spot_price > 0):
         raise InputError(f"--spot-price must be a positive $/h, got {spot_price!r}", "e.g. --spot-price 0.92", "--spot-price")
     types = list(instance_types) if instance_types else [home_instance]
+    check_instance_types(catalog, types)
     home = catalog.instance(home_instance)
     try:
         home_thr = catalog.throughput(home, family)

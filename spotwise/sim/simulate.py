@@ -43,6 +43,21 @@ def _train_size(spec: JobSpec, train_size: int | None) -> int:
     return len(make_workload(spec.workload, spec.seed).train)
 
 
+def check_simulable(spec: JobSpec, pilot_dir: str | None = None) -> None:
+    """Raise InputError (exit 2) for a spec the round simulator does not model, before any work starts."""
+    if spec.cluster.kind == "serverless":
+        raise InputError("simulate models VM clusters (rounds of paper 000 eq. 14-15); a serverless job is not simulated",
+                         "price it with `spotwise plan` (the serverless planner, papers/004) or train it with "
+                         "`spotwise run`", "cluster.kind")
+    if spec.cluster.data_plane == "collective" and spec.cluster.sync != "ssgd":
+        raise InputError(f"simulate models synchronous rounds; the collective strategy {spec.cluster.sync!r} is not modelled yet",
+                         "simulate the job with cluster.sync: ssgd (an S-SGD step is timed as fully synchronous SGD, "
+                         "paper 000 eq. 14), or run it with `spotwise run`", "cluster.sync")
+    if ":" in spec.workload.name and pilot_dir is None:
+        raise InputError("simulate does not import a module:function workload, so it needs a measured loss model",
+                         "pass --pilot DIR (a run directory of this job) and --train-size N", "workload.name")
+
+
 def simulate_job(
     spec: JobSpec,
     out_dir: str | Path,
@@ -55,13 +70,7 @@ def simulate_job(
     """Simulate ``spec`` into ``out_dir``; returns the summary and the loss model's measured/assumed notes."""
     from spotwise.planner.plan import error_model_for
 
-    if spec.cluster.data_plane == "collective" and spec.cluster.sync != "ssgd":
-        raise InputError(f"simulate models synchronous rounds; the collective strategy {spec.cluster.sync!r} is not modelled yet",
-                         "simulate the job with cluster.sync: ssgd (an S-SGD step is timed as fully synchronous SGD, "
-                         "paper 000 eq. 14), or run it with `spotwise run`", "cluster.sync")
-    if ":" in spec.workload.name and pilot_dir is None:
-        raise InputError("simulate does not import a module:function workload, so it needs a measured loss model",
-                         "pass --pilot DIR (a run directory of this job) and --train-size N", "workload.name")
+    check_simulable(spec, pilot_dir)
     n_train = _train_size(spec, train_size)
     model, g_star, measured, assumed, _, _ = error_model_for(spec, pilot_dir, pilot_steps)
     market = build_market(spec)
