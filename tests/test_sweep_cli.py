@@ -77,7 +77,8 @@ def test_sweep_cli_json_table_and_files(cli, tmp_path: Path) -> None:
     (["--strategies", "spotwize"], ["unknown strategy", "did you mean 'spotwise'"]),
     (["--starts", "0"], ["--starts", "> 0"]),
     (["--restart", "-5"], ["--restart", "expected a duration"]),
-    (["--types", "p9.huge"], ["no place to run"]),
+    (["--types", "p9.huge"], ["unknown instance type", "p9.huge"]),
+    (["--types", "p2.xlarge"], ["no place to run"]),
     (["--work-hours", "40"], ["cannot finish"]),
     (["--history", "60d"], ["too short"]),
 ])
