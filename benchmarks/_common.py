@@ -84,7 +84,7 @@ def with_retries(fn, *a, num_cpus: int = 2, tries: int = 3, **k):
 def build_run(spec, out: Path, revocation=None, **kw):
     """A Coordinator on the emulated provider, with an injected revocation model."""
     from spotwise.market.world import build_market
-    from spotwise.runtime.collective_controller import controller_class
+    from spotwise.planes.collective.controller import controller_class
 
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:

@@ -132,7 +132,7 @@ def strategies(kind: str, seed: int, args) -> tuple[dict[str, Any], list[dict[st
 
 def run_one(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
     from spotwise.market.world import build_market
-    from spotwise.runtime.coordinator import Coordinator
+    from spotwise.control.coordinator import Coordinator
 
     spec = spec_from_dict(cfg["spec"])
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)

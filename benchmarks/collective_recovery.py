@@ -1,6 +1,6 @@
 """Recovery latency of the regroupable gloo group (issue 10 goal: median <= 50 ms, p99 <= 300 ms at 8 and 16 workers).
 
-``N`` member processes (:func:`spotwise.collective.probe.member_main`) all-reduce a vector in a
+``N`` member processes (:func:`spotwise.planes.collective.probe.member_main`) all-reduce a vector in a
 loop; the coordinator revokes one at a random moment (SIGKILL, and it flags the generation at
 once, as the runtime does on a revocation), waits for the survivors' alive reports and announces
 the next generation.  Recovery = revocation -> the survivors' next completed all-reduce (the
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spotwise.collective.group import GroupCoordinator
-from spotwise.collective.probe import member_main
+from spotwise.planes.collective.group import GroupCoordinator
+from spotwise.planes.collective.probe import member_main
 
 CTX = mp.get_context("spawn")
 

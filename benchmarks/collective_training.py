@@ -41,7 +41,7 @@ RECOVERY_GOALS = {"median_ms": 50.0, "p99_ms": 300.0, "join_ms": 1000.0}
 
 def revocation_script(n: int, count: int, seed: int, gap: float, down: float):
     """One worker at a time: revoked at ``gap``-spaced random instants, back ``down`` seconds later."""
-    from spotwise.runtime.faults import Outage, ScriptedRevocation
+    from spotwise.capacity.faults import Outage, ScriptedRevocation
 
     rng = np.random.default_rng(seed)
     outs, t = [], 5.0
@@ -114,7 +114,7 @@ def cmd_recovery(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------- Fig. 6
 def growth_script(n: int, every: float, seed: int, revocations: int, horizon: float):
     """Worker i has capacity from i * every on (1 -> n), plus random short revocations after it joined."""
-    from spotwise.runtime.faults import Outage, ScriptedRevocation
+    from spotwise.capacity.faults import Outage, ScriptedRevocation
 
     rng = np.random.default_rng(seed)
     outs = [Outage(0.0, i * every, (i,)) for i in range(1, n)]

@@ -74,7 +74,7 @@ def spotwise_once(n: int, steps: int, warmup: int, batch: int, workload: str, tm
     el = walls[-1] - walls[warmup - 1]
     # exact samples in the timed steps: replay the runtime's sampler (no revocations -> every round
     # reserves one block per worker; blocks are short / missing at an epoch's end)
-    from spotwise.runtime.sampler import EpochSampler
+    from spotwise.control.sampler import EpochSampler
 
     sampler = EpochSampler(coord.state.n_train, spec.seed)
     samples = 0

@@ -1,6 +1,6 @@
 """Recovery latency: wall time from a worker's revocation (``ray.kill``) to the next committed step.
 
-Runs the real coordinator (``spotwise.runtime.coordinator.Coordinator``) on the emulated provider
+Runs the real coordinator (``spotwise.control.coordinator.Coordinator``) on the emulated provider
 with a scripted revocation model: one worker is revoked every ``--spacing`` steps (round-robin
 over the workers) and comes back ``--down`` steps later, so that every configuration sees
 ``--revocations`` single-worker revocations.  ``recovery_ms`` is read from the ``step`` events of
@@ -121,7 +121,7 @@ def steady_steps(n: int, steps: int, warmup: int, batch: int, workload: str, tmp
 def revocation_run(n: int, revocations: int, spacing: int, down: int, batch: int, workload: str, standby: int,
                    tmp: Path, measure_leftover: bool = False) -> dict:
     from spotwise.market.world import build_market
-    from spotwise.runtime.faults import ScriptedRevocation, outage
+    from spotwise.capacity.faults import ScriptedRevocation, outage
 
     spec0 = make_spec(**{"cluster__workers": n, "workload__batch_size": batch, "workload__name": workload})
     market = build_market(spec0, horizon_s=7 * 24 * 3600.0)

@@ -29,7 +29,7 @@ from typing import Any
 
 from spotwise.config import spec_from_dict
 from spotwise.events import read_events
-from spotwise.serverless.runner import run_serverless
+from spotwise.planes.serverless.runner import run_serverless
 
 
 def pmf_spec(sync: str, workers: int, target: float, cap: int, n_users: int, n_items: int, n_ratings: int,

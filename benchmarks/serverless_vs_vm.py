@@ -6,12 +6,12 @@ data, same seed, same learning rate) with three systems, in one run on this mach
 target and reports wall time, work, model quality and cost; ratios are taken against the
 baselines measured in the same run.
 
-* **serverless**: :func:`spotwise.serverless.runner.run_serverless`, ``workers`` function
+* **serverless**: :func:`spotwise.planes.serverless.runner.run_serverless`, ``workers`` function
   workers (Lithops ``localhost`` backend, one torch thread each), a private ``redis-server``,
   ISP with significance ``v`` (default 0.7; ``--sync bsp`` for plain synchronous).  Cost =
   the run's own ledger: every function invocation (GB-s at ``ibm-functions``), the supervisor
   as a function for the whole job, and the Redis node (``M1.2x16`` on demand), on measured time.
-* **ray-vm**: spotwise's own data-parallel runtime (:func:`spotwise.runtime.runner.run_job`,
+* **ray-vm**: spotwise's own data-parallel runtime (:func:`spotwise.control.runner.run_job`,
   Ray actors, one torch thread each), ``workers`` workers, ``sync: full`` (synchronous SGD over
   the global batch ``workers x batch``), market: constant on-demand price, no revocations, no
   standby actors.  The runtime runs on a *virtual* clock (step times drawn from the catalog's
@@ -177,7 +177,7 @@ def train_s(r: dict[str, Any]) -> float | None:
 
 # ---------------------------------------------------------------------------------- arms
 def arm_serverless(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    from spotwise.serverless.runner import run_serverless
+    from spotwise.planes.serverless.runner import run_serverless
 
     spec = serverless_spec(a)
     out = tmp / "serverless"
@@ -196,7 +196,7 @@ def arm_serverless(a: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
 
 def arm_ray_vm(a: argparse.Namespace, tmp: Path, price: float) -> dict[str, Any]:
-    from spotwise.runtime.runner import run_job
+    from spotwise.control.runner import run_job
 
     from spotwise.market.catalog import Catalog
 
@@ -230,7 +230,7 @@ def arm_torch(a: argparse.Namespace, batch: int, name: str, price: float) -> dic
 
     from spotwise.config import WorkloadSpec
     from spotwise.specload import build
-    from spotwise.runtime.sampler import EpochSampler
+    from spotwise.control.sampler import EpochSampler
     from spotwise.workloads.registry import make_workload
 
     threads_before = torch.get_num_threads()

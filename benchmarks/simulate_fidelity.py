@@ -44,8 +44,8 @@ SPECS = {
 def one(name: str, seed: int, iterations: int, model) -> dict:
     from spotwise.events import read_events
     from spotwise.market.world import build_market
-    from spotwise.runtime.coordinator import Coordinator
-    from spotwise.runtime.provider import EmulatedProvider
+    from spotwise.control.coordinator import Coordinator
+    from spotwise.capacity.provider import EmulatedProvider
     from spotwise.sim.modelled import ModelledCompute, ModelledState
 
     spec = make_spec(seed=seed, target__iterations=iterations, **SPECS[name])

@@ -106,8 +106,8 @@ def _controller_window(trace: list[str], zone: str, start: float, bid: float, it
     from spotwise.config import spec_from_dict
     from spotwise.market.series import iso8601
     from spotwise.market.world import build_market
-    from spotwise.runtime.controller import JobController
-    from spotwise.runtime.provider import EmulatedProvider
+    from spotwise.control.controller import JobController
+    from spotwise.capacity.provider import EmulatedProvider
     from spotwise.sim.modelled import ModelledCompute, ModelledState
 
     d = dict(name="fidelity", seed=0, workload=dict(name="mlp-digits", family="resnet50", step_time_s=9.6 * step_s),

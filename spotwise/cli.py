@@ -207,7 +207,7 @@ def _check_spec(spec: Path, *, import_user_code: bool = False, local_workers: bo
     (``module:function``) is code: it is imported and called only with ``import_user_code`` --
     by commands about to run it anyway (``run``); validation-only commands leave it alone.
     ``local_workers``: the job will run on the local emulated provider, so its worker actors must
-    fit this machine's memory (:func:`spotwise.runtime.raystart.check_local_workers`).  Every
+    fit this machine's memory (:func:`spotwise.capacity.raystart.check_local_workers`).  Every
     problem raises :class:`InputError` (exit 2).
     """
     from spotwise.config import load_spec
@@ -217,12 +217,12 @@ def _check_spec(spec: Path, *, import_user_code: bool = False, local_workers: bo
 
     job = load_spec(spec)
     if job.cluster.kind == "serverless":
-        from spotwise.serverless.runner import check_serverless_spec
+        from spotwise.planes.serverless.runner import check_serverless_spec
 
         check_serverless_spec(job)  # no spot market: function pricing, Redis node, policies
     else:
         if local_workers:
-            from spotwise.runtime.raystart import check_local_workers
+            from spotwise.capacity.raystart import check_local_workers
 
             check_local_workers(job.cluster)
         build_market(job)
@@ -273,17 +273,17 @@ def _summary_table(summary: Any, out: Path) -> Any:
 
 def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_address: str | None, overwrite: bool,
                     notice_source: str = "none", metadata_url: str | None = None, compare: bool = False) -> None:
-    from spotwise.runtime.runner import run_job
+    from spotwise.control.runner import run_job
 
     if compare and ray_address:
         raise InputError("--compare-on-demand needs the emulated provider", "drop --ray-address (a baseline on a real "
                          "cluster would spend real money), or drop --compare-on-demand", "--compare-on-demand")
     after: Callable[[Any], Any] | None = None  # runs while run_job still holds the run directory's lock
     if compare:
-        from spotwise.runtime.baseline import compare_on_demand
+        from spotwise.control.baseline import compare_on_demand
 
         after = functools.partial(compare_on_demand, out_dir=out, progress=not as_json)
-    from spotwise.runtime.progress import NoProgressError
+    from spotwise.control.progress import NoProgressError
 
     try:
         summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
@@ -328,7 +328,7 @@ def _serverless_table(summary: Any) -> Any:
 def _run_serverless_and_report(job: Any, out: Path, *, as_json: bool, overwrite: bool, redis_url: str | None,
                                lithops_config: Path | None, ray_address: str | None, compare: bool,
                                network_mbps: float = 0.0) -> None:
-    from spotwise.serverless.runner import run_serverless
+    from spotwise.planes.serverless.runner import run_serverless
 
     if ray_address or compare:
         raise InputError("--ray-address and --compare-on-demand apply to VM jobs",
@@ -516,10 +516,10 @@ def run(
     if resume is not None:
         if spec is not None:
             raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
-        from spotwise.runtime.rundir_io import load_run_spec
+        from spotwise.control.rundir_io import load_run_spec
 
         if load_run_spec(resume).cluster.kind == "serverless":
-            from spotwise.serverless.runner import run_serverless
+            from spotwise.planes.serverless.runner import run_serverless
 
             summary = run_serverless(None, resume, resume=True, redis_url=redis_url, lithops_config=lithops_config,
                                      progress=not as_json)
@@ -591,7 +591,7 @@ def simulate(
     windows.csv and CDF plots.
     """
     from spotwise.rundir import open_run_dir
-    from spotwise.runtime.runner import RunProgress
+    from spotwise.control.runner import RunProgress
     from spotwise.sim.simulate import check_simulable, simulate_job
 
     if trace or spec_market:

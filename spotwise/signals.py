@@ -14,7 +14,7 @@ A second SIGTERM while the first is being handled is ignored (a log line says so
 cut the cleanup short; whoever sends SIGTERM still has SIGKILL if the cleanup hangs.
 
 ``ray.init`` installs a SIGTERM handler of its own in the driver (``sys.exit(15)``: no message,
-exit 15); :func:`reinstall` puts this one back after it (:func:`spotwise.runtime.raystart.ensure_ray`).
+exit 15); :func:`reinstall` puts this one back after it (:func:`spotwise.capacity.raystart.ensure_ray`).
 """
 
 from __future__ import annotations

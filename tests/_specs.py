@@ -25,7 +25,7 @@ def single_process_sgd(spec: JobSpec, steps: int, global_batch: int) -> Any:
     ``global_batch`` samples drawn by the job's epoch sampler; the final flat parameters."""
     import torch
 
-    from spotwise.runtime.sampler import EpochSampler
+    from spotwise.control.sampler import EpochSampler
     from spotwise.workloads.params import flat_params
     from spotwise.workloads.registry import make_workload
 

@@ -17,8 +17,8 @@ import pytest
 from spotwise.config import spec_from_dict
 from spotwise.events import read_events, read_summary
 from spotwise.market.world import build_market
-from spotwise.runtime.baseline import BASELINE_DIR, compare_on_demand, on_demand_spec
-from spotwise.runtime.runner import run_job
+from spotwise.control.baseline import BASELINE_DIR, compare_on_demand, on_demand_spec
+from spotwise.control.runner import run_job
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,10 +1,10 @@
-"""Clocks (spotwise.runtime.clock): virtual time moves only when told, wall time is measured."""
+"""Clocks (spotwise.control.clock): virtual time moves only when told, wall time is measured."""
 
 from __future__ import annotations
 
 import pytest
 
-from spotwise.runtime.clock import VirtualClock, WallClock
+from spotwise.control.clock import VirtualClock, WallClock
 
 
 def test_virtual_clock_is_monotone_and_jumps() -> None:

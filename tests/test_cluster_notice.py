@@ -16,8 +16,8 @@ from test_runtime import make_spec
 
 from spotwise.events import read_events
 from spotwise.market.world import build_market
-from spotwise.runtime.cluster import ClusterCoordinator, ClusterProvider
-from spotwise.runtime.worker import worker_args_for
+from spotwise.capacity.cluster import ClusterCoordinator, ClusterProvider
+from spotwise.planes.ps.worker import worker_args_for
 
 pytestmark = pytest.mark.timeout(180)
 

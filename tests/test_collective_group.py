@@ -11,8 +11,8 @@ import os
 import signal
 import time
 
-from spotwise.collective.group import GroupCoordinator
-from spotwise.collective.probe import member_main
+from spotwise.planes.collective.group import GroupCoordinator
+from spotwise.planes.collective.probe import member_main
 
 CTX = mp.get_context("spawn")
 

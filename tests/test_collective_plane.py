@@ -26,9 +26,9 @@ from _specs import single_process_sgd, spec_with
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.policies.base import Decision, Observation, Policy, SwitchSync
-from spotwise.runtime.checkpoint import load_latest_checkpoint
-from spotwise.runtime.collective_controller import CollectiveController
-from spotwise.runtime.faults import ScriptedRevocation, outage, random_outages
+from spotwise.control.checkpoint import load_latest_checkpoint
+from spotwise.planes.collective.controller import CollectiveController
+from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from _specs import spec_with
 
-from spotwise.collective.member import Plan, decode_replica, encode_replica, gossip_partner
-from spotwise.collective.replica import DataCursor, Replica
+from spotwise.planes.collective.member import Plan, decode_replica, encode_replica, gossip_partner
+from spotwise.planes.collective.replica import DataCursor, Replica
 from spotwise.errors import InputError
-from spotwise.runtime.sampler import EpochSampler
-from spotwise.runtime.sync import ADPSGD, SMA, SSGD, FullSync, make_sync
+from spotwise.control.sampler import EpochSampler
+from spotwise.control.sync import ADPSGD, SMA, SSGD, FullSync, make_sync
 from spotwise.theory.runtime import MiniBatchTimeLaw
 from spotwise.workloads.params import flat_grad, flat_params, set_flat_params
 from spotwise.workloads.registry import make_workload
@@ -187,8 +187,8 @@ def test_a_joiner_whose_first_generation_never_forms_reports_no_state() -> None:
     coordinator must never take its fresh replica for a committed one (it rolls back instead)."""
     import threading
 
-    from spotwise.collective.group import GroupCoordinator
-    from spotwise.collective.member import CollectiveMember
+    from spotwise.planes.collective.group import GroupCoordinator
+    from spotwise.planes.collective.member import CollectiveMember
 
     wl = {"name": "mlp-digits", "batch_size": 8, "lr": 0.05}
     coord = GroupCoordinator()

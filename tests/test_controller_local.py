@@ -2,7 +2,7 @@
 
 Every test here makes ``import ray`` fail, so any Ray call left in the control path is an error.
 The workers are the same :class:`GradientWorker` class the Ray actors run, computed in this
-process by :class:`~spotwise.runtime.compute.LocalCompute`.
+process by :class:`~spotwise.planes.ps.compute.LocalCompute`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from _specs import single_process_sgd, spec_with
 
 from spotwise.events import read_events
 from spotwise.market.world import build_market
-from spotwise.runtime.compute import LocalCompute, WorkerLost
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.worker import worker_args_for
-from spotwise.runtime.faults import ScriptedRevocation, outage, random_outages
+from spotwise.planes.ps.compute import LocalCompute, WorkerLost
+from spotwise.control.controller import JobController
+from spotwise.planes.ps.worker import worker_args_for
+from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
 from spotwise.workloads.params import flat_params
 from spotwise.workloads.registry import make_workload
 

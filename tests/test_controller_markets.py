@@ -15,11 +15,11 @@ from _specs import spec_with
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.policies.base import Decision, Migrate, Observation, Policy, SwitchMarket
-from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.worker import worker_args_for
-from spotwise.runtime.faults import ScriptedRevocation, outage
-from spotwise.runtime.provider import EmulatedProvider
+from spotwise.planes.ps.compute import LocalCompute
+from spotwise.control.controller import JobController
+from spotwise.planes.ps.worker import worker_args_for
+from spotwise.capacity.faults import ScriptedRevocation, outage
+from spotwise.capacity.provider import EmulatedProvider
 
 pytestmark = pytest.mark.timeout(120)
 

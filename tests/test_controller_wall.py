@@ -1,9 +1,9 @@
 """The shared loop on a wall clock with requested capacity (the real-cluster path), without Ray.
 
 A cluster run differs from an emulated one only by its injected parts: a
-:class:`~spotwise.runtime.clock.WallClock`, a provider whose capacity is requested and polled
+:class:`~spotwise.control.clock.WallClock`, a provider whose capacity is requested and polled
 (``requests_capacity``), and the data plane.  Here the provider is a fake with the real
-interface and the data plane is :class:`~spotwise.runtime.compute.LocalCompute`, so the path
+interface and the data plane is :class:`~spotwise.planes.ps.compute.LocalCompute`, so the path
 ``spotwise run --ray-address`` takes runs in a unit test: node losses (a worker killed under the
 coordinator's feet) are requested again and rejoin.
 """
@@ -20,11 +20,11 @@ from _specs import spec_with
 from spotwise.events import read_events
 from spotwise.market.preemption import MarketEvent
 from spotwise.market.world import build_market
-from spotwise.runtime.clock import WallClock
-from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.worker import worker_args_for
-from spotwise.runtime.provider import Provider
+from spotwise.control.clock import WallClock
+from spotwise.planes.ps.compute import LocalCompute
+from spotwise.control.controller import JobController
+from spotwise.planes.ps.worker import worker_args_for
+from spotwise.capacity.provider import Provider
 
 pytestmark = pytest.mark.timeout(120)
 

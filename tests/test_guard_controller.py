@@ -20,8 +20,8 @@ from spotwise.market.series import iso8601
 from spotwise.market.traces import load_traces
 from spotwise.market.world import build_market
 from spotwise.planner.plan import error_model_for
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.provider import EmulatedProvider
+from spotwise.control.controller import JobController
+from spotwise.capacity.provider import EmulatedProvider
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 from spotwise.sim.places import build_places
 from spotwise.sim.sweep import Strategy, SweepJob, run_window

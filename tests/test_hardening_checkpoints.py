@@ -112,7 +112,7 @@ def test_item12_checkpoints_of_another_model_are_rejected_with_the_shape(run_cop
 
 def test_item12_a_run_without_checkpoints_still_says_it_stopped_before_the_first(tmp_path: Path) -> None:
     from spotwise.errors import InputError
-    from spotwise.runtime.checkpoint import require_checkpoint
+    from spotwise.control.checkpoint import require_checkpoint
 
     with pytest.raises(InputError, match="before its first checkpoint"):
         require_checkpoint(tmp_path, warn=None)
@@ -120,7 +120,7 @@ def test_item12_a_run_without_checkpoints_still_says_it_stopped_before_the_first
 
 def test_item12_checkpoint_files_the_manifest_does_not_list_are_counted(tmp_path: Path) -> None:
     from spotwise.errors import InputError
-    from spotwise.runtime.checkpoint import require_checkpoint
+    from spotwise.control.checkpoint import require_checkpoint
 
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "step-00000003.pt").write_bytes(b"x")
@@ -168,7 +168,7 @@ def _needed_bytes(message: str) -> float:
 
 
 def _assert_full_disk_handled(out: Path, message: str, state_bytes: int) -> None:
-    from spotwise.runtime.checkpoint import require_checkpoint
+    from spotwise.control.checkpoint import require_checkpoint
 
     assert "disk is full" in message and "free there" in message
     assert state_bytes <= _needed_bytes(message) <= state_bytes + 8 * 1024  # the tensors plus the zip's few kB
@@ -181,7 +181,7 @@ def _assert_full_disk_handled(out: Path, message: str, state_bytes: int) -> None
 
 def test_item9_a_real_full_disk_while_saving_a_checkpoint_is_a_full_disk(tiny_disk) -> None:
     from spotwise.errors import InputError
-    from spotwise.runtime.checkpoint import save_checkpoint
+    from spotwise.control.checkpoint import save_checkpoint
 
     out = tiny_disk("256k") / "run"
     save_checkpoint(out, 5, _state(5))
@@ -201,7 +201,7 @@ def test_item9_a_real_full_disk_while_saving_a_checkpoint_is_a_full_disk(tiny_di
 def test_item9_torch_short_write_over_enospc_is_recognised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No mount needed: the file object raises ENOSPC after 1 kB; the real torch.save turns that into
     its own ``RuntimeError: ... unexpected pos``, which must still be read as a full disk."""
-    import spotwise.runtime.checkpoint as ck
+    import spotwise.control.checkpoint as ck
     from spotwise.errors import InputError
 
     out = tmp_path / "run"

@@ -29,8 +29,8 @@ def _listening(pid: int | None = None) -> set[tuple[str, int]]:
 
 
 def test_the_plane_store_listens_on_loopback_only() -> None:
-    from spotwise.collective.group import ElasticGroup
-    from spotwise.collective.plane import PlaneControl
+    from spotwise.planes.collective.group import ElasticGroup
+    from spotwise.planes.collective.plane import PlaneControl
 
     plane = PlaneControl(timeout_s=5.0)  # as the collective controller builds it
     try:
@@ -67,7 +67,7 @@ def test_a_members_gloo_group_listens_on_loopback_even_if_gloo_would_pick_anothe
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``GLOO_SOCKET_IFNAME`` (or a hostname resolving to an external address) makes gloo's default
     device listen on that interface; a group over a loopback store must stay on loopback."""
-    from spotwise.collective.group import ElasticGroup, GroupCoordinator
+    from spotwise.planes.collective.group import ElasticGroup, GroupCoordinator
 
     iface = _non_loopback_interface()
     if iface is None:

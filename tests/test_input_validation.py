@@ -71,7 +71,7 @@ def _env_with_path(tmp_path: Path) -> dict[str, str]:
 # ------------------------------------------------------------------------------------------- 4
 _RAY_PROBE = r'''
 import json, os, subprocess, shutil
-from spotwise.runtime.raystart import ensure_ray
+from spotwise.capacity.raystart import ensure_ray
 import ray
 ensure_ray(num_cpus=1)
 node = ray._private.worker.global_worker.node
@@ -337,7 +337,7 @@ def test_item17_local_worker_cap_env_var(cli, tmp_path: Path, monkeypatch: pytes
 def test_item17_local_cap_counts_growth_and_standby() -> None:
     from spotwise.config import ClusterSpec
     from spotwise.errors import InputError
-    from spotwise.runtime.raystart import check_local_workers, local_worker_limit
+    from spotwise.capacity.raystart import check_local_workers, local_worker_limit
 
     limit = local_worker_limit()
     assert limit >= 1
@@ -352,7 +352,7 @@ def test_item17_cluster_run_checks_spot_capacity(ray_session, tmp_path: Path) ->
     """The session's Ray has 8 'spot' units: 10 workers are refused when the run starts, before any actor."""
     from spotwise.config import spec_from_dict
     from spotwise.errors import InputError
-    from spotwise.runtime.cluster import ClusterCoordinator, check_spot_capacity
+    from spotwise.capacity.cluster import ClusterCoordinator, check_spot_capacity
 
     assert check_spot_capacity(workers=8) == 8
     with pytest.raises(InputError) as ei:

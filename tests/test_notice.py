@@ -19,7 +19,7 @@ import pytest
 
 from spotwise.errors import InputError
 from spotwise.runtime import notice as notice_mod
-from spotwise.runtime.notice import (
+from spotwise.capacity.notice import (
     DEFAULT_METADATA_URL,
     AwsNoticeSource,
     GcpNoticeSource,

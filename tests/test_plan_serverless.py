@@ -57,7 +57,7 @@ def write(tmp_path: Path, d: dict, name: str = "spec.yaml") -> Path:
 
 # ------------------------------------------------------------------------------------ the model
 def test_lease_fraction_is_the_runtimes() -> None:
-    from spotwise.serverless.supervisor import LEASE_FRACTION
+    from spotwise.planes.serverless.supervisor import LEASE_FRACTION
 
     assert sv.LEASE_FRACTION == LEASE_FRACTION
 
@@ -179,7 +179,7 @@ def test_cheaper_serverless_is_recommended_only_when_it_meets_the_deadline() -> 
 
 
 def test_apply_plan_writes_a_runnable_serverless_spec() -> None:
-    from spotwise.serverless.runner import check_serverless_spec
+    from spotwise.planes.serverless.runner import check_serverless_spec
 
     spec = spec_with(SERVERLESS, workload__family="mlp", cluster__instance_type="p2.xlarge")
     plan = make_plan(spec, error_model=MODEL)

@@ -28,11 +28,11 @@ from spotwise.events import read_events, read_summary
 from spotwise.market.preemption import BidRevocation, ExponentialLifetime, MarketEvent
 from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.market.world import build_market
-from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.worker import worker_args_for
-from spotwise.runtime.faults import ScriptedRevocation, outage
-from spotwise.runtime.provider import EmulatedProvider
+from spotwise.planes.ps.compute import LocalCompute
+from spotwise.control.controller import JobController
+from spotwise.planes.ps.worker import worker_args_for
+from spotwise.capacity.faults import ScriptedRevocation, outage
+from spotwise.capacity.provider import EmulatedProvider
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -305,7 +305,7 @@ def test_item17_stuck_run_on_the_cli_exits_2_with_its_summary_and_report(ray_ses
     """The CLI edge of a stuck run: exit 2, the one JSON object is the run's summary, the report is written."""
     import json
 
-    import spotwise.runtime.runner as runner
+    import spotwise.control.runner as runner
 
     real_build = runner.build_market
 
@@ -343,7 +343,7 @@ def test_item17_hopeless_lifetime_refused_up_front(ray_session, tmp_path: Path, 
     assert "mttf_s" in stderr
     # a lifetime comfortably above a step is accepted (the check does not refuse volatile markets)
     d["market"]["revocation"] = {"model": "lifetime", "mttf_s": 5.0}
-    from spotwise.runtime.progress import check_progress_possible
+    from spotwise.control.progress import check_progress_possible
 
     ok = spec_from_dict(d)
     check_progress_possible(ok, build_market(ok))

@@ -81,7 +81,7 @@ def run_copy(finished_run: Path, tmp_path: Path) -> Path:
 @pytest.fixture()
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail (exit 1 through the CLI) if the runner gets as far as starting Ray."""
-    import spotwise.runtime.runner as runner
+    import spotwise.control.runner as runner
 
     def boom(*a: Any, **k: Any) -> None:
         raise AssertionError("Ray was started although the run directory should have been refused first")
@@ -141,7 +141,7 @@ def test_item1_manifest_path_outside_run_dir_is_refused(cli, run_copy: Path, tmp
 def test_item1_rotation_never_deletes_files_outside_the_checkpoint_folder(tmp_path: Path) -> None:
     """keep-N rotation with a hostile manifest: refused (exit-2 error), the outside file survives."""
     from spotwise.errors import InputError
-    from spotwise.runtime.checkpoint import save_checkpoint
+    from spotwise.control.checkpoint import save_checkpoint
 
     out = tmp_path / "run"
     (out / "checkpoints").mkdir(parents=True)
@@ -156,7 +156,7 @@ def test_item1_rotation_never_deletes_files_outside_the_checkpoint_folder(tmp_pa
 def test_item1_manifest_entry_that_is_a_symlink_out_is_refused(tmp_path: Path) -> None:
     """A well-named entry that is a symlink leading out of the folder is refused too."""
     from spotwise.errors import InputError
-    from spotwise.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+    from spotwise.control.checkpoint import load_latest_checkpoint, save_checkpoint
 
     out = tmp_path / "run"
     save_checkpoint(out, 5, _state(5))
@@ -316,7 +316,7 @@ def test_item15_binary_events_on_resume_exits_2(cli, run_copy: Path) -> None:
 
 @pytest.mark.parametrize("problem", ["shape", "nan", "missing-key", "not-a-dict"])
 def test_item15_checkpoint_with_valid_checksum_but_bad_content_falls_back(tmp_path: Path, problem: str) -> None:
-    from spotwise.runtime.checkpoint import load_latest_checkpoint, save_checkpoint
+    from spotwise.control.checkpoint import load_latest_checkpoint, save_checkpoint
 
     out = tmp_path / "run"
     save_checkpoint(out, 5, _state(5))
@@ -340,7 +340,7 @@ def test_item15_checkpoint_with_valid_checksum_but_bad_content_falls_back(tmp_pa
 
 def test_item15_no_checkpoint_with_valid_content_exits_2(tmp_path: Path) -> None:
     from spotwise.errors import InputError
-    from spotwise.runtime.checkpoint import require_checkpoint, save_checkpoint
+    from spotwise.control.checkpoint import require_checkpoint, save_checkpoint
 
     out = tmp_path / "run"
     save_checkpoint(out, 5, _state(5, shape=(9,)))
@@ -405,7 +405,7 @@ def _enospc(*a: Any, **k: Any) -> None:
 
 def test_item19_disk_full_during_checkpoint_write_leaves_no_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from spotwise.errors import InputError
-    from spotwise.runtime.checkpoint import save_checkpoint
+    from spotwise.control.checkpoint import save_checkpoint
 
     out = tmp_path / "run"
     save_checkpoint(out, 5, _state(5))

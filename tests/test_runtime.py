@@ -25,9 +25,9 @@ from _specs import single_process_sgd, spec_with
 
 from spotwise.events import read_events, read_summary
 from spotwise.market.world import build_market
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.faults import ScriptedRevocation, outage, random_outages
-from spotwise.runtime.sampler import EpochSampler
+from spotwise.control.controller import JobController
+from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
+from spotwise.control.sampler import EpochSampler
 
 pytestmark = pytest.mark.timeout(240)
 

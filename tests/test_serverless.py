@@ -22,9 +22,9 @@ from spotwise.config import spec_from_dict
 from spotwise.errors import InputError
 from spotwise.events import read_events
 from spotwise.market.catalog import Catalog
-from spotwise.serverless.schedule import SampleStream, Schedule, worker_batch
-from spotwise.serverless.significance import SparseUpdate
-from spotwise.serverless.store import (RedisServer, RedisURL, connect, decode_update, encode_update,
+from spotwise.planes.serverless.schedule import SampleStream, Schedule, worker_batch
+from spotwise.planes.serverless.significance import SparseUpdate
+from spotwise.planes.serverless.store import (RedisServer, RedisURL, connect, decode_update, encode_update,
                                        parse_redis_url)
 from spotwise.workloads.params import flat_grad, flat_params, set_flat_params, zero_grad
 from spotwise.workloads.registry import make_workload
@@ -50,7 +50,7 @@ def redis_server():
 
 def run_sup(spec, out, shared=None, **kw):
     """Supervise ``spec``; ``shared``: a RedisServer to use by URL (not owned by the supervisor)."""
-    from spotwise.serverless.supervisor import ServerlessSupervisor
+    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
 
     kw.setdefault("heartbeat_timeout_s", 6.0)
     if shared is not None:
@@ -298,7 +298,7 @@ def test_isp_function_death_is_replayed_exactly_from_its_checkpoint(redis_server
 def test_a_killed_serverless_run_resumes_from_its_checkpoint(cli, tmp_path, redis_server):
     """The supervisor dies at step 7; `spotwise run --resume` continues from the step-5 checkpoint
     and (BSP) ends with exactly the parameters of an uninterrupted run, costs carried over."""
-    from spotwise.runtime.checkpoint import load_latest_checkpoint
+    from spotwise.control.checkpoint import load_latest_checkpoint
 
     spec = spec_from_dict({"name": "sl-resume", "workload": PMF, "target": {"iterations": 10},
                            "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
@@ -312,7 +312,7 @@ def test_a_killed_serverless_run_resumes_from_its_checkpoint(cli, tmp_path, redi
         if snap["step"] == 7:
             raise Killed()
 
-    from spotwise.serverless.supervisor import ServerlessSupervisor
+    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
 
     with pytest.raises(Killed):
         from spotwise.rundir import open_run_dir
@@ -364,7 +364,7 @@ def test_a_supervisor_that_cannot_start_leaves_no_redis_server_behind(tmp_path):
     import glob
     import tempfile
 
-    from spotwise.serverless.supervisor import ServerlessSupervisor
+    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
 
     before = set(glob.glob(f"{tempfile.gettempdir()}/spotwise-redis-*"))
     with pytest.raises(InputError):  # resume of a directory without a checkpoint

@@ -99,7 +99,7 @@ def plus_reply(seen: bytes) -> bytes:
 @pytest.mark.parametrize("reply", [http_reply, garbage_reply, plus_reply], ids=["http", "garbage", "not-pong"])
 def test_a_redis_url_of_a_service_that_is_not_redis_is_an_input_error(reply):
     from spotwise.errors import InputError
-    from spotwise.serverless.store import connect, parse_redis_url
+    from spotwise.planes.serverless.store import connect, parse_redis_url
 
     srv = RecordingServer(reply)
     try:
@@ -137,7 +137,7 @@ def test_private_redis_listens_only_on_a_unix_socket_in_its_private_folder():
     import os
     import stat
 
-    from spotwise.serverless.store import RedisServer, connect
+    from spotwise.planes.serverless.store import RedisServer, connect
 
     with RedisServer() as srv:
         assert _tcp_listen_ports(srv.proc.pid) == set()  # no TCP port anyone could take over
@@ -159,8 +159,8 @@ def test_a_restarted_private_redis_never_sends_the_password_to_whoever_took_its_
     import numpy as np
 
     from spotwise.config import spec_from_dict
-    from spotwise.serverless.store import RedisServer
-    from spotwise.serverless.supervisor import ServerlessSupervisor
+    from spotwise.planes.serverless.store import RedisServer
+    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
 
     spec = spec_from_dict({"name": "squat", "workload": PMF, "target": {"iterations": 14},
                            "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
@@ -239,8 +239,8 @@ def test_the_redis_password_is_in_no_file_others_can_read(tmp_path, own):
     (job payloads ``lithops.jobs/*/aggdata.pickle``, task files, logs, the run directory, the
     private folder) nor any command line holds the Redis password readable by others."""
     from spotwise.config import spec_from_dict
-    from spotwise.serverless.store import RedisServer
-    from spotwise.serverless.supervisor import ServerlessSupervisor
+    from spotwise.planes.serverless.store import RedisServer
+    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
 
     spec = spec_from_dict({"name": "secret", "workload": PMF, "target": {"iterations": 8},
                            "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},

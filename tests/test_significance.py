@@ -358,7 +358,7 @@ def test_failed_push_leaves_filter_unchanged() -> None:
 
 
 def test_dense_filter_matches_the_sparse_filter_step_by_step():
-    from spotwise.serverless.significance import DenseSignificanceFilter, SignificanceFilter, SparseUpdate
+    from spotwise.planes.serverless.significance import DenseSignificanceFilter, SignificanceFilter, SparseUpdate
 
     rng = np.random.default_rng(5)
     n = 500

@@ -19,9 +19,9 @@ import yaml
 
 from spotwise.events import read_events
 from spotwise.market.world import build_market
-from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.worker import worker_args_for
+from spotwise.planes.ps.compute import LocalCompute
+from spotwise.control.controller import JobController
+from spotwise.planes.ps.worker import worker_args_for
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 from spotwise.sim.simulate import simulate_job
 from spotwise.theory.bounds import ErrorModel, error_bound

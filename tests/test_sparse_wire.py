@@ -1,7 +1,7 @@
 """Sparse updates stay sparse on the wire (issue 9).
 
 A worker of a workload with sparse embedding gradients (sparse-logreg, pmf) ships a
-:class:`~spotwise.serverless.significance.SparseUpdate` over the flat layout instead of the dense
+:class:`~spotwise.planes.serverless.significance.SparseUpdate` over the flat layout instead of the dense
 vector; the controller adds it into its one aggregation buffer without densifying it, the run's
 numbers do not change by a bit, and ``summary.extra["grad_bytes"]`` shows what went over the wire.
 Dense workloads keep shipping the dense vector.  In-process workers (LocalCompute) except for one
@@ -22,12 +22,12 @@ from _specs import spec_with
 
 from spotwise.config import WorkloadSpec
 from spotwise.market.world import build_market
-from spotwise.runtime.compute import LocalCompute
-from spotwise.runtime.controller import JobController
-from spotwise.runtime.faults import ScriptedRevocation, outage
-from spotwise.runtime.wire import accumulate, payload_nbytes, to_dense
-from spotwise.runtime.worker import GradientWorker, worker_args_for
-from spotwise.serverless.significance import SparseUpdate
+from spotwise.planes.ps.compute import LocalCompute
+from spotwise.control.controller import JobController
+from spotwise.capacity.faults import ScriptedRevocation, outage
+from spotwise.planes.ps.wire import accumulate, payload_nbytes, to_dense
+from spotwise.planes.ps.worker import GradientWorker, worker_args_for
+from spotwise.planes.serverless.significance import SparseUpdate
 from spotwise.specload import to_plain
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, flat_params, num_params
 from spotwise.workloads.registry import make_workload
@@ -210,7 +210,7 @@ def test_dense_workload_run_counts_dense_bytes(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ Ray carries it
 def test_ray_carries_a_sparse_update(ray_session) -> None:
-    from spotwise.runtime.compute import RayCompute
+    from spotwise.planes.ps.compute import RayCompute
 
     spec = spec_with(BASE, workload__name="pmf", workload__params=BIG["pmf"])
     compute = RayCompute(worker_args_for(spec), standby=0, low_priority_standby=False)

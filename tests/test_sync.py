@@ -19,7 +19,7 @@ from spotwise.planner import PriceModel, optimal_uniform_bid
 from spotwise.planner.bidding import bid_at_level, thm3_bid
 from spotwise.planner.plan import _uniform, gather_inputs
 from spotwise.policies import Observation, Rebid, make_policy
-from spotwise.runtime.sync import AsyncSync, FullSync, NBatchSync, NSync, SyncStrategy, make_sync
+from spotwise.control.sync import AsyncSync, FullSync, NBatchSync, NSync, SyncStrategy, make_sync
 from spotwise.theory import ErrorModel, RuntimeModel
 from spotwise.theory.runtime import MiniBatchTimeLaw
 

@@ -8,8 +8,8 @@ stays down for ``1 / rejoin_p`` iterations on average); a lifetime market revoke
 round, restarts them after a delay and may leave the job with no worker at all; and every new
 instance is billed at least the billing minimum (60 s), which at fast churn costs more than the
 computation itself.  So the planner prices the strategy a spec actually runs with this model of the
-*same process* the runtime and ``spotwise simulate`` execute (:mod:`spotwise.runtime.controller`,
-:mod:`spotwise.runtime.rounds`):
+*same process* the runtime and ``spotwise simulate`` execute (:mod:`spotwise.control.controller`,
+:mod:`spotwise.planes.ps.rounds`):
 
 * **rounds** -- paper 000 eq. (14)-(15): a fully-synchronous round of the ``y`` members takes
   ``max_k r_k + Delta`` (N-sync: the ``N``-th smallest ``r_k``), with ``r_k`` drawn from the job's

@@ -575,7 +575,7 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     import torch
 
     from spotwise.market.world import build_market
-    from spotwise.runtime.sampler import EpochSampler
+    from spotwise.control.sampler import EpochSampler
     from spotwise.workloads.registry import make_workload
 
     if isinstance(steps, bool) or not isinstance(steps, int) or not MIN_POINTS <= steps <= MAX_PILOT_STEPS:

@@ -439,7 +439,7 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
     """Inputs of a VM ``spec``; ``sv_spec`` (with ``sv_catalog``, ``sv_vm``) is the serverless spec it stands in for."""
     market = build_market(spec)
     # a market whose workers cannot outlive a mini-batch is refused by `run` (exit 2): the plan says so too
-    from spotwise.runtime.progress import check_progress_possible
+    from spotwise.control.progress import check_progress_possible
 
     check_progress_possible(spec, market)
     sv_src = spec if sv_spec is None else sv_spec

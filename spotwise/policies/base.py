@@ -211,7 +211,7 @@ class Policy(ABC):
 
     name: ClassVar[str]
     #: True for policies that only make sense on a spot market (they change bids); an on-demand
-    #: baseline of the same job runs without them (:mod:`spotwise.runtime.baseline`)
+    #: baseline of the same job runs without them (:mod:`spotwise.control.baseline`)
     spot_only: ClassVar[bool] = False
     #: True for policies that read :attr:`Observation.places` (quoting every place costs the
     #: executor a price lookup each, so it fills them only for policies that ask)

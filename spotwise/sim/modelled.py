@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from spotwise.runtime.compute import Compute, Result, WorkerLost
-from spotwise.runtime.state import TrainingState
+from spotwise.planes.ps.compute import Compute, Result, WorkerLost
+from spotwise.control.state import TrainingState
 from spotwise.theory.bounds import ErrorModel
 
 

@@ -23,8 +23,8 @@ from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.events import RunSummary, write_summary
 from spotwise.market.world import build_market
-from spotwise.runtime.coordinator import Coordinator
-from spotwise.runtime.provider import EmulatedProvider
+from spotwise.control.coordinator import Coordinator
+from spotwise.capacity.provider import EmulatedProvider
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 
 

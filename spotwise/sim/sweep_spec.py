@@ -23,7 +23,7 @@ from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.series import StepSeries
 from spotwise.market.world import load_catalog
-from spotwise.runtime.sync import make_sync
+from spotwise.control.sync import make_sync
 from spotwise.sim.places import Place, build_places
 from spotwise.sim.sweep import (MAX_RUNS, SweepJob, SweepResult, check_sweep_size, parse_strategies, start_range, sweep,
                                  window_starts)

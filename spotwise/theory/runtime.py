@@ -1,7 +1,7 @@
 """Per-iteration runtime ``R(y)`` of synchronous SGD with ``y`` active workers, and the mini-batch time law.
 
 :class:`MiniBatchTimeLaw` (``r = m ((1 - s) + s Exp(1))``) is the one law of a worker mini-batch's
-time: the emulated runtime draws from it, :mod:`spotwise.runtime.sync` takes its step-time
+time: the emulated runtime draws from it, :mod:`spotwise.control.sync` takes its step-time
 expectations from it, and the exponential :class:`RuntimeModel` below is its ``s = 1`` case.
 
 ``papers/000_3c734f3ffedcac15.txt`` Sec. III-C.  Each active worker ``k`` needs a random time
@@ -75,7 +75,7 @@ class MiniBatchTimeLaw:
     straggler`` in ``[0, 1]`` the share of it that is random: ``s = 1`` is the exponential runtime
     ``Exp(1/m)`` of ``papers/000_3c734f3ffedcac15.txt`` Sec. III-C (eq. 14-15), ``s = 0`` a fixed
     time.  This is the one place the law lives: the emulated runtime draws from it
-    (:meth:`draw`), and the sync strategies (:mod:`spotwise.runtime.sync`), the on-demand estimate
+    (:meth:`draw`), and the sync strategies (:mod:`spotwise.control.sync`), the on-demand estimate
     and the exponential :class:`RuntimeModel` take their expectations from it.
 
     Order statistics have a closed form (Renyi: the spacings of ``n`` i.i.d. ``Exp(1)`` are

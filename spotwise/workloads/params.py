@@ -117,7 +117,7 @@ def apply_sparse_sgd(model: torch.nn.Module, parts: list[tuple[int, torch.Tensor
 
 
 def flat_grad_sparse(model: torch.nn.Module) -> "SparseUpdate":
-    """All gradients as a :class:`~spotwise.serverless.significance.SparseUpdate` over the flat layout.
+    """All gradients as a :class:`~spotwise.planes.serverless.significance.SparseUpdate` over the flat layout.
 
     The same numbers as :func:`flat_grad` without densifying: a dense parameter contributes all
     its entries, a sparse (embedding) gradient only the rows it touches (duplicates summed), and a
@@ -126,7 +126,7 @@ def flat_grad_sparse(model: torch.nn.Module) -> "SparseUpdate":
     """
     import numpy as np
 
-    from spotwise.serverless.significance import SparseUpdate
+    from spotwise.planes.serverless.significance import SparseUpdate
 
     idx_parts: list[np.ndarray] = []
     val_parts: list[np.ndarray] = []

@@ -1,0 +1,193 @@
+"""Running on a real Ray cluster (``spotwise run --ray-address ADDR``).
+
+Workers are Ray actors placed on nodes that carry a ``spot`` resource (start spot nodes with
+``ray start --address ADDR --resources '{"spot": N}'``: each worker takes one unit, so a node
+with ``spot: 4`` hosts four workers); the coordinator -- the driver -- stays where it is started,
+on the on-demand head.  Time is wall-clock time.  Nothing is scheduled: capacity is what the
+cluster has.  A node that disappears takes its actors with it; the coordinator sees
+``ActorDiedError`` on their results and handles it exactly like a market revocation (the step is
+aborted and retried with the survivors; the slot is requested again and fills when a spot node
+with free capacity joins).  A worker whose node's metadata service announces a preemption (AWS
+two-minute notice, GCP 30 s) reports it with its next gradient and the coordinator checkpoints.
+
+The job's loop is :class:`~spotwise.control.controller.JobController`'s, unchanged: a cluster run
+differs only by what is injected -- a :class:`~spotwise.control.clock.WallClock`, this module's
+:class:`ClusterProvider` (capacity requested and polled) and the Ray data plane.
+:class:`ClusterCoordinator` is a constructor that puts them together.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from spotwise.errors import InputError
+from spotwise.market.preemption import MarketEvent
+from spotwise.control.clock import Clock, WallClock
+from spotwise.control.controller import JobController
+from spotwise.capacity.provider import Provider
+
+SPOT_RESOURCE = "spot"
+
+
+class ClusterProvider(Provider):
+    """Capacity of an existing Ray cluster: one pending actor per requested slot.
+
+    ``startup_timeout_s``: how long a fresh run waits for its first worker before it fails
+    (InputError); ``capacity_timeout_s``: how long a run without workers waits for capacity.
+    """
+
+    clock = "wall"
+
+    def __init__(self, worker_args: tuple[Any, ...], resource: str = SPOT_RESOURCE, startup_timeout_s: float = 120.0,
+                 capacity_timeout_s: float = 1800.0) -> None:
+        self.worker_args = worker_args
+        self.resource = resource
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.capacity_timeout_s = float(capacity_timeout_s)
+        self._pending: dict[int, tuple[Any, Any]] = {}
+        self._ready: dict[int, Any] = {}
+        self.killed = 0
+
+    @property
+    def requests_capacity(self) -> bool:
+        return True
+
+    def prepare(self, slots: list[int], resume: bool = False) -> None:
+        """Request ``slots``; a fresh run waits (``startup_timeout_s``) until one worker has started
+        and raises InputError if none could; a resumed run gives them a few seconds."""
+        for w in slots:
+            self.request(w)
+        if resume:
+            self.poll(timeout=5.0)
+            return
+        deadline = time.monotonic() + self.startup_timeout_s
+        while not self._ready and time.monotonic() < deadline:
+            self.poll(timeout=0.5)
+        if not self._ready:
+            raise InputError("no worker could start on the cluster's spot nodes",
+                             "check `ray status`: spot nodes need free 'spot' units and the project installed", "--ray-address")
+        self.poll(timeout=2.0)  # let the others that are about to start join too
+
+    # no market timeline on a real cluster
+    def peek_time(self) -> float | None:
+        return None
+
+    def pop_event(self) -> MarketEvent:  # pragma: no cover - peek_time is always None
+        raise IndexError("a real cluster has no scheduled market events")
+
+    def iteration_events(self, t: float, active: np.ndarray) -> list[MarketEvent]:
+        return []
+
+    def request(self, slot: int) -> None:
+        """Ask the cluster for a worker in ``slot`` (it starts when a spot node has room)."""
+        if slot in self._pending or slot in self._ready:
+            return
+        from spotwise.planes.ps.worker import remote_worker_class
+
+        actor = remote_worker_class().options(num_cpus=0, resources={self.resource: 1}).remote(*self.worker_args)
+        self._pending[slot] = (actor, actor.ready.remote())
+
+    def cancel(self, slot: int) -> None:
+        import ray
+
+        entry = self._pending.pop(slot, None)
+        actor = entry[0] if entry else self._ready.pop(slot, None)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+
+    def poll(self, timeout: float = 0.0) -> list[int]:
+        """Slots whose actor has started and waits to be acquired (they can join now)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        if not self._pending:
+            return sorted(self._ready)
+        refs = {ready: slot for slot, (_, ready) in self._pending.items()}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in done:
+            slot = refs[ref]
+            actor, _ = self._pending.pop(slot)
+            try:
+                ray.get(ref)
+            except RayActorError:
+                self.request(slot)  # its node died while it started: ask again
+                continue
+            self._ready[slot] = actor
+        return sorted(self._ready)
+
+    def available_at_start(self) -> set[int]:
+        return set(self._ready)
+
+    def acquire(self, slot: int) -> Any:
+        actor = self._ready.pop(slot, None)
+        if actor is None:
+            raise KeyError(f"slot {slot} has no started worker")
+        return actor
+
+    def kill(self, slot: int, actor: Any) -> None:
+        import ray
+
+        try:
+            ray.kill(actor, no_restart=True)
+        finally:
+            self.killed += 1
+
+    def shutdown(self) -> None:
+        for slot in list(self._pending) + list(self._ready):
+            try:
+                self.cancel(slot)
+            except Exception:  # pragma: no cover - best effort
+                pass
+
+
+def check_spot_capacity(resource: str = SPOT_RESOURCE, workers: int | None = None) -> float:
+    """Total ``spot`` units in the connected cluster.
+
+    Raises :class:`InputError` if there are none, or if ``workers`` (the job's worker actors, one
+    unit each) exceed them: the run would wait forever for workers the cluster cannot place.
+    """
+    import ray
+
+    total = float(ray.cluster_resources().get(resource, 0.0))
+    if total < 1:
+        raise InputError(
+            f"the Ray cluster has no node with a '{resource}' resource",
+            f"start spot workers with: ray start --address ADDR --resources '{{\"{resource}\": 4}}'",
+            "--ray-address",
+        )
+    if workers is not None and workers > total:
+        raise InputError(
+            f"the job asks for {workers} workers but the Ray cluster has {total:g} '{resource}' units (one per worker)",
+            f"lower cluster.workers to at most {int(total)}, or add spot nodes: "
+            f"ray start --address ADDR --resources '{{\"{resource}\": N}}'",
+            "cluster.workers",
+        )
+    return total
+
+
+class ClusterCoordinator(JobController):
+    """The coordinator on a real cluster: only a constructor over the shared loop.
+
+    Everything that differs from an emulated run comes from the injected parts: a
+    :class:`~spotwise.control.clock.WallClock` (measured time, no drawn durations, completions in
+    the order the data plane reports them), the :class:`ClusterProvider` (capacity is requested,
+    joins are polled, a lost slot is requested again) and the Ray data plane
+    (:class:`~spotwise.planes.ps.compute.RayCompute`, which owns the waiting on results).
+    """
+
+    def __init__(self, *args: Any, startup_timeout_s: float = 120.0, capacity_timeout_s: float = 1800.0,
+                 clock: Clock | None = None, **kw: Any) -> None:
+        """As :class:`JobController` with ``mode="cluster"`` and a wall clock; first checks
+        (InputError) that the cluster's ``spot`` units hold ``spec.cluster.workers`` -- before any
+        actor is requested."""
+        spec = args[0] if args else kw.get("spec")
+        if spec is not None:
+            check_spot_capacity(workers=int(spec.cluster.workers))
+        provider = kw.get("provider")
+        if isinstance(provider, ClusterProvider):
+            provider.startup_timeout_s = float(startup_timeout_s)
+            provider.capacity_timeout_s = float(capacity_timeout_s)
+        super().__init__(*args, mode="cluster", clock=clock or WallClock(), **kw)

@@ -1,0 +1,652 @@
+"""The job controller: the on-demand node that owns the model and commits steps atomically.
+
+:class:`JobController` runs in the driver process (it stands for the on-demand parameter server of
+``papers/000_3c734f3ffedcac15.txt`` Sec. III and ``papers/002_a246f6afe29b4bfb.txt`` Sec. II) and
+drives volatile workers through a :class:`~spotwise.capacity.provider.Provider`.  It holds the
+membership, the sampler, the atomic commit, the event log, the run loop and the application of
+policy decisions; its parts live beside it: the rounds of each sync mode and the time they take
+(:mod:`spotwise.planes.ps.rounds`), market switches and migrations
+(:mod:`spotwise.control.market_actions`), prices and billing (:mod:`spotwise.control.accounting`),
+checkpoints and resume (:mod:`spotwise.control.checkpointing`), and whether a market allows
+progress at all (:mod:`spotwise.control.progress`).
+
+**Atomic commit** (``papers/001_30a454edd897cf47.txt`` Sec. 3.2): the update is applied in one
+place, whole.  In the barrier modes a revocation of a worker whose gradient the step needs aborts
+the step: every partial result is discarded, the blocks go back to the sampler and the step is
+retried with the new membership.  Nothing is restarted: survivors keep going in place and a joiner
+is a new actor given the current parameters (Spotnik's in-place membership change).
+
+**Data.** :class:`~spotwise.control.sampler.EpochSampler` guarantees that within an epoch every
+sample contributes to exactly one committed step, whatever the revocations.
+
+**Data plane.** The controller never calls Ray itself: worker processes and their calls belong
+to a :class:`~spotwise.planes.ps.compute.Compute` (Ray actors by default; in-process workers with
+:class:`~spotwise.planes.ps.compute.LocalCompute`, which runs this whole control logic without Ray),
+and capacity to a :class:`~spotwise.capacity.provider.Provider` with explicit capabilities (bids,
+per-iteration revocations, the market state a checkpoint keeps).
+
+**Checkpoints** every ``outputs.checkpoint_every`` steps and on every revocation notice; a killed
+controller resumes from the newest valid checkpoint (``spotwise run --resume OUT``), so a loss of
+everything loses at most the steps since that checkpoint.  A loss of every *worker* loses nothing:
+the parameters live here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
+from spotwise.events import EventLog, RunSummary, write_summary
+from spotwise.market.billing import Ledger
+from spotwise.market.preemption import MarketEvent
+from spotwise.market.series import StepSeries
+from spotwise.market.world import Market, build_market
+from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
+from spotwise.policies.base import Checkpoint as CheckpointDecision
+from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket, consult
+from spotwise.control.accounting import AccountingMixin
+from spotwise.control.checkpointing import CheckpointMixin
+from spotwise.control.clock import Clock, VirtualClock
+from spotwise.planes.ps.compute import Compute, RayCompute
+from spotwise.control.market_actions import DEFAULT_RESTART_S, MarketActionsMixin
+
+#: seconds between two consultations of the policies while no worker computes (an outage)
+IDLE_DECISION_S = 60.0
+from spotwise.control.progress import NoProgressError, check_progress_possible, progress_fix
+from spotwise.capacity.provider import EmulatedProvider, Provider
+from spotwise.control.records import Contribution, Counters, Task
+from spotwise.planes.ps.rounds import RoundsMixin
+from spotwise.control.rundir_io import SPEC_FILE
+from spotwise.control.sampler import EpochSampler
+from spotwise.control.state import TorchState, TrainingState
+from spotwise.control.sync import SyncStrategy, make_sync
+from spotwise.planes.ps.wire import accumulate
+from spotwise.planes.ps.worker import worker_args_for
+from spotwise.theory.runtime import MiniBatchTimeLaw
+from spotwise.workloads.registry import make_workload
+
+
+class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, CheckpointMixin):
+    """Runs one job to its target; see the module docstring (and :mod:`spotwise.planes.ps.rounds` for the
+    sync modes and time) for the semantics.
+
+    **No progress** (issue 7 item 17).  A spec whose workers cannot outlive one mini-batch is
+    refused up front (:func:`check_progress_possible`, :class:`InfeasibleError`).  At run time,
+    every worker lost to the market (or a node loss) since the last commit counts as a failed
+    attempt; after ``max(no_progress_attempts, 5 * max_workers, 10 * losses-per-commit so far)``
+    of them without a commit the run stops with status ``no-progress``, writes its summary and
+    checkpoint, and :meth:`run` raises :class:`NoProgressError` saying how to fix the market.
+    Waiting without capacity is not a failed attempt (that ends at the horizon: ``no-capacity``).
+    """
+
+    #: failed attempts (workers lost with no commit) after which a run is declared stuck (at least)
+    no_progress_attempts: int = 50
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        out_dir: str | Path,
+        *,
+        market: Market | None = None,
+        provider: Provider | None = None,
+        compute: Compute | None = None,
+        state: TrainingState | None = None,
+        resume: bool = False,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+        mode: str = "emulated",
+        stop_after_steps: int | None = None,
+        stop_after_samples: int | None = None,
+        worker_market: str = "spot",
+        clock: Clock | None = None,
+        restart_s: float | None = None,
+    ) -> None:
+        #: how time passes: virtual (drawn durations, the default) or measured (a real cluster)
+        self.clock: Clock = clock if clock is not None else VirtualClock()
+        self.spec = spec
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.mode = mode
+        self.progress = progress
+        self.stop_after_steps = stop_after_steps
+        #: the job is complete once its committed steps hold this many samples (a baseline's target)
+        self.stop_after_samples = stop_after_samples
+        #: how workers are billed: "spot" (volatile capacity) or "on_demand" (a baseline's fixed fleet)
+        self.worker_market = worker_market
+        #: seconds a market switch or migration costs before the new workers compute (billed)
+        self.restart_s = DEFAULT_RESTART_S if restart_s is None else float(restart_s)
+        #: while no worker computes, the policies are consulted at least this often (virtual or
+        #: wall seconds): the executor's decision gap that a deadline guard adds to its margin
+        self.idle_decision_s = IDLE_DECISION_S
+        self._next_idle_decision = -math.inf
+        if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
+            raise ValueError(f"restart_s must be a finite number of seconds >= 0, got {restart_s!r}")
+        #: the region (or zone) the job runs in; a migration changes it
+        self.region: str | None = spec.cluster.region
+        #: the on-demand price of the current instance as a series (billing), built when first needed
+        self._od_series: tuple[Any, StepSeries] | None = None
+        #: the parameters shared with the data plane for step ``_pref_step`` (continuous modes)
+        self._pref: Any = None
+        self._pref_step = -1
+        self.market = market or build_market(spec)
+        cl = spec.cluster
+        self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
+        self.batch = spec.workload.batch_size
+        self.sync = cl.sync
+        self.sync_n = cl.sync_n
+        self.delta = float(cl.sync_overhead_s)
+        #: virtual time a commit adds (Delta of eq. 14-15); a wall clock ignores it (time is measured)
+        self.commit_overhead_s = self.delta
+        self.mean_step_s = self.market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
+        self.straggler = float(cl.straggler)
+        #: the law of one worker mini-batch's virtual time (:mod:`spotwise.planes.ps.rounds`)
+        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
+        self.policies: list[Policy] = make_policies(spec.policies)
+        self.base_lr = float(spec.workload.lr)
+
+        #: the model side: parameters, update, evaluation, dataset size (the real PyTorch workload
+        #: unless the caller models it, as the simulator does)
+        self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed))
+        worker_args = worker_args_for(spec)
+        standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
+        if provider is None:  # the market model decides capacity: refuse a hopeless one before any actor starts
+            check_progress_possible(spec, self.market)
+        #: the data plane: worker processes and their calls (Ray actors unless the caller gives another)
+        self.compute: Compute = compute or RayCompute(worker_args, standby=standby if provider is None else 0)
+        self.provider = provider or EmulatedProvider(
+            self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, compute=self.compute)
+
+        self.step = 0
+        self.lr = self.base_lr
+        self.provisioned = cl.workers
+        self.sampler = EpochSampler(self.state.n_train, spec.seed)
+        self.dur_rng = np.random.default_rng([spec.seed, 3])
+        self.members: dict[int, Any] = {}
+        self.tasks: dict[int, Task] = {}
+        self.buffer: list[Contribution] = []
+        self.waiting: set[int] = set()
+        self.noticed: set[int] = set()
+        self.counters = Counters()
+        self.ema_loss: float | None = None
+        self.last_loss: float | None = None
+        #: (step, t, loss, active workers) of every committed step and the time of the latest
+        #: shrink of the pool: what a policy that reads the learning curve sees in
+        #: ``Observation.extra`` ("loss_history", "last_resize_t"; the scale-in auto-tuner)
+        self.loss_history: list[tuple[int, float, float, int]] = []
+        self.last_resize_t: float | None = None
+        #: when a policy last changed the sync strategy (``Observation.extra["last_switch_t"]``)
+        self.last_switch_t: float | None = None
+        self.last_eval: dict[str, float] = {}
+        self.retries = 0
+        self.lost_in_step = 0
+        #: workers lost (market / node loss) since the last commit, in total, and commits (this session)
+        self.lost_since_commit = 0
+        self._losses_total = 0
+        self._commits = 0
+        self.stop_message: str | None = None
+        self.last_commit_T = 0.0
+        self.last_price_T = -1.0
+        self.last_ckpt_step = -1
+        self.kill_wall: float | None = None
+        self.carried_cost: dict[str, Any] = {"total": 0.0, "by_category": {}, "by_market": {}, "by_instance": {}}
+        self.status = "running"
+        #: clock time at which the fleet became empty (an idle period in progress), else None
+        self._idle_since: float | None = None
+        self.wall0 = time.perf_counter()
+        self.ledger = Ledger(self.market.billing)
+        self.log: EventLog
+        if resume:
+            self._restore()
+        else:
+            self._fresh_start()
+
+    # ================================================================== setup
+    @property
+    def T(self) -> float:
+        """Seconds since the job's start on :attr:`clock` (virtual, or measured on a real cluster)."""
+        return self.clock.now()
+
+    def _fresh_start(self) -> None:
+        self.provider.prepare(list(range(self.provisioned)))  # a real cluster: ask for the workers, wait for one
+        (self.out / SPEC_FILE).write_text(json.dumps(self.spec.to_dict(), indent=2) + "\n")
+        self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
+                            meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
+                                  "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed})
+        self.ledger.start("coordinator", 0.0, self.market.coordinator, category="coordinator", market="on_demand")
+        self._emit_prices()
+        initial = sorted(w for w in self.provider.available_at_start() if w < self.provisioned)
+        actors = self.provider.warm_up(initial)
+        for w, actor in zip(initial, actors):
+            self._add_member(w, actor)
+
+    # ================================================================== membership
+    def _add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,
+                    billed_from: float | None = None) -> None:
+        """``w`` joins with ``actor``; ``reopen``: its billing interval from the checkpoint (a resume
+        continues it -- the same VM in the same virtual timeline -- and it is not a new join);
+        ``billed_from``: when its billing began, if before now (it was starting: a restart)."""
+        self.members[w] = actor
+        if reopen is not None:
+            self.ledger.reopen(reopen, self._worker_price(str(reopen.get("market", self.worker_market))))
+            self.log.emit("join", worker=w, active=len(self.members), resumed=True)
+            return
+        self.ledger.start(f"worker-{w}", self.T if billed_from is None else billed_from, self._worker_price(),
+                          category="worker", market=self.worker_market)
+        self.counters.joins += 1
+        self.log.emit("join", worker=w, active=len(self.members))
+
+    def _drop_member(self, w: int, reason: str) -> None:
+        actor = self.members.pop(w, None)
+        if actor is None:
+            return
+        # recovery latency: from a revocation to the next commit by the survivors (an outage of
+        # the whole cluster is idle time, not a recovery)
+        self.kill_wall = time.perf_counter() if self.members else None
+        task = self.tasks.pop(w, None)
+        if task is not None:
+            self.sampler.release(task.block)
+        self.waiting.discard(w)
+        self.noticed.discard(w)
+        try:
+            self.provider.kill(w, actor)
+        except Exception:  # already dead (node lost)
+            pass
+        self.ledger.stop(f"worker-{w}", self.T, reason="revoked" if reason in ("market", "node-lost") else "released")
+        if reason != "released":
+            self.counters.revocations += 1
+        self.log.emit("revoke", worker=w, reason=reason, active=len(self.members))
+        if reason != "released":
+            if w < self.provisioned:
+                self.provider.request(w)  # requested capacity (a real cluster): fills when a node has room
+            self._note_loss()
+
+    def _poll_joins(self, timeout: float = 0.0) -> None:
+        """Requested workers that have started join (a real cluster); the unwanted are released."""
+        for w in self.provider.poll(timeout):
+            if w < self.provisioned and w not in self.members:
+                self._add_member(w, self.provider.acquire(w))
+            else:
+                self.provider.cancel(w)
+
+    def _no_progress_limit(self) -> int:
+        """Failed attempts without a commit that mark a run as stuck (see the class docstring)."""
+        settled = self._losses_total - self.lost_since_commit
+        per_commit = settled / self._commits if self._commits else 0.0
+        return max(int(self.no_progress_attempts), 5 * self.max_workers, int(math.ceil(10.0 * per_commit)))
+
+    def _note_loss(self) -> None:
+        """A worker was lost: if far too many were lost since the last commit, stop (``no-progress``)."""
+        self.lost_since_commit += 1
+        self._losses_total += 1
+        if self.status != "running" or self.lost_since_commit < self._no_progress_limit():
+            return
+        self.status = "no-progress"
+        self.stop_message = (
+            f"no step committed in {self.lost_since_commit} worker losses since step {self.step} "
+            f"(t={self.last_commit_T:.1f} s; now t={self.T:.1f} s, {self.retries} aborted rounds): workers are revoked "
+            f"before a mini-batch (about {self.mean_step_s:.3g} s of virtual time) completes, so the market makes "
+            f"progress impossible; stopped with status no-progress")
+
+    def _handle_market(self, ev: MarketEvent) -> None:
+        w = ev.worker
+        if ev.kind == "notice":
+            if w in self.members:
+                self.counters.notices += 1
+                revoke_at = ev.revoke_at if ev.revoke_at is not None else ev.t + float(self.market.revocation.notice_s or 0.0)
+                self.log.emit("notice", worker=w, revoke_at=revoke_at)
+                if self.step > self.last_ckpt_step:
+                    self._checkpoint("notice")
+        elif ev.kind == "revoke":
+            if w in self.members:
+                self._drop_member(w, "market")
+        elif ev.kind == "available":
+            if w < self.provisioned and w not in self.members:
+                self._add_member(w, self.provider.acquire(w))
+
+    def _drain_market(self, until: float) -> None:
+        """Apply every scheduled market event up to ``until`` (advancing the clock to each)."""
+        while True:
+            t = self.provider.peek_time()
+            if t is None or t > until:
+                break
+            ev = self.provider.pop_event()
+            self.clock.advance_to(ev.t)
+            self._emit_prices()
+            self._handle_market(ev)
+
+    def _iteration_market(self) -> None:
+        mask = np.zeros(self.max_workers, dtype=bool)
+        mask[list(self.members)] = True
+        for ev in self.provider.iteration_events(self.T, mask):
+            self._handle_market(ev)
+
+    # ================================================================== time and money
+    @property
+    def sync_strategy(self) -> SyncStrategy:
+        """The strategy of the current ``sync``/``sync_n`` (which checkpoints, events and SwitchSync use)."""
+        return make_sync(self.sync, self.sync_n)
+
+    # ================================================================== the loop
+    def _done(self) -> bool:
+        if self.status == "no-progress":
+            return True
+        tgt = self.spec.target
+        if tgt.iterations is not None and self.step >= tgt.iterations:
+            self.status = "completed"
+            return True
+        if tgt.loss is not None and self.ema_loss is not None and self.ema_loss <= tgt.loss:
+            self.status = "completed"
+            return True
+        if self.spec.budget_usd is not None and self.cost_so_far() >= self.spec.budget_usd:
+            self.status = "budget-exhausted"
+            return True
+        if self.T >= self.market.horizon_s:
+            self.status = "no-capacity"
+            return True
+        if self.stop_after_samples is not None and self.counters.samples >= self.stop_after_samples:
+            self.status = "completed"
+            return True
+        if self.stop_after_steps is not None and self.step >= self.stop_after_steps:
+            self.status = "stopped"
+            return True
+        return False
+
+    def run(self) -> RunSummary:
+        try:
+            while not self._done():
+                self._drain_market(self.T)
+                if not self.members:
+                    if not self._idle():
+                        self.status = "no-capacity"
+                        break
+                    continue
+                if self.sync_strategy.barrier:
+                    self._barrier_round()
+                else:
+                    self._continuous_tick()
+            summary = self._finish()
+            if self.status == "no-progress":
+                raise NoProgressError(self.stop_message or "no step committed", progress_fix(self.market, self.mean_step_s),
+                                      summary)
+            return summary
+        finally:
+            self._shutdown()
+
+    def _idle(self) -> bool:
+        """No active worker: let time pass until capacity returns (billed: the coordinator).
+
+        Virtual time jumps to the next scheduled capacity change (or one iteration of a
+        per-iteration market); requested capacity (a real cluster) is polled for up to the
+        provider's ``capacity_timeout_s``.  False when no capacity can come.  The idle period is
+        logged (``idle``, ``t`` = its end) once workers are back or the wait is given up.
+        """
+        if self._idle_since is None:
+            self._idle_since = self.T
+        if self.policies and self.T >= self._next_idle_decision:
+            # a policy may act on the outage (a deadline guard switches to on-demand, a migration
+            # moves the job): consulted at least every idle_decision_s while no worker computes
+            self._next_idle_decision = self.T + self.idle_decision_s
+            self._apply_policies()
+            if self.members:
+                self._end_idle()
+                return True
+        if self.provider.iteration_driven:
+            self.clock.advance(self.mean_step_s)
+            self._iteration_market()
+        else:
+            t = self.provider.peek_time()
+            # virtual time jumps to the next capacity change, but no further than the next idle
+            # decision while policies could act (and, with no capacity in sight, up to the horizon)
+            cap = self._next_idle_decision if (self.policies and not self.clock.measured) else math.inf
+            if t is not None and t < self.market.horizon_s and t <= cap:
+                self._drain_market(t)
+            elif cap < self.market.horizon_s:
+                self.clock.advance_to(cap)
+                self._emit_prices()
+            elif self.provider.requests_capacity and self.T - self._idle_since < self.provider.capacity_timeout_s:
+                self._poll_joins(timeout=0.25)
+            else:
+                self._end_idle()
+                return False
+        if self.members:
+            self._end_idle()
+        return True
+
+    def _end_idle(self) -> None:
+        """Close the idle period in progress (if any): count it and log it."""
+        if self._idle_since is None:
+            return
+        start, self._idle_since = self._idle_since, None
+        if self.T > start:
+            self.counters.idle_s += self.T - start
+            self.log.emit("idle", start=start, duration=self.T - start)  # t = when the idle period ends
+
+    # ================================================================== commit
+    def _commit(self, contribs: list[Contribution]) -> None:
+        if not contribs:
+            raise RuntimeError("a step needs at least one contribution")
+        total = sum(c.n for c in contribs)
+        grad = np.zeros_like(self.params)
+        loss = 0.0
+        for c in contribs:
+            accumulate(grad, c.grad, c.n / total)  # a sparse contribution stays sparse (issue 9)
+            loss += (c.n / total) * c.loss
+            self.sampler.commit(c.block)
+        self.counters.samples += total
+        self.state.apply(grad, self.lr, len(contribs))
+        self.step += 1
+        self.clock.advance(self.commit_overhead_s)  # Delta (virtual); measured time already holds it
+        duration = self.T - self.last_commit_T
+        self.last_commit_T = self.T
+        self.last_loss = loss
+        self.loss_history.append((self.step, self.T, float(loss), len(contribs)))
+        self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
+        recovery_ms = None
+        if self.kill_wall is not None:
+            recovery_ms = 1000.0 * (time.perf_counter() - self.kill_wall)
+            self.counters.recoveries_ms.append(recovery_ms)
+            self.kill_wall = None
+        self._emit_prices()
+        cost = self.cost_so_far()
+        self.log.emit("step", step=self.step, loss=loss, active=len(self.members), lr=self.lr, sync=self.sync,
+                      duration=duration, cost=cost, epoch=self.sampler.epoch, retries=self.retries,
+                      contributions=len(contribs), lost=self.lost_in_step,
+                      staleness=max(c.staleness for c in contribs), recovery_ms=recovery_ms)
+        self.retries = 0
+        self.lost_in_step = 0
+        self.lost_since_commit = 0
+        self._commits += 1
+        if self.status == "no-progress":  # the round in flight committed after all
+            self.status, self.stop_message = "running", None
+        if self.step % self.spec.workload.eval_every == 0:
+            self._evaluate()
+        self._apply_policies()
+        self._after_commit()
+
+    def _after_commit(self) -> None:
+        """The periodic checkpoint and the progress display after a committed step (every controller)."""
+        every = self.spec.outputs.checkpoint_every
+        if every and self.step % every == 0:
+            self._checkpoint("periodic")
+        if self.progress is not None:
+            self.progress(self.snapshot())
+
+    @property
+    def params(self) -> np.ndarray:
+        """The current parameters (a flat float32 vector, owned by :attr:`state`)."""
+        return self.state.params
+
+    @params.setter
+    def params(self, value: np.ndarray) -> None:
+        self.state.params = value
+
+    def _evaluate(self) -> dict[str, float]:
+        if not self.state.can_evaluate:
+            return {}
+        self.last_eval = self.state.evaluate()
+        name = self.state.metric_name
+        self.log.emit("eval", step=self.step, loss=self.last_eval.get("loss"), metric_name=name,
+                      metric=None if name is None else self.last_eval.get(name))
+        return self.last_eval
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"step": self.step, "target": self.spec.target.iterations, "loss": self.last_loss, "active": len(self.members),
+                "provisioned": self.provisioned, "t": self.T, "cost": self.cost_so_far(), "status": self.status}
+
+    # ================================================================== policies
+    def _observation(self) -> Observation:
+        step_s = self.expected_step_s()
+        return Observation(
+            step=self.step, t=self.T, active=len(self.members), provisioned=self.provisioned,
+            max_workers=self.max_workers, reference_workers=self.spec.cluster.workers, base_lr=self.base_lr, lr=self.lr,
+            sync=self.sync, sync_n=self.sync_n, loss=self.last_loss, price=self.market.spot_price(self.T),
+            cost_so_far=self.cost_so_far(), deadline_s=self.spec.deadline_s, budget_usd=self.spec.budget_usd,
+            target_iterations=self.spec.target.iterations, market=self.market_name,
+            spot_available=self.provider.spot_available(self.T), step_s=step_s, restart_s=self.restart_s,
+            place=(self.region or self.market.instance.region or "", self.market.instance.name),
+            on_demand_price=self.market.instance.on_demand_per_hour,
+            next_decision_s=self.idle_decision_s if not self.members else step_s,
+            # shared, not copied (a copy per step would cost O(steps) each); policies only read it
+            extra={"loss_history": self.loss_history, "last_resize_t": self.last_resize_t,
+                   "last_switch_t": self.last_switch_t},
+        )
+
+    @property
+    def market_name(self) -> str:
+        """What the workers run on now, as policies name it: ``"spot"`` or ``"on-demand"``."""
+        return "on-demand" if self.worker_market == "on_demand" else "spot"
+
+    def expected_step_s(self) -> float:
+        """Mean seconds per committed step for the current membership (at least one worker): the
+        sync strategy's ``E[R]`` under the mini-batch time law, commit overhead included."""
+        n = max(1, len(self.members) or self.provisioned)
+        return float(self.sync_strategy.expected_round_s(self.time_law, n, self.delta))
+
+    def _apply_policies(self) -> None:
+        consult(self.policies, self._observation, self._act)
+
+    def _act(self, policy: Policy, d: Decision) -> None:
+        acted = True
+        why_not: str | None = None
+        if isinstance(d, SetLearningRate):
+            self.lr = d.lr
+        elif isinstance(d, Resize):
+            self._resize(min(d.workers, self.max_workers))
+        elif isinstance(d, Rebid):
+            if not self.provider.supports_bids:
+                acted = False  # a real cluster or an on-demand fleet has no bids to change
+            else:
+                bids = tuple(d.bids) + (d.bids[-1],) * (self.max_workers - len(d.bids))
+                self.provider.rebid(bids[: self.max_workers], self.T)
+                self._reconcile()
+        elif isinstance(d, SwitchSync):
+            if d.sync in COLLECTIVE_SYNC_MODES and self.spec.cluster.data_plane != "collective":
+                acted, why_not = False, f"{d.sync!r} is a strategy of the collective data plane, not of the parameter server"
+            else:
+                self.sync, self.sync_n = d.sync, d.sync_n
+                self.last_switch_t = self.T
+        elif isinstance(d, CheckpointDecision):
+            self._checkpoint("policy")
+        elif isinstance(d, SwitchMarket):
+            why_not = self._switch_market(d.market)
+            acted = why_not is None
+        elif isinstance(d, Migrate):
+            why_not = self._migrate(d)
+            acted = why_not is None
+        elif isinstance(d, Noop):
+            acted = False
+        else:
+            acted, why_not = False, f"{type(d).__name__} is not a decision this executor knows"
+        self.counters.decisions += 1
+        extra = {} if why_not is None else {"not_acted": why_not}
+        self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=acted, **extra)
+
+    # ------------------------------------------------------------------ resizing and rebidding
+    def _reconcile(self) -> None:
+        """Membership after the market changed under us (rebids): drop the outbid, add the newly won."""
+        avail = self.provider.available_at_start()
+        for w in sorted(self.members):
+            if w not in avail:
+                self._drop_member(w, "market")
+        for w in sorted(avail):
+            if w < self.provisioned and w not in self.members:
+                self._add_member(w, self.provider.acquire(w))
+
+    def _resize(self, n: int) -> None:
+        old = self.provisioned
+        self.provisioned = max(0, n)
+        if self.provisioned < old:
+            self.last_resize_t = self.T
+        for w in sorted(self.members):
+            if w >= self.provisioned:
+                self._drop_member(w, "released")
+        if self.provisioned > old:
+            avail = self.provider.available_at_start()
+            for w in range(old, self.provisioned):
+                if w in avail and w not in self.members:
+                    self._add_member(w, self.provider.acquire(w))
+        for w in range(old, self.provisioned):
+            if w not in self.members:
+                self.provider.request(w)  # requested capacity: joins through _poll_joins
+        for w in range(self.provisioned, old):
+            self.provider.cancel(w)
+
+    # ================================================================== the end
+
+    def _finish(self) -> RunSummary:
+        self._end_idle()
+        if self.step > self.last_ckpt_step:
+            self._checkpoint_quiet()  # before the ledger closes: it holds the open intervals
+        for w in sorted(self.members):
+            self.ledger.stop(f"worker-{w}", self.T, reason="finished")
+        self.ledger.close(self.T)
+        final_eval = self._evaluate()
+        cost = self._cost_breakdown(final=True)
+        self.log.emit("cost", total=cost["total"], breakdown=cost)
+        self.log.emit("end", status=self.status)
+        self.log.close()
+        rec = self.counters.recoveries_ms
+        extra: dict[str, Any] = {
+            "deadline_s": self.spec.deadline_s,
+            # an unfinished run has not met its deadline, however early it stopped (issue 7 item 9)
+            "deadline_met": None if self.spec.deadline_s is None else (
+                self.status == "completed" and self.T <= self.spec.deadline_s),
+            "idle_s": self.counters.idle_s, "notices": self.counters.notices, "aborted_steps": self.counters.aborted_steps,
+            "checkpoints": self.counters.checkpoints, "epochs": self.sampler.epoch, "stop_message": self.stop_message, "samples": self.counters.samples,
+            "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
+                            "p99": float(np.percentile(rec, 99)) if rec else None},
+            "on_demand": self.on_demand_estimate() if self.step else None,
+            "final_eval": final_eval, "instance": self.market.instance.name, "sync": self.sync, "lr": self.lr,
+            # gradient payload bytes received from workers (sparse updates for sparse workloads)
+            # and what dense float32 vectors would have cost (issue 9)
+            "grad_bytes": int(self.counters.grad_bytes), "grad_bytes_dense": int(self.counters.grad_bytes_dense),
+            **self._summary_extra(),
+        }
+        summary = RunSummary(
+            mode=self.mode, status=self.status, steps=self.step, final_loss=final_eval.get("loss", self.last_loss),
+            final_metric=None if self.state.metric_name is None else final_eval.get(self.state.metric_name),
+            metric_name=self.state.metric_name,
+            wall_s=time.perf_counter() - self.wall0, virtual_s=self.T, cost_usd=cost["total"], cost_breakdown=cost,
+            revocations=self.counters.revocations, joins=self.counters.joins, decisions=self.counters.decisions,
+            spec=self.spec.to_dict(), plan=None, extra=extra,
+        )
+        write_summary(self.out, summary)
+        return summary
+
+    def _summary_extra(self) -> dict[str, Any]:
+        """What a data plane adds to ``summary.json``'s ``extra`` (none here)."""
+        return {}
+
+    def _shutdown(self) -> None:
+        for w, actor in list(self.members.items()):
+            try:
+                self.provider.kill(w, actor)
+            except Exception:
+                pass
+        self.members.clear()
+        self.provider.shutdown()

@@ -1,0 +1,50 @@
+"""What a run directory already holds, read back for ``--resume``: its spec and whether it has a checkpoint.
+
+The directory itself (marker, lock, safe removal) is :mod:`spotwise.rundir`'s; the checkpoints'
+format is :mod:`spotwise.control.checkpoint`'s.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from spotwise.config import JobSpec, spec_from_dict
+from spotwise.errors import InputError
+from spotwise.control.checkpoint import load_latest_checkpoint
+
+#: the file in a run directory that holds the job spec the run was started with
+SPEC_FILE = "spec.json"
+
+
+def load_run_spec(out_dir: str | Path) -> JobSpec:
+    """The spec a run directory was started with (for ``--resume``).
+
+    InputError (exit 2) when ``spec.json`` is missing, unreadable, not UTF-8 (binary), not JSON
+    (truncated), not one object, or not a valid job spec -- naming the file and how to fix it.
+    """
+    path = Path(out_dir) / SPEC_FILE
+    if not path.exists():
+        raise InputError("not a spotwise run directory (no spec.json)", "pass the --out directory of an earlier `spotwise run`",
+                         str(out_dir))
+    fix = "restore spec.json from a backup, or start the run again with `spotwise run SPEC --out DIR`"
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError("spec.json is not UTF-8 text (binary or corrupted)", fix, str(path)) from None
+    except ValueError as e:  # JSONDecodeError: truncated or not JSON
+        raise InputError(f"spec.json is not valid JSON (truncated or corrupted: {e})", fix, str(path)) from None
+    except OSError as e:
+        raise InputError(f"spec.json cannot be read ({e.strerror or e})", "check the file's permissions", str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("spec.json must hold one JSON object (the job spec)", fix, str(path))
+    try:
+        return spec_from_dict(data, str(path))
+    except InputError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as e:  # a hand-edited spec of the wrong shape
+        raise InputError(f"spec.json is not a valid job spec ({e.__class__.__name__}: {e})", fix, str(path)) from None
+
+
+def has_checkpoint(out_dir: str | Path) -> bool:
+    return load_latest_checkpoint(out_dir) is not None

@@ -1,0 +1,147 @@
+"""``spotwise run`` and ``spotwise demo``: start Ray, run the coordinator with a progress bar, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from spotwise.config import JobSpec
+from spotwise.errors import InputError
+from spotwise.events import RunSummary
+from spotwise.market.world import build_market
+from spotwise.control.checkpoint import load_latest_checkpoint, no_valid_checkpoint_error
+from spotwise.control.controller import JobController
+from spotwise.control.progress import NoProgressError, check_progress_possible
+from spotwise.control.rundir_io import load_run_spec
+from spotwise.planes.ps.worker import worker_args_for
+from spotwise.capacity.raystart import check_local_workers, ensure_ray
+from spotwise.rundir import open_run_dir
+
+
+def _fmt_t(seconds: float) -> str:
+    h, rem = divmod(int(seconds), 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+class RunProgress:
+    """A rich progress bar on stderr: steps, loss, active workers, virtual time, cost so far."""
+
+    def __init__(self, total: int | None, enabled: bool) -> None:
+        self.enabled = enabled
+        self.console = Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+            TextColumn("loss {task.fields[loss]}"), TextColumn("workers {task.fields[active]}"),
+            TextColumn("virtual {task.fields[vt]}"), TextColumn("cost ${task.fields[cost]}"), TimeElapsedColumn(),
+            console=self.console, transient=False, disable=not enabled, refresh_per_second=8,
+        )
+        self.task = self.progress.add_task("run", total=total, loss="-", active="-", vt="0:00:00", cost="0.0000")
+
+    def __enter__(self) -> "RunProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def update(self, snap: dict[str, Any]) -> None:
+        loss = "-" if snap["loss"] is None else f"{snap['loss']:.4f}"
+        self.progress.update(self.task, completed=snap["step"], loss=loss, active=f"{snap['active']}/{snap['provisioned']}",
+                             vt=_fmt_t(snap["t"]), cost=f"{snap['cost']:.4f}")
+
+
+def run_job(
+    spec: JobSpec | None,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    ray_address: str | None = None,
+    progress: bool = True,
+    plots: bool | None = None,
+    overwrite: bool = False,
+    notice_source: str = "none",
+    metadata_url: str | None = None,
+    after: Callable[[RunSummary], RunSummary] | None = None,
+) -> RunSummary:
+    """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary.
+
+    ``after`` (e.g. the on-demand comparison) runs on the summary while the directory is still
+    locked; its result is returned.
+
+    The run directory is prepared and locked before Ray starts (:func:`spotwise.rundir.open_run_dir`)
+    and stays locked until the run (and its report) is done.  InputError (exit 2) for a bad flag,
+    an ``--out`` that is a file or unwritable, a directory that holds a run (without
+    ``overwrite``) or is not a spotwise run directory (with it), a directory another spotwise
+    process holds, and -- on resume -- a missing/corrupt ``spec.json`` or manifest or no usable
+    checkpoint; :class:`~spotwise.rundir.DiskFullError` (exit 2) when the disk fills up.
+    ``overwrite`` removes only the files an earlier run wrote; the user's own files stay.
+    """
+    out = Path(out_dir)
+    if notice_source not in ("none", "aws", "gcp"):
+        raise InputError(f"unknown notice source {notice_source!r}", "use --notice-source none, aws or gcp", "--notice-source")
+    if notice_source != "none" and not ray_address:
+        raise InputError("--notice-source needs --ray-address", "the emulated provider takes notices from the market model",
+                         "--notice-source")
+    if not resume and spec is None:
+        raise InputError("no spec given", "pass a spec, or resume a run directory", "spotwise run")
+    if ray_address and spec is not None and spec.cluster.data_plane == "collective":
+        raise InputError("the collective data plane runs on the emulated provider only (so far)",
+                         "remove --ray-address, or set cluster.data_plane: ps to train on a Ray cluster", "--ray-address")
+    with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
+        summary = _run_locked(spec, out, resume=resume, ray_address=ray_address, progress=progress, plots=plots,
+                              notice_source=notice_source, metadata_url=metadata_url)
+        return after(summary) if after is not None else summary
+
+
+def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: str | None, progress: bool,
+                plots: bool | None, notice_source: str, metadata_url: str | None) -> RunSummary:
+    """:func:`run_job` once the run directory is prepared and locked."""
+    if resume:
+        spec = load_run_spec(out)
+        rejected: list[str] = []
+        if load_latest_checkpoint(out, rejected=rejected) is None:  # how many were found and why each was refused
+            raise no_valid_checkpoint_error(out, rejected)
+    assert spec is not None
+    if not ray_address:
+        check_local_workers(spec.cluster)  # a resumed run too: this machine may be smaller than the last
+    market = build_market(spec)
+    if not ray_address:  # the emulated market decides capacity: refuse a hopeless one before Ray starts
+        check_progress_possible(spec, market)
+    ensure_ray(ray_address)
+    with RunProgress(spec.target.iterations, progress) as bar:
+        callback = bar.update if progress else None
+        if ray_address:
+            from spotwise.capacity.cluster import ClusterCoordinator, ClusterProvider, check_spot_capacity
+
+            check_spot_capacity(workers=spec.cluster.workers)
+            notices = None
+            if notice_source != "none":
+                notices = {"cloud": notice_source, **({"base_url": metadata_url} if metadata_url else {})}
+            provider = ClusterProvider(worker_args_for(spec, notices))
+            coord: JobController = ClusterCoordinator(spec, out, market=market, provider=provider, resume=resume,
+                                                      progress=callback)
+        elif spec.cluster.data_plane == "collective":
+            from spotwise.planes.collective.controller import CollectiveController
+
+            coord = CollectiveController(spec, out, market=market, resume=resume, progress=callback)
+        else:
+            coord = JobController(spec, out, market=market, resume=resume, progress=callback)
+        try:
+            summary = coord.run()
+        except NoProgressError:
+            # the run wrote its summary and log before giving up: the report shows what happened
+            _write_plots(out, spec, plots)
+            raise
+    _write_plots(out, spec, plots)
+    return summary
+
+
+def _write_plots(out: Path, spec: JobSpec, plots: bool | None) -> None:
+    if plots if plots is not None else spec.outputs.plots:
+        from spotwise.report.run_report import write_report
+
+        write_report(out)

@@ -1,0 +1,476 @@
+"""A collective member: trains its replica and all-reduces with its peers, with no coordinator in the step.
+
+This is the worker of the collective data plane (issue 10; ``papers/001_30a454edd897cf47.txt``,
+Spotnik).  A member is a long-lived process (a Ray actor, :func:`remote_member_class`) that holds
+its model replica and data cursor (:mod:`spotwise.planes.collective.replica`) and runs
+:meth:`CollectiveMember.run`: it joins generation ``g`` of the :class:`~spotwise.planes.collective.group.ElasticGroup`
+the coordinator announced (a :class:`Plan` under ``plan/<g>`` in the shared store), takes the
+state of the generation's *source*, and commits steps until the generation fails.  The
+coordinator is not in the step's path: it only raises the *lease* (the highest step members may
+commit: the emulated market's next event), reads the steps' records and the parameter replicas
+the leader pushes, and flags a generation failed to change it.
+
+**Strategies** (Sec. 3.3):
+
+* ``ssgd`` -- S-SGD: each member computes the gradient of its mini-batch; one all-reduce sums
+  ``(n_i g_i, n_i loss_i, n_i)``; every replica applies the same sample-weighted mean.
+* ``sma`` -- synchronous model averaging: each member takes ``local_steps`` local SGD steps on
+  its own mini-batches, then one all-reduce averages the replicas (weighted by samples).
+* ``adpsgd`` -- asynchronous decentralised SGD: each member averages its replica with one partner
+  per step (a seeded perfect matching) and applies its own gradient; only pairs wait for each
+  other.  Every ``BARRIER_EVERY`` steps (and at the lease) a one-element all-reduce is the commit
+  point: each member keeps its replica there and sends its records; the coordinator logs a step
+  once every member's record of it arrived.  After a failure every survivor goes back to its
+  replica at the last barrier any survivor completed (all members entered it, so all hold it)
+  and the members average those replicas (``Plan.reconcile = "snapshot"``); a revoked member's
+  replica is lost with it, as in AD-PSGD, whatever it had mixed into its partners' stays.
+
+**Atomic commit** (Sec. 3.2, "Atomic worker state update").  A member changes its replica only
+once the step's all-reduce has completed (S-MA: it keeps the round's starting replica and puts it
+back if the all-reduce fails).  When a generation fails, each survivor reports the last step it
+committed; an all-reduce that completed on *any* member summed every member's contribution, so
+the coordinator *rolls forward*: the next generation's source is a survivor with the highest
+step, and every member (the one step behind, and joiners) takes its replica and cursor by
+broadcast.  A step is therefore applied by every survivor or by none (then it is retried with the
+new membership, on the same samples).  The replica is received into a scratch buffer and adopted
+only when the broadcast succeeds, so a failure during the regroup leaves every replica whole.
+
+**Records.** A step's record (loss, samples, cursor, wall time, evaluation) is sent by the
+generation's leader (its source, else its lowest member) only once it is known that *every*
+member committed the step: after the leader's next step (which needed everyone's contribution)
+or after a one-element all-reduce at the lease.  So the coordinator never logs a step that a
+regroup could take back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+
+from spotwise.planes.collective.group import ElasticGroup, GroupFailed
+from spotwise.planes.collective.replica import DataCursor, Replica
+
+#: strategies a member runs (``cluster.sync`` on the collective plane)
+STRATEGIES = ("ssgd", "sma", "adpsgd")
+#: AD-PSGD: steps between two barriers (a one-element all-reduce): the commit points of its steps
+BARRIER_EVERY = 8
+#: a step number no job reaches (no target)
+NO_LIMIT = 2**62
+#: the leader sends its records at most this often while steps run (seconds)
+FLUSH_S = 0.005
+#: the leader looks for a replica request at most this often (seconds)
+CONTROL_S = 0.002
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What generation ``gen`` does; the coordinator writes it, every member reads it."""
+
+    gen: int
+    members: tuple[int, ...]
+    #: the member whose replica everyone takes; -1: the coordinator's replica (``init/<gen>``)
+    source: int
+    strategy: str = "ssgd"
+    local_steps: int = 4
+    lr: float = 0.05
+    batch: int = 32
+    #: the coordinator's highest logged step: the leader sends the records after it
+    logged: int = 0
+    eval_every: int = 0
+    replica_every: int = 0
+    max_step: int = NO_LIMIT
+    #: the lease every member starts the generation with (then read from the store at the lease,
+    #: which the coordinator raises only while every member waits there: all see the same value)
+    lease: int = 0
+    #: whether members take the source's replica (a joiner, or a survivor a step behind); when
+    #: every member is a survivor at the committed step, their replicas are already the same
+    transfer: bool = True
+    #: how the members take their state: "roll-forward" (the source's replica: S-SGD and S-MA, whose
+    #: replicas agree at a committed step) or "snapshot" (the previous generation ran AD-PSGD, whose
+    #: replicas differ: every survivor goes back to its replica at the last completed barrier
+    #: ``rollback_to`` and the members average them)
+    reconcile: str = "roll-forward"
+    rollback_to: int = 0
+    #: the last generation: the source sends its records and a final replica, and all leave
+    stop: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.members or len(set(self.members)) != len(self.members):
+            raise ValueError(f"a generation needs distinct members, got {self.members!r}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"unknown collective strategy {self.strategy!r}: valid names are {', '.join(STRATEGIES)}")
+        if self.source != -1 and self.source not in self.members:
+            raise ValueError(f"the source {self.source} is not a member of {self.members}")
+        if self.local_steps < 1 or self.batch < 1:
+            raise ValueError("local_steps and batch must be >= 1")
+        if self.reconcile not in ("roll-forward", "snapshot"):
+            raise ValueError(f"unknown reconcile {self.reconcile!r}")
+
+    @property
+    def leader(self) -> int:
+        return self.source if self.source >= 0 else min(self.members)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Plan:
+        d = json.loads(text)
+        d["members"] = tuple(sorted(int(m) for m in d["members"]))
+        return cls(**d)
+
+
+def gossip_partner(gen: int, step: int, k: int, rank: int) -> int | None:
+    """``rank``'s partner at ``step`` of generation ``gen``: a perfect matching drawn from a generator
+    seeded by ``(gen, step)``, the same on every member (with ``k`` odd one rank sits out)."""
+    if k < 2:
+        return None
+    perm = np.random.default_rng([int(gen), int(step)]).permutation(k)
+    i = int(np.flatnonzero(perm == rank)[0])
+    j = i + 1 if i % 2 == 0 else i - 1
+    return int(perm[j]) if j < k else None
+
+
+def encode_replica(header: dict[str, Any], params: np.ndarray) -> bytes:
+    """A replica on the wire: one JSON line, then the float32 parameters."""
+    return json.dumps(header).encode() + b"\n" + np.ascontiguousarray(params, dtype=np.float32).tobytes()
+
+
+def decode_replica(data: bytes) -> tuple[dict[str, Any], np.ndarray]:
+    head, _, raw = data.partition(b"\n")
+    return json.loads(head), np.frombuffer(raw, dtype=np.float32).copy()
+
+
+class CollectiveMember:
+    """Plain-Python member; :func:`remote_member_class` makes it a Ray actor (module docstring)."""
+
+    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1) -> None:
+        from spotwise.config import WorkloadSpec
+        from spotwise.specload import build
+        from spotwise.workloads.registry import make_workload
+
+        torch.set_num_threads(max(1, int(threads)))
+        self.spec = build(WorkloadSpec, workload, "workload")
+        self.workload = make_workload(self.spec, seed)
+        self.replica = Replica(self.workload)
+        self.cursor = DataCursor(len(self.workload.train), int(seed))
+        self.step = 0
+        self.pid = os.getpid()
+        self._records: deque[dict[str, Any]] = deque(maxlen=4096)
+        self._sent = 0
+        self._want_served = 0
+        #: AD-PSGD: the last barrier this member completed, and its replicas at the last two barriers
+        #: it entered (step -> (epoch, pos, parameters))
+        self._barrier_done = 0
+        self._snaps: dict[int, tuple[int, int, torch.Tensor]] = {}
+        self._strategy = "ssgd"
+
+    # ------------------------------------------------------------------ actor plumbing
+    def ready(self) -> dict[str, Any]:
+        return {"pid": self.pid, "n_params": self.replica.P, "n_train": self.cursor.n}
+
+    def promote(self) -> int:
+        """Leave standby: back to normal CPU priority (see :func:`spotwise.planes.ps.worker.low_priority`)."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except OSError:
+            pass
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    # ------------------------------------------------------------------ the member's life
+    def run(self, host: str, port: int, member: int, gen: int, timeout_s: float = 5.0,
+            fault: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Take part in generations ``gen, gen + 1, ...`` until a plan leaves this member out or stops.
+
+        ``fault`` (tests): ``{"step": s, "action": "exit" | "stop"}`` -- at step ``s`` this process
+        exits at once or freezes itself (SIGSTOP), as a revoked or hung VM would.
+        """
+        g = ElasticGroup(host, port, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
+                         rendezvous_timeout_s=timeout_s)
+        self.member = int(member)
+        self._fault = dict(fault) if fault else None
+        regroups = 0
+        self._timing: dict[str, float] = {}
+        #: whether this process holds a generation's state (a joiner that never formed one does not:
+        #: it reports -1, so the coordinator never takes its fresh replica for a committed one)
+        self._has_state = False
+        while True:
+            self._timing["plan_wait"] = time.time()
+            plan = self._wait_plan(g, gen)
+            self._timing["plan"] = time.time()
+            if plan is None or self.member not in plan.members:
+                g.close()
+                return {"member": self.member, "step": self.step, "gen": gen, "left": True, "regroups": regroups}
+            try:
+                self._form(g, plan)
+                self._timing["formed"] = time.time()
+                self._take_state(g, plan)
+                self._has_state = True
+                self._strategy = plan.strategy
+                self._barrier_done = self.step  # every member holds the same state: a barrier
+                self._snaps = {self.step: (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())}
+                self._timing["state"] = time.time()
+                g.store.add(f"formed/{plan.gen}", 1)
+                if plan.stop:
+                    if self.member == plan.leader:
+                        self._sent = plan.logged
+                        self._send_records(g, plan.logged, self.step)
+                        self._push_replica(g, "final")
+                    g.close()
+                    return {"member": self.member, "step": self.step, "gen": gen, "left": False, "regroups": regroups}
+                self._train(g, plan)
+            except GroupFailed:
+                self._timing = {"failed": time.time()}
+                # S-SGD / S-MA: the last step this member committed (the coordinator rolls forward);
+                # AD-PSGD: the last barrier it completed (the coordinator rolls back to it)
+                g.report_alive(-1 if not self._has_state else
+                               self._barrier_done if self._strategy == "adpsgd" else self.step)
+                regroups += 1
+                gen += 1
+
+    def _wait_plan(self, g: ElasticGroup, gen: int) -> Plan | None:
+        key = f"plan/{gen}"
+        while True:
+            try:
+                g.store.wait([key], timedelta(seconds=30))
+                return Plan.from_json(g.store.get(key))
+            except RuntimeError as e:  # the wait timed out: the coordinator may be gone
+                if "timeout" not in str(e).lower() and "timed out" not in str(e).lower():
+                    return None
+                try:
+                    g.store.check(["lease"])
+                except Exception:
+                    return None
+
+    def _form(self, g: ElasticGroup, plan: Plan) -> None:
+        try:
+            g.form(plan.gen, list(plan.members))
+        except RuntimeError as e:  # a member never came to the rendezvous (gloo's timeout)
+            g.store.set(f"fail/{plan.gen}", f"member {self.member}: forming failed: {e}"[:200])
+            raise GroupFailed(str(e)) from None
+
+    def _take_state(self, g: ElasticGroup, plan: Plan) -> None:
+        """Every member adopts the source's replica and cursor (or the coordinator's), whole or not at all."""
+        if plan.source >= 0 and plan.reconcile == "snapshot":
+            self._average_snapshots(g, plan)
+            return
+        if plan.source >= 0 and not plan.transfer:
+            return
+        if plan.source < 0:
+            head, params = decode_replica(g.store.get(f"init/{plan.gen}"))
+            self.replica.set_params(params)
+            self._adopt(int(head["step"]), int(head["epoch"]), int(head["pos"]))
+            return
+        vec = self.replica.flat.clone() if self.member == plan.source else torch.empty(self.replica.P)
+        prog = torch.tensor([self.step, self.cursor.epoch, self.cursor.pos], dtype=torch.float64)
+        g.broadcast(vec, plan.source)
+        g.broadcast(prog, plan.source)
+        if self.member != plan.source:
+            self.replica.flat.copy_(vec)
+            self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
+
+    def _average_snapshots(self, g: ElasticGroup, plan: Plan) -> None:
+        """After AD-PSGD: survivors go back to their replica at the barrier ``rollback_to`` and every
+        member takes the average of those replicas (joiners, holding none, weigh 0)."""
+        rep = self.replica
+        snap = self._snaps.get(plan.rollback_to)
+        buf = torch.zeros(rep.P + 1)
+        if snap is not None:
+            buf[: rep.P].copy_(snap[2])
+            buf[rep.P] = 1.0
+        g.allreduce(buf)
+        prog = torch.tensor([plan.rollback_to, *(snap[:2] if snap is not None else (0, 0))], dtype=torch.float64)
+        g.broadcast(prog, plan.source)  # the source is a survivor: it has the barrier's cursor
+        rep.flat.copy_(buf[: rep.P]).div_(float(buf[rep.P]))
+        self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
+
+    def _adopt(self, step: int, epoch: int, pos: int) -> None:
+        if any(r["step"] > step for r in self._records):  # records of steps rolled back
+            self._records = deque((r for r in self._records if r["step"] <= step), maxlen=self._records.maxlen)
+        self.step = step
+        self.cursor.epoch, self.cursor.pos = epoch, pos
+
+    # ------------------------------------------------------------------ steps
+    def _train(self, g: ElasticGroup, plan: Plan) -> None:
+        """Commit steps until the generation fails (raises :class:`GroupFailed`)."""
+        leader = self.member == plan.leader
+        if leader:
+            self._sent = plan.logged
+            self._send_records(g, plan.logged, self.step)
+        lease = plan.lease
+        next_flush = time.monotonic() + FLUSH_S
+        next_ctl = time.monotonic() + CONTROL_S
+        step_fn = {"ssgd": self._ssgd_step, "sma": self._sma_step, "adpsgd": self._adpsgd_step}[plan.strategy]
+        gossip = plan.strategy == "adpsgd"
+        if gossip:
+            self._sent = self.step  # the steps up to here were sent at their barriers
+        first = True
+        while True:
+            if self.step >= lease or self.step >= plan.max_step:
+                if gossip:
+                    self._barrier(g)  # every member sends its own records, after the barrier
+                else:
+                    g.allreduce(torch.ones(1))  # every member reached this step: its records are final
+                    if leader:
+                        self._send_records(g, self._sent, self.step)
+                lease = self._wait_lease(g, plan, leader)
+                continue
+            if self._fault and self.step == int(self._fault["step"]):
+                self._inject(self._fault)
+            if leader and time.monotonic() >= next_ctl:
+                next_ctl = time.monotonic() + CONTROL_S
+                self._serve_want(g)
+            if first:
+                self._timing["step_start"] = time.time()
+            rec = step_fn(g, plan)
+            if first:
+                rec["first_of_gen"] = True
+                rec["timing"] = dict(self._timing)
+                first = False
+            if leader:
+                if plan.replica_every and self.step % plan.replica_every == 0:
+                    self._push_replica(g, "periodic")
+                if plan.eval_every and self.step % plan.eval_every == 0:
+                    rec["eval"] = self.replica.evaluate()
+            self._records.append(rec)
+            if gossip:
+                if self.step % BARRIER_EVERY == 0:
+                    self._barrier(g)
+                continue
+            if leader and time.monotonic() >= next_flush:
+                next_flush = time.monotonic() + FLUSH_S
+                self._send_records(g, self._sent, self.step - 1)  # the step before this one is everyone's
+
+    def _record(self, plan: Plan, loss: float, samples: int) -> dict[str, Any]:
+        return {"step": self.step, "gen": plan.gen, "k": len(plan.members), "loss": loss, "samples": samples,
+                "epoch": self.cursor.epoch, "pos": self.cursor.pos, "wall": time.time(), "strategy": plan.strategy}
+
+    def _ssgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
+        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
+        rep = self.replica
+        rep.gradient(self.cursor.block(r, b))
+        g.allreduce(rep.buf)  # GroupFailed: nothing was changed
+        total = float(rep.buf[rep.P + 1])
+        rep.sgd(rep.buf[: rep.P], total, plan.lr)
+        loss = float(rep.buf[rep.P]) / total if total > 0 else float("nan")
+        samples = self.cursor.advance(k, b)
+        self.step += 1
+        return self._record(plan, loss, samples)
+
+    def _sma_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
+        k, r, b, H = len(plan.members), plan.members.index(self.member), plan.batch, plan.local_steps
+        rep = self.replica
+        start = rep.flat.clone()
+        loss_sum, n_sum = 0.0, 0
+        for h in range(H):
+            loss, n = rep.gradient(self.cursor.block(h * k + r, b))
+            if n:
+                rep.sgd(rep.buf[: rep.P], n, plan.lr)  # buf holds n * grad: the mean gradient's step
+                loss_sum += loss * n
+                n_sum += n
+        rep.buf[: rep.P].copy_(rep.flat).mul_(float(n_sum))
+        rep.buf[rep.P] = loss_sum
+        rep.buf[rep.P + 1] = float(n_sum)
+        try:
+            g.allreduce(rep.buf)
+        except GroupFailed:
+            rep.flat.copy_(start)  # the round is retried from where it began
+            raise
+        total = float(rep.buf[rep.P + 1])
+        if total > 0:
+            rep.flat.copy_(rep.buf[: rep.P]).div_(total)
+        loss = float(rep.buf[rep.P]) / total if total > 0 else float("nan")
+        samples = self.cursor.advance(H * k, b)
+        self.step += 1
+        return self._record(plan, loss, samples)
+
+    def _adpsgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
+        """AD-PSGD (Lian et al. 2018, Spotnik's ref. [28]): the gradient at this replica, a pairwise
+        average with this step's partner (a seeded perfect matching), then the step:
+        ``x <- (x + x_partner) / 2 - lr g(x)``.  Only the pair waits for each other."""
+        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
+        rep = self.replica
+        loss, n = rep.gradient(self.cursor.block(r, b))
+        partner = gossip_partner(plan.gen, self.step, k, r)
+        if partner is not None:
+            peer = torch.empty(rep.P)
+            g.exchange(rep.flat.clone(), peer, plan.members[partner], tag=self.step % 32768)
+            rep.flat.add_(peer).mul_(0.5)
+        if n:
+            rep.sgd(rep.buf[: rep.P], n, plan.lr)
+        samples = self.cursor.advance(k, b)
+        self.step += 1
+        rec = self._record(plan, loss if n else float("nan"), samples)
+        rec.update(member=self.member, n=n)
+        return rec
+
+    def _barrier(self, g: ElasticGroup) -> None:
+        """AD-PSGD's commit point: keep this replica, all-reduce one element; every member then
+        sends its own records up to here (the coordinator combines them)."""
+        self._snaps[self.step] = (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())
+        for s in sorted(self._snaps)[:-2]:
+            del self._snaps[s]
+        g.allreduce(torch.ones(1))
+        self._barrier_done = self.step
+        self._send_records(g, self._sent, self.step)
+
+    # ------------------------------------------------------------------ talking to the coordinator
+    def _wait_lease(self, g: ElasticGroup, plan: Plan, leader: bool) -> int:
+        """Wait at the lease until the coordinator raises it; :class:`GroupFailed` if it fails the generation."""
+        pause = 0.0002
+        while True:
+            if g.failed():
+                why = g.store.get(f"fail/{plan.gen}").decode(errors="replace")
+                g.abandon()
+                raise GroupFailed(why)
+            lease = int(g.store.get("lease"))
+            if lease > self.step and self.step < plan.max_step:
+                return lease
+            if leader:
+                self._serve_want(g)
+            time.sleep(pause)
+            pause = min(0.005, pause * 1.5)
+
+    def _serve_want(self, g: ElasticGroup) -> None:
+        want = int(g.store.add("want", 0))
+        if want > self._want_served:
+            self._want_served = want
+            self._push_replica(g, "requested")
+
+    def _push_replica(self, g: ElasticGroup, why: str) -> None:
+        head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
+                "member": self.member, "want": self._want_served}
+        g.store.queue_push("replicas", encode_replica(head, self.replica.flat.numpy()))
+
+    def _send_records(self, g: ElasticGroup, after: int, upto: int) -> None:
+        recs = [r for r in self._records if after < r["step"] <= upto]
+        if recs:
+            g.store.queue_push("rec", json.dumps(recs))
+        self._sent = max(self._sent, upto)
+
+    def _inject(self, fault: dict[str, Any]) -> None:
+        self._fault = None
+        if fault.get("action") == "stop":
+            os.kill(os.getpid(), 19)  # SIGSTOP: a frozen VM
+        else:
+            os._exit(3)
+
+
+_REMOTE: dict[str, Any] = {}
+
+
+def remote_member_class() -> Any:
+    """The Ray actor class (created lazily so importing this module does not import Ray)."""
+    if "cls" not in _REMOTE:
+        import ray
+
+        _REMOTE["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(CollectiveMember)
+    return _REMOTE["cls"]

@@ -1,0 +1,135 @@
+"""The coordinator's side of the collective data plane: member processes and the store protocol.
+
+* :class:`CollectiveCompute` -- member processes as Ray actors
+  (:class:`~spotwise.planes.collective.member.CollectiveMember`), with the same standby pool, start,
+  hand-out and kill as :class:`~spotwise.planes.ps.compute.RayCompute` (so the emulated provider
+  and its market drive them unchanged).  It carries no per-step calls: members exchange their
+  updates among themselves.
+* :class:`PlaneControl` -- the coordinator's half of the protocol over one
+  :class:`torch.distributed.TCPStore` that it owns (:class:`~spotwise.planes.collective.group.GroupCoordinator`):
+  announce a generation's :class:`~spotwise.planes.collective.member.Plan`, raise the lease, flag a
+  generation failed, collect the survivors' reports, and read the step records and parameter
+  replicas the leader sends (queues ``rec`` and ``replicas``).
+
+Keys: ``plan/<g>``, ``init/<g>`` (the coordinator's replica, for a generation with no survivor),
+``fail/<g>``, ``alive/<g>/<member>``, ``lease``, ``want`` (a counter: replica requests), and the
+queues ``rec`` and ``replicas``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import numpy as np
+
+from spotwise.planes.collective.group import GroupCoordinator
+from spotwise.planes.collective.member import (
+    Plan,
+    decode_replica,
+    encode_replica,
+    remote_member_class,
+)
+from spotwise.planes.ps.compute import RayCompute
+
+
+class CollectiveCompute(RayCompute):
+    """Member actors with a standby pool (module docstring); the per-call methods do not apply."""
+
+    def _start_actor(self) -> tuple[Any, Any]:
+        opts = dict(self.actor_options)
+        if self.low_priority_standby:
+            opts["runtime_env"] = {"worker_process_setup_hook": "spotwise.planes.ps.worker.low_priority"}
+        workload, seed = self.worker_args[0], self.worker_args[1]
+        actor = remote_member_class().options(**opts).remote(workload, seed, 1)
+        self.spawned += 1
+        return actor, actor.ready.remote()
+
+    def _no_calls(self, *_: Any, **__: Any) -> Any:
+        raise TypeError("the collective data plane has no per-step calls: members all-reduce among themselves")
+
+    share = submit = gather = result = _no_calls  # type: ignore[assignment]
+
+
+class PlaneControl:
+    """The coordinator's half of the store protocol (module docstring)."""
+
+    def __init__(self, host: str = "127.0.0.1", timeout_s: float = 5.0) -> None:
+        self.timeout_s = float(timeout_s)
+        self.coord = GroupCoordinator(host, 0, timeout_s=max(30.0, self.timeout_s))
+        self.store = self.coord.store
+        self.host, self.port = self.coord.host, self.coord.port
+        self.store.set("lease", "0")
+        self.store.set("want", "0")  # a counter (store.add)
+        self._lease = 0
+
+    # ------------------------------------------------------------------ members
+    def start(self, actor: Any, member: int, gen: int, fault: dict[str, Any] | None = None) -> Any:
+        """Start ``actor``'s member loop from generation ``gen``; the call's ObjectRef (done when it leaves)."""
+        return actor.run.remote(self.host, self.port, int(member), int(gen), self.timeout_s, fault)
+
+    def announce(self, plan: Plan, init: tuple[dict[str, Any], np.ndarray] | None = None) -> None:
+        """Publish ``plan`` (and, for a generation without a source, the replica it starts from)."""
+        if init is not None:
+            self.store.set(f"init/{plan.gen}", encode_replica(*init))
+        self.store.set(f"plan/{plan.gen}", plan.to_json())
+
+    def set_lease(self, step: int) -> None:
+        """Members may commit steps up to ``step``.
+
+        Raise it only while every member waits at the current lease (its record is logged): they
+        then all read the same new value.  A new generation starts from its plan's lease
+        (:meth:`reset_lease` before announcing it).
+        """
+        if step > self._lease:
+            self._lease = int(step)
+            self.store.set("lease", str(self._lease))
+
+    def reset_lease(self, step: int) -> None:
+        """The lease of a generation about to be announced (its members are not running yet)."""
+        self._lease = int(step)
+        self.store.set("lease", str(self._lease))
+
+    @property
+    def lease(self) -> int:
+        return self._lease
+
+    def fail(self, gen: int, why: str) -> None:
+        if not self.store.check([f"fail/{gen}"]):
+            self.coord.fail(gen, why)
+
+    def failed(self, gen: int) -> str | None:
+        key = f"fail/{gen}"
+        return self.store.get(key).decode(errors="replace") if self.store.check([key]) else None
+
+    def alive(self, gen: int, members: list[int], timeout_s: float) -> dict[int, int]:
+        return self.coord.alive(gen, members, timeout_s)
+
+    def formed(self, gen: int, n: int, timeout_s: float) -> bool:
+        """Whether all ``n`` members of ``gen`` formed the group and took their state in ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while int(self.store.add(f"formed/{gen}", 0)) < n:
+            if time.monotonic() >= deadline or self.failed(gen) is not None:
+                return False
+            time.sleep(0.0005)
+        return True
+
+    def request_replica(self) -> int:
+        return int(self.store.add("want", 1))
+
+    # ------------------------------------------------------------------ what members send
+    def pop_records(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for _ in range(int(self.store.queue_len("rec"))):
+            out.extend(json.loads(self.store.queue_pop("rec", False)))
+        return out
+
+    def pop_replicas(self) -> list[tuple[dict[str, Any], np.ndarray]]:
+        return [decode_replica(self.store.queue_pop("replicas", False))
+                for _ in range(int(self.store.queue_len("replicas")))]
+
+    def close(self) -> None:
+        """Stop serving the store (the members are gone): its port and thread are released."""
+        self.store = None  # type: ignore[assignment]
+        self.coord.store = None  # type: ignore[assignment]

@@ -1,0 +1,158 @@
+"""One member's model replica and its data cursor: the state a collective member keeps in memory.
+
+:class:`Replica` holds the workload's model with every parameter a *view* into one flat float32
+vector, and every gradient a view into one flat buffer of ``P + 2`` entries: the gradient sum
+``sum_i n_i g_i``, then ``loss * n`` and ``n``.  A step's local work is then one backward pass into
+that buffer, and the all-reduce that combines the members (``papers/001_30a454edd897cf47.txt``
+Sec. 3.3, S-SGD: "updates model replicas using averaged gradients") is one collective on it: the
+sample-weighted mean gradient, the step's mean loss and its sample count come out of the same sum.
+Workloads with sparse gradients (embeddings) are densified into the buffer.
+
+:class:`DataCursor` is the member side of the sampler guarantee (:mod:`spotwise.control.sampler`):
+an epoch is the permutation ``default_rng([seed, epoch]).permutation(n)`` (the same as
+:class:`~spotwise.control.sampler.EpochSampler`), and a committed step with ``k`` members and
+per-member batch ``b`` takes the next ``k * b`` (S-MA: ``H * k * b``) samples of it, clipped at the
+epoch's end, exactly as ``k`` consecutive ``EpochSampler.reserve(b)`` calls would.  Every replica at
+the same committed step holds the same cursor, so a step that is retried after a failure takes the
+same samples with the new membership's split, and within an epoch every sample is in exactly one
+committed step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from spotwise.workloads.params import flat_grad, flat_params
+
+
+class Replica:
+    """The model as one flat parameter vector with a flat gradient buffer (module docstring)."""
+
+    def __init__(self, workload: Any) -> None:
+        self.workload = workload
+        self.model = workload.build_model()
+        self.model.train()
+        params = list(self.model.parameters())
+        init = flat_params(self.model)
+        self.P = int(init.numel())
+        self.flat = init.clone()
+        self.buf = torch.zeros(self.P + 2, dtype=torch.float32)
+        self.sparse = bool(getattr(workload, "sparse_grads", False))
+        off = 0
+        with torch.no_grad():
+            for p in params:
+                k = p.numel()
+                p.data = self.flat[off:off + k].view_as(p)
+                if not self.sparse:
+                    p.grad = self.buf[off:off + k].view_as(p)
+                off += k
+        self._params = params
+
+    def set_params(self, vec: torch.Tensor | np.ndarray) -> None:
+        v = torch.as_tensor(np.asarray(vec, dtype=np.float32)).reshape(-1)
+        if v.numel() != self.P:
+            raise ValueError(f"a replica of {self.P} parameters cannot take {v.numel()}")
+        self.flat.copy_(v)
+
+    def gradient(self, indices: np.ndarray) -> tuple[float, int]:
+        """Fill :attr:`buf` with ``(n * grad of the mean loss over indices, n * loss, n)``; ``(loss, n)``.
+
+        An empty block (the end of an epoch split over more members than it has mini-batches)
+        contributes zeros.
+        """
+        self.buf.zero_()
+        n = len(indices)
+        if n == 0:
+            return 0.0, 0
+        if self.sparse:
+            for p in self._params:
+                p.grad = None
+        loss = self.workload.loss(self.model, self.workload.train.batch(np.asarray(indices)))
+        loss.backward()
+        if self.sparse:
+            self.buf[: self.P].copy_(flat_grad(self.model))
+        else:
+            self._check_views()
+        lv = float(loss.detach())
+        self.buf[: self.P].mul_(float(n))
+        self.buf[self.P] = lv * n
+        self.buf[self.P + 1] = float(n)
+        return lv, n
+
+    def _check_views(self) -> None:
+        # autograd accumulates into an existing dense .grad in place; if it ever replaced one
+        # (a layer that sets .grad itself), copy it back into the buffer and restore the view
+        off = 0
+        for p in self._params:
+            k = p.numel()
+            view = self.buf[off:off + k]
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                if p.grad is not None:
+                    view.copy_(p.grad.reshape(-1))
+                p.grad = view.view_as(p)
+            off += k
+
+    def sgd(self, grad_sum: torch.Tensor, total: float, lr: float) -> None:
+        """``params -= lr * grad_sum / total`` (the sample-weighted mean gradient), in place."""
+        if total > 0:
+            self.flat.sub_(grad_sum, alpha=float(lr) / float(total))
+
+    def evaluate(self) -> dict[str, float]:
+        if self.workload.test is None:
+            return {}
+        self.model.eval()
+        with torch.no_grad():
+            res = self.workload.evaluate(self.model, self.workload.test)
+        self.model.train()
+        return {k: float(v) for k, v in res.items()}
+
+
+@dataclass
+class DataCursor:
+    """Where the committed steps are in the data: epoch and position (module docstring)."""
+
+    n: int
+    seed: int
+    epoch: int = 0
+    pos: int = 0
+    _perm: np.ndarray | None = field(default=None, repr=False)
+    _perm_epoch: int = field(default=-1, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError("a data cursor needs at least one sample")
+        if not 0 <= self.pos <= self.n:
+            raise ValueError(f"position {self.pos} is outside 0..{self.n}")
+
+    def perm(self) -> np.ndarray:
+        if self._perm is None or self._perm_epoch != self.epoch:
+            self._perm = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+            self._perm_epoch = self.epoch
+        return self._perm
+
+    def block(self, i: int, b: int) -> np.ndarray:
+        """The ``i``-th block of ``b`` samples from the cursor (empty past the epoch's end)."""
+        lo = min(self.n, self.pos + i * b)
+        hi = min(self.n, lo + b)
+        return self.perm()[lo:hi]
+
+    def advance(self, blocks: int, b: int) -> int:
+        """Commit ``blocks`` blocks of ``b``; the samples they held (clipped at the epoch's end)."""
+        taken = min(self.n - self.pos, blocks * b)
+        self.pos += taken
+        if self.pos >= self.n:
+            self.epoch += 1
+            self.pos = 0
+        return taken
+
+    def as_list(self) -> list[int]:
+        return [self.epoch, self.pos]
+
+    def sampler_state(self) -> dict[str, Any]:
+        """The state :meth:`EpochSampler.from_state` takes for the same place (nothing pending)."""
+        return {"n": self.n, "seed": self.seed, "epoch": self.epoch, "cursor": self.pos, "pending": [],
+                "next_id": 0, "committed_in_epoch": self.pos}

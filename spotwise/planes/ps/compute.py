@@ -1,0 +1,267 @@
+"""Compute data planes: where workers live and how their mini-batches are computed.
+
+The coordinator (the job's control logic) never calls Ray itself: it talks to one
+:class:`Compute`, which owns the worker processes (start, hand out, kill) and carries the calls
+(submit a mini-batch, collect results).  Two implementations:
+
+* :class:`RayCompute` -- every worker is a Ray actor (:class:`~spotwise.planes.ps.worker.GradientWorker`)
+  on this machine (the emulated provider) or on a cluster.  A pool of ``standby`` actors is kept
+  starting in the background at low CPU priority, so a joiner does not wait for a process to
+  start (Spotnik's in-place membership change, ``papers/001_30a454edd897cf47.txt`` Sec. 3.2: a
+  joiner is a new worker handed the current parameters).  A worker whose actor died (node lost)
+  shows up as :class:`WorkerLost` on its result.
+* :class:`LocalCompute` -- every worker is a :class:`~spotwise.planes.ps.worker.GradientWorker`
+  object in this process, computed when its result is asked for.  Bit-for-bit the numerics of
+  the Ray workers (the same class), no Ray, no processes: the data plane for unit tests of the
+  control logic and for single-process runs.  ``kill`` marks a worker dead, so a result asked of
+  it raises :class:`WorkerLost` exactly like a lost Ray actor.
+
+A result is the tuple :meth:`GradientWorker.compute` returns:
+``(flat gradient, loss, samples, compute seconds, preemption notice or None)``; the gradient is a
+dense vector or, for workloads with sparse gradients, a
+:class:`~spotwise.planes.serverless.significance.SparseUpdate` (:mod:`spotwise.planes.ps.wire`), which
+travels through Ray as it is (a dataclass of two numpy arrays).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from spotwise.planes.ps.wire import Gradient
+
+Result = tuple[Gradient, float, int, float, "dict[str, Any] | None"]
+
+#: parameters up to this size travel inline with each call (fastest below Ray's 100 KiB limit);
+#: larger ones go through the object store once per step
+INLINE_PARAM_BYTES = 96 * 1024
+
+
+class WorkerLost(Exception):
+    """A worker died without the market saying so (node loss on a real cluster, a killed actor)."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__(f"worker {worker} died")
+        self.worker = worker
+
+
+class Compute(ABC):
+    """Worker processes and their calls; see the module docstring."""
+
+    # ------------------------------------------------------------------ lifecycle
+    @abstractmethod
+    def warm_up(self, n: int) -> list[Any]:
+        """Start ``n`` workers at once and wait until all are ready (the initial fleet)."""
+
+    @abstractmethod
+    def acquire(self) -> Any:
+        """One new, ready worker (a joiner)."""
+
+    @abstractmethod
+    def kill(self, worker: Any) -> None:
+        """Terminate ``worker`` (revocation or release); a result still pending on it is lost."""
+
+    def shutdown(self) -> None:
+        """Release every worker this data plane still holds."""
+
+    # ------------------------------------------------------------------ calls
+    @abstractmethod
+    def share(self, params: np.ndarray) -> Any:
+        """``params`` in the form calls take: shipped once, used by every call of a step."""
+
+    @abstractmethod
+    def submit(self, worker: Any, params: Any, indices: np.ndarray) -> Any:
+        """Start computing the gradient of ``indices`` at ``params`` on ``worker``; a pending result."""
+
+    @abstractmethod
+    def gather(self, pending: dict[int, Any]) -> dict[int, Result]:
+        """Every result of ``pending`` (slot -> pending) in one round trip; ``{}`` if any worker died."""
+
+    @abstractmethod
+    def result(self, slot: int, pending: Any) -> Result:
+        """The result of one pending call; :class:`WorkerLost` if its worker died."""
+
+    def wait(self, pending: dict[int, Any], num_returns: int = 1, timeout: float | None = None) -> list[int]:
+        """Slots of ``pending`` (slot -> pending call) whose results are ready, at most ``num_returns``.
+
+        Waits up to ``timeout`` seconds (``None``: until ``num_returns`` are ready) and returns
+        possibly fewer.  A call whose worker died counts as ready (its result raises
+        :class:`WorkerLost`).  The default suits data planes that compute a call when its result
+        is asked for (every call is ready at once); :class:`RayCompute` waits on the actors.
+        """
+        return list(pending)[: max(0, num_returns)]
+
+
+class RayCompute(Compute):
+    """Workers as Ray actors; ``standby`` of them kept starting in the background (module docstring)."""
+
+    def __init__(self, worker_args: tuple[Any, ...], standby: int = 2, actor_options: dict[str, Any] | None = None,
+                 low_priority_standby: bool = True) -> None:
+        if standby < 0:
+            raise ValueError("standby must be >= 0")
+        self.worker_args = worker_args
+        self.actor_options = {"num_cpus": 0, **(actor_options or {})}
+        self.low_priority_standby = low_priority_standby
+        self._standby_target = int(standby)
+        self._standby: deque[tuple[Any, Any]] = deque()
+        self.spawned = 0
+        self.killed = 0
+        self._fill_standby()
+
+    def _start_actor(self) -> tuple[Any, Any]:
+        from spotwise.planes.ps.worker import remote_worker_class
+
+        opts = dict(self.actor_options)
+        if self.low_priority_standby:
+            opts["runtime_env"] = {"worker_process_setup_hook": "spotwise.planes.ps.worker.low_priority"}
+        actor = remote_worker_class().options(**opts).remote(*self.worker_args)
+        self.spawned += 1
+        return actor, actor.ready.remote()
+
+    def _fill_standby(self) -> None:
+        while len(self._standby) < self._standby_target:
+            self._standby.append(self._start_actor())
+
+    def warm_up(self, n: int) -> list[Any]:
+        import ray
+
+        started = [self._start_actor() for _ in range(n)]
+        ray.get([ready for _, ready in started])
+        if self.low_priority_standby:
+            ray.get([a.promote.remote() for a, _ in started])
+        return [a for a, _ in started]
+
+    def acquire(self) -> Any:
+        import ray
+
+        actor, ready = self._standby.popleft() if self._standby else self._start_actor()
+        ray.get(ready)
+        if self.low_priority_standby:
+            ray.get(actor.promote.remote())
+        self._fill_standby()
+        return actor
+
+    def kill(self, worker: Any) -> None:
+        import ray
+
+        try:
+            ray.kill(worker, no_restart=True)
+        finally:
+            self.killed += 1
+
+    def shutdown(self) -> None:
+        import ray
+
+        while self._standby:
+            actor, _ = self._standby.popleft()
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # pragma: no cover - best effort at shutdown
+                pass
+
+    def share(self, params: np.ndarray) -> Any:
+        import ray
+
+        return params if params.nbytes <= INLINE_PARAM_BYTES else ray.put(params)
+
+    def submit(self, worker: Any, params: Any, indices: np.ndarray) -> Any:
+        return worker.compute.remote(params, indices)
+
+    def gather(self, pending: dict[int, Any]) -> dict[int, Result]:
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        try:
+            return dict(zip(pending, ray.get(list(pending.values()))))
+        except (ActorDiedError, RayActorError):
+            return {}
+
+    def result(self, slot: int, pending: Any) -> Result:
+        import ray
+        from ray.exceptions import ActorDiedError, RayActorError
+
+        try:
+            return ray.get(pending)
+        except (ActorDiedError, RayActorError):
+            raise WorkerLost(slot) from None
+
+    def wait(self, pending: dict[int, Any], num_returns: int = 1, timeout: float | None = None) -> list[int]:
+        import ray
+
+        if not pending or num_returns < 1:
+            return []
+        by_ref = {ref: w for w, ref in pending.items()}
+        done, _ = ray.wait(list(by_ref), num_returns=min(num_returns, len(by_ref)), timeout=timeout)
+        return [by_ref[ref] for ref in done]
+
+
+class _LocalCall:
+    """A call on an in-process worker, computed when its result is first asked for."""
+
+    __slots__ = ("worker", "params", "indices", "value")
+
+    def __init__(self, worker: "_LocalWorker", params: np.ndarray, indices: np.ndarray) -> None:
+        self.worker, self.params, self.indices = worker, params, indices
+        self.value: Result | None = None
+
+
+class _LocalWorker:
+    __slots__ = ("impl", "alive")
+
+    def __init__(self, impl: Any) -> None:
+        self.impl = impl
+        self.alive = True
+
+
+class LocalCompute(Compute):
+    """Workers as :class:`~spotwise.planes.ps.worker.GradientWorker` objects in this process (no Ray).
+
+    Calls are computed lazily, one at a time, when their result is asked for; a call whose
+    worker was killed before that raises :class:`WorkerLost`, as a dead actor would.
+    """
+
+    def __init__(self, worker_args: tuple[Any, ...]) -> None:
+        self.worker_args = worker_args
+        self.spawned = 0
+        self.killed = 0
+
+    def _new(self) -> _LocalWorker:
+        from spotwise.planes.ps.worker import GradientWorker
+
+        self.spawned += 1
+        return _LocalWorker(GradientWorker(*self.worker_args))
+
+    def warm_up(self, n: int) -> list[Any]:
+        return [self._new() for _ in range(n)]
+
+    def acquire(self) -> Any:
+        return self._new()
+
+    def kill(self, worker: Any) -> None:
+        worker.alive = False
+        self.killed += 1
+
+    def share(self, params: np.ndarray) -> Any:
+        return params.copy()  # a call must not see later in-place updates of the coordinator's copy
+
+    def submit(self, worker: Any, params: Any, indices: np.ndarray) -> Any:
+        return _LocalCall(worker, params, np.asarray(indices))
+
+    def _run(self, slot: int, call: _LocalCall) -> Result:
+        if call.value is None:
+            if not call.worker.alive:
+                raise WorkerLost(slot)
+            call.value = call.worker.impl.compute(call.params, call.indices)
+        return call.value
+
+    def gather(self, pending: dict[int, Any]) -> dict[int, Result]:
+        try:
+            return {w: self._run(w, c) for w, c in pending.items()}
+        except WorkerLost:
+            return {}
+
+    def result(self, slot: int, pending: Any) -> Result:
+        return self._run(slot, pending)

@@ -1,0 +1,157 @@
+"""The worker: one volatile instance's training process (a Ray actor in the runtimes).
+
+A worker builds the workload itself from the spec (nothing large is shipped), receives the
+current parameters and a block of sample indices, and returns the gradient of the mean loss over
+that block.  It holds no training state that matters: when it is revoked, nothing is lost but the
+gradient it was computing (the coordinator owns parameters and data order), so a joiner is simply
+a *new* worker handed the current parameters.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from spotwise.config import JobSpec, WorkloadSpec
+from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
+from spotwise.specload import build, to_plain
+from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, set_flat_params, zero_grad
+from spotwise.workloads.registry import make_workload
+
+
+def worker_args_for(spec: JobSpec, notices: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """Constructor arguments of a worker actor for ``spec`` (workload, seed, threads, notice watcher)."""
+    return (to_plain(spec.workload), spec.seed, 1, notices)
+
+
+class GradientWorker:
+    """Plain-Python worker; :func:`remote_worker_class` wraps it as a Ray actor.
+
+    ``notices``: on a real cluster, ``{"cloud": "aws"|"gcp"|"auto", "base_url": ..., "interval_s": ...}``
+    starts a :class:`~spotwise.capacity.notice.NoticeWatcher` on the worker's node; a preemption
+    notice it receives rides back to the coordinator on the next gradient (the existing data
+    connection carries the control message, as in Spotnik, ``papers/001_30a454edd897cf47.txt``
+    Sec. 3.2), and is also available from :meth:`poll_notice`.
+    """
+
+    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1, notices: dict[str, Any] | None = None) -> None:
+        torch.set_num_threads(max(1, int(threads)))
+        self.spec = build(WorkloadSpec, workload, "workload")
+        self.workload = make_workload(self.spec, seed)
+        self.model = self.workload.build_model()
+        self.model.train()
+        self.n_params = num_params(self.model)
+        #: ship sparse updates (issue 9): the workload has sparse embedding gradients
+        self.sparse = bool(getattr(self.workload, "sparse_grads", False))
+        self.pid = os.getpid()
+        self.calls = 0
+        self._notice: dict[str, Any] | None = None
+        self._watcher = None
+        if notices:
+            self._start_watcher(dict(notices))
+
+    def _start_watcher(self, cfg: dict[str, Any]) -> None:
+        from spotwise.capacity.notice import NoticeWatcher, detect_cloud, make_notice_source
+
+        cloud = cfg.pop("cloud", "auto")
+        interval = float(cfg.pop("interval_s", 5.0))
+        if cloud == "auto":
+            url = cfg.get("base_url")
+            cloud = detect_cloud(**({"aws_url": url, "gcp_url": url} if url else {}))
+            if cloud is None:
+                return  # not on a cloud VM: no metadata service to watch
+        source = make_notice_source(cloud, **cfg)
+
+        def keep(notice: Any) -> None:
+            if notice.imminent:
+                self._notice = {"cloud": notice.cloud, "action": notice.action, "at": notice.at, "received": notice.received}
+
+        self._watcher = NoticeWatcher(source, keep, interval_s=interval)
+        self._watcher.start()
+
+    def poll_notice(self) -> dict[str, Any] | None:
+        return self._notice
+
+    def promote(self) -> int:
+        """Leave standby: back to normal CPU priority (see :func:`low_priority`); returns the nice value."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except OSError:
+            pass  # lowering niceness needs privileges; then the worker just stays nicer
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    def ready(self) -> dict[str, Any]:
+        return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train)}
+
+    def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[Gradient, float, int, float, dict[str, Any] | None]:
+        """``(flat gradient of the mean loss over indices, loss, len(indices), compute seconds,
+        preemption notice or None)``.
+
+        The gradient is the dense flat float32 vector, or -- for a workload with sparse gradients
+        -- a :class:`~spotwise.planes.serverless.significance.SparseUpdate` over the same layout holding
+        only the touched embedding rows (see :mod:`spotwise.planes.ps.wire`).
+        """
+        t0 = time.perf_counter()
+        set_flat_params(self.model, torch.from_numpy(np.asarray(params)))
+        zero_grad(self.model)
+        batch = self.workload.train.batch(np.asarray(indices))
+        loss = self.workload.loss(self.model, batch)
+        loss.backward()
+        grad = self._gradient()
+        self.calls += 1
+        return grad, float(loss.detach()), int(len(indices)), time.perf_counter() - t0, self._notice
+
+    def _gradient(self) -> Gradient:
+        """The gradient now on the model in its wire form (:mod:`spotwise.planes.ps.wire`)."""
+        if self.sparse:
+            try:
+                update = flat_grad_sparse(self.model)
+            except ValueError:
+                update = None  # a non-finite gradient: ship it dense, as before, for the controller to see
+            if update is not None and update.nbytes < DENSE_ENTRY_BYTES * self.n_params:
+                return update
+        return flat_grad(self.model).numpy()
+
+    def memory(self) -> dict[str, float]:
+        """Resident set size now and at peak (MiB) of this worker process."""
+        rss = 0.0
+        try:
+            with open(f"/proc/{self.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        rss = float(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        return {"rss_mib": rss, "peak_rss_mib": peak}
+
+
+def low_priority() -> None:
+    """Ray worker-process setup hook for standby actors: start at low CPU priority.
+
+    A standby actor's start (Python, Ray, torch) takes about a second of CPU; on a small machine
+    that competes with the active workers' gradients and slows every step while it runs.  Started
+    nice, it uses only idle CPU; :meth:`GradientWorker.promote` restores normal priority when the
+    actor becomes a worker.
+    """
+    try:
+        os.nice(15)
+    except OSError:
+        pass
+
+
+_REMOTE: dict[str, Any] = {}
+
+
+def remote_worker_class() -> Any:
+    """The Ray actor class (created lazily so importing this module does not import Ray)."""
+    if "cls" not in _REMOTE:
+        import ray
+
+        _REMOTE["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(GradientWorker)
+    return _REMOTE["cls"]

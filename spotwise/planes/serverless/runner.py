@@ -1,0 +1,79 @@
+"""``spotwise run`` for ``cluster.kind: serverless``: lock the run directory, start the store, supervise.
+
+The run directory is the same as a VM run's (``spec.json``, ``events.jsonl``, checkpoints,
+``summary.json``, the report), locked while the job runs.  The store is a private
+``redis-server`` on 127.0.0.1 unless ``redis_url`` names one; the functions run on Lithops's
+``localhost`` backend unless ``lithops_config`` names another.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from spotwise.config import JobSpec
+from spotwise.errors import InputError
+from spotwise.events import RunSummary
+from spotwise.market.catalog import Catalog
+from spotwise.rundir import open_run_dir
+
+
+def check_serverless_spec(spec: JobSpec) -> None:
+    """Refuse (exit 2) what cannot run: unknown function pricing or Redis type, a size the platform lacks, a market."""
+    cl = spec.cluster
+    cat = Catalog.default()
+    fp = cat.function(cl.functions)
+    fp.call_cost(cl.memory_mb / 1024.0, 1.0)
+    cat.instance(cl.redis_instance)
+    m = spec.market
+    if m.traces or m.synthetic is not None or m.revocation.model != "none":
+        raise InputError("a serverless cluster has no spot market: functions are not revoked by price",
+                         "remove market.traces / market.synthetic / market.revocation from the spec "
+                         "(function failures are handled by the supervisor)", "market")
+    if any(p.name not in ("scale-in",) for p in spec.policies):
+        bad = [p.name for p in spec.policies if p.name != "scale-in"]
+        raise InputError(f"policies {bad} act on VM markets", "a serverless job takes the scale-in policy only", "policies")
+
+
+def run_serverless(
+    spec: JobSpec | None,
+    out_dir: str | Path,
+    *,
+    redis_url: str | None = None,
+    lithops_config: str | Path | None = None,
+    progress: bool = True,
+    plots: bool | None = None,
+    overwrite: bool = False,
+    heartbeat_timeout_s: float = 30.0,
+    network_mbps: float = 0.0,
+    resume: bool = False,
+) -> RunSummary:
+    """Run a serverless ``spec`` into ``out_dir``; returns the summary (see the module docstring)."""
+    from spotwise.control.runner import RunProgress, _write_plots
+    from spotwise.planes.serverless.backend import LithopsBackend, load_lithops_config
+    from spotwise.planes.serverless.store import connect, parse_redis_url
+    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
+
+    out = Path(out_dir)
+    if resume:
+        from spotwise.control.rundir_io import load_run_spec
+
+        spec = load_run_spec(out)
+    assert spec is not None
+    check_serverless_spec(spec)
+    url = parse_redis_url(redis_url) if redis_url else None
+    if not (network_mbps >= 0 and network_mbps < float("inf")):
+        raise InputError(f"--emulate-network-mbps must be >= 0, got {network_mbps}", "use e.g. 1000 (a 1 Gbit/s Redis node) or 0 (off)",
+                         "--emulate-network-mbps")
+    if url is not None:
+        connect(url).close()  # a bad URL or password exits 2 before anything starts
+    config: dict[str, Any] | None = load_lithops_config(lithops_config) if lithops_config else None
+    with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
+        backend = LithopsBackend(config, max_workers=spec.cluster.workers + 2)
+        with RunProgress(spec.target.iterations, progress) as bar:
+            sup = ServerlessSupervisor(spec, out, redis_url=url, backend=backend, progress=bar.update if progress else None,
+                                       heartbeat_timeout_s=heartbeat_timeout_s, network_mbps=network_mbps,
+                                       resume=resume)
+            summary = sup.run()
+        _write_plots(out, spec, plots)
+        return summary
