@@ -25,6 +25,8 @@ import yaml
 
 from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
+from spotwise.market.price_points import check_price_points
+from spotwise.policies.schema import validate_policies
 from spotwise.specload import Duration, build, to_plain
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
@@ -80,25 +82,6 @@ def _seed(value: int, name: str) -> None:
 
 
 #: most price points a synthetic market may hold over its horizon (16 bytes each: 10 M = 160 MB)
-MAX_PRICE_POINTS = 10_000_000
-
-
-def check_price_points(duration_s: float, interval_s: float, where: str = "interval_s") -> int:
-    """Number of price points ``ceil(duration_s / interval_s)`` of an i.i.d. synthetic market.
-
-    Raises :class:`InputError` (naming ``where``) when it exceeds :data:`MAX_PRICE_POINTS`:
-    an ``interval_s`` of 1e-9 over a week would be 6e14 points, petabytes of memory.
-    """
-    n = duration_s / interval_s
-    if not (math.isfinite(n) and n <= MAX_PRICE_POINTS):
-        raise InputError(
-            f"a price every {interval_s:g} s over {duration_s:g} s of market is {n:.3g} price points "
-            f"(at most {MAX_PRICE_POINTS:,} are generated)",
-            f"raise interval_s to at least {duration_s / MAX_PRICE_POINTS:.3g} s (spot prices change every few "
-            "seconds at most; paper 000 redraws every 4 s), or shorten duration_s / the deadline", where)
-    return max(1, math.ceil(n - 1e-9))
-
-
 @dataclass
 class WorkloadSpec:
     """What to train.
@@ -448,9 +431,7 @@ class JobSpec:
                 "set cluster.bids (a $/h bid for all workers, or one per worker), or let `spotwise plan` choose them",
                 "cluster.bids",
             )
-        from spotwise.policies.registry import make_policies
-
-        make_policies(self.policies)  # unknown names / bad params fail at load time
+        validate_policies(self.policies)  # unknown names / bad params fail at load time, no policy is built
         if self.cluster.max_workers is None and any(p.name == "exp-growth" for p in self.policies):
             raise InputError("exp-growth needs a cap", "set cluster.max_workers (paper 000 Remark 3 caps the growth)", "cluster.max_workers")
 

@@ -158,13 +158,13 @@ def iid_price_series(dist: PriceDistribution, duration: float, delta: float = 4.
     ``start + k*delta`` (the last interval may be shorter) and ends at ``start + duration``;
     consecutive equal draws are kept, so the points are exactly the draws.  Raises ``ValueError``
     for a non-positive or non-finite ``duration``/``delta`` and :class:`~spotwise.errors.InputError`
-    when the series would exceed :data:`spotwise.config.MAX_PRICE_POINTS` points.
+    when the series would exceed :data:`spotwise.market.price_points.MAX_PRICE_POINTS` points.
     """
     if not (duration > 0 and math.isfinite(duration)):
         raise ValueError("duration must be a positive finite number of seconds")
     if not (delta > 0 and math.isfinite(delta)):
         raise ValueError("delta must be a positive finite number of seconds")
-    from spotwise.config import check_price_points
+    from spotwise.market.price_points import check_price_points
 
     n = check_price_points(duration, delta, "interval_s")  # InputError rather than a MemoryError
     times = start + delta * np.arange(n, dtype=float)

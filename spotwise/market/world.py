@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from spotwise.config import JobSpec, check_price_points
+from spotwise.config import JobSpec
+from spotwise.market.price_points import check_price_points
 from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.catalog import Catalog, InstanceType

@@ -1,4 +1,10 @@
-"""Online policies: ``decide(observation) -> Decision``, pure; the executors act on the decisions."""
+"""Online policies: ``decide(observation) -> Decision``, pure; the executors act on the decisions.
+
+The registry (``POLICIES``, ``make_policy``, ``make_policies``) is imported on first use, so that
+``spotwise.policies.schema`` (what the spec validates against) loads no policy and no planner.
+"""
+
+from typing import Any
 
 from spotwise.policies.base import (
     Checkpoint,
@@ -14,9 +20,16 @@ from spotwise.policies.base import (
     SwitchMarket,
     SwitchSync,
 )
-from spotwise.policies.registry import POLICIES, make_policy, make_policies
 
 __all__ = [
     "Checkpoint", "Decision", "Migrate", "Noop", "Observation", "PlaceQuote", "Policy", "Rebid", "Resize",
     "SetLearningRate", "SwitchMarket", "SwitchSync", "POLICIES", "make_policy", "make_policies",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("POLICIES", "make_policy", "make_policies"):
+        from spotwise.policies import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'spotwise.policies' has no attribute {name!r}")

@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from spotwise.policies.base import Decision, Observation, Policy, SwitchMarket
+from spotwise.policies.schema import check_uniform_progress
 
 
 class UniformProgress(Policy):
@@ -45,9 +46,7 @@ class UniformProgress(Policy):
     spot_only: ClassVar[bool] = True
 
     def __init__(self, hysteresis_restarts: float = 2.0, safety_restarts: float = 2.0, defer_to_places: bool = False) -> None:
-        if not hysteresis_restarts >= 0 or not safety_restarts >= 1:
-            raise ValueError("uniform-progress: hysteresis_restarts must be >= 0 and safety_restarts >= 1 "
-                             "(the safety net must leave at least one restart of slack)")
+        check_uniform_progress(hysteresis_restarts, safety_restarts, defer_to_places)
         self.hysteresis_restarts = float(hysteresis_restarts)
         self.safety_restarts = float(safety_restarts)
         self.defer_to_places = bool(defer_to_places)

@@ -8,7 +8,7 @@ the remaining work: ``b = F^-1(J_rem E[R(n)] / theta_rem)``, computed by
 with all workers re-bid at once, Thm 3 is the uniform special case).  If the remaining deadline is
 already too short, the bid is the top of the price range (never interrupted again).
 
-``price`` describes ``F``: ``{"kind": "uniform", "low", "high"}``, ``{"kind": "gaussian", "mean",
+``price`` describes ``F`` (:func:`spotwise.policies.price_quantile.price_ppf`): ``{"kind": "uniform", "low", "high"}``, ``{"kind": "gaussian", "mean",
 "variance", "low"}`` (truncated Gaussian) or ``{"kind": "quantiles", "values": [F^-1(0), ...,
 F^-1(1)]}`` on an even grid of levels.  ``mean_round_s`` is ``E[R(n)]`` for the grown cluster.
 """
@@ -18,27 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from spotwise.planner.bidding import thm3_bid
 from spotwise.policies.base import Decision, Observation, Policy, Rebid, Resize
-
-
-def _ppf(price: dict[str, Any], q: float) -> float:
-    kind = price.get("kind")
-    if kind == "uniform":
-        lo, hi = float(price["low"]), float(price["high"])
-        return lo + q * (hi - lo)
-    if kind == "gaussian":
-        from spotwise.market.synthetic import TruncatedGaussianPrice
-
-        dist = TruncatedGaussianPrice(mu=float(price["mean"]), variance=float(price["variance"]),
-                                      low=max(0.0, float(price.get("low", 0.0))))
-        return float(dist.ppf(min(q, 1.0 - 1e-9)))
-    if kind == "quantiles":
-        vals = np.asarray(price["values"], dtype=float)
-        return float(np.interp(q, np.linspace(0.0, 1.0, vals.size), vals))
-    raise ValueError(f"unknown price kind {kind!r} (uniform, gaussian or quantiles)")
+from spotwise.policies.price_quantile import price_ppf
+from spotwise.policies.schema import check_dynamic_bids
 
 
 @dataclass(frozen=True)
@@ -53,18 +36,14 @@ class DynamicBids(Policy):
     price: dict[str, Any] = field(default_factory=lambda: {"kind": "uniform", "low": 0.2, "high": 1.0})
 
     def __post_init__(self) -> None:
-        if self.switch_step < 1 or self.workers < 1 or self.iterations < 1:
-            raise ValueError("dynamic-bids needs switch_step, workers and iterations >= 1")
-        if not (self.deadline_s > 0 and self.mean_round_s > 0):
-            raise ValueError("dynamic-bids needs positive deadline_s and mean_round_s")
-        _ppf(self.price, 0.5)  # validates the price description
+        check_dynamic_bids(self.switch_step, self.workers, self.iterations, self.deadline_s, self.mean_round_s, self.price)
 
     def decide(self, obs: Observation) -> list[Decision]:
         if obs.step != self.switch_step or obs.provisioned >= self.workers:
             return []
         j_rem = max(1, self.iterations - obs.step)
         t_rem = self.deadline_s - obs.t
-        bid = thm3_bid(lambda q: _ppf(self.price, q), j_rem, self.mean_round_s, t_rem).bid
+        bid = thm3_bid(lambda q: price_ppf(self.price, q), j_rem, self.mean_round_s, t_rem).bid
         why = (f"iteration {obs.step}: grow to {self.workers} workers and re-bid F^-1({j_rem} x {self.mean_round_s:.3g} s"
                f" / {max(t_rem, 0):.0f} s) = {bid:.4g} (paper 000 Sec. VI-A dynamic strategy, Thm 3)")
         return [Rebid(reason=why, bids=(bid,) * self.workers), Resize(reason=why, workers=self.workers)]

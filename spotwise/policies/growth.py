@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from spotwise.policies.base import Decision, Observation, Policy, Resize
+from spotwise.policies.schema import check_exp_growth
 
 
 def workers_at(j: int, n1: int, eta: float, n_max: int) -> int:
@@ -32,10 +33,7 @@ class ExpGrowth(Policy):
     n1: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.eta >= 1.0:
-            raise ValueError("exp-growth needs eta >= 1")
-        if self.n1 is not None and self.n1 < 1:
-            raise ValueError("exp-growth needs n1 >= 1")
+        check_exp_growth(self.eta, self.n1)
 
     def decide(self, obs: Observation) -> list[Decision]:
         n1 = self.n1 if self.n1 is not None else obs.reference_workers

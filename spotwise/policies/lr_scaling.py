@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotwise.policies.base import Decision, Observation, Policy, SetLearningRate
+from spotwise.policies.schema import check_lr_scaling
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,7 @@ class LrScaling(Policy):
     rel_tolerance: float = 1e-9
 
     def __post_init__(self) -> None:
-        if self.min_factor < 0 or not self.max_factor > 0 or self.min_factor > self.max_factor:
-            raise ValueError("lr-scaling needs 0 <= min_factor <= max_factor and max_factor > 0")
+        check_lr_scaling(self.min_factor, self.max_factor, self.rel_tolerance)
 
     def target_lr(self, obs: Observation) -> float:
         factor = obs.active / obs.reference_workers

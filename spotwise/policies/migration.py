@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy
+from spotwise.policies.schema import check_price_migration
 
 
 class PriceMigration(Policy):
@@ -37,10 +38,7 @@ class PriceMigration(Policy):
 
     def __init__(self, min_saving: float = 0.05, checkpoint_gb: float = 0.1, egress_per_gb: float = 0.09,
                  slack_restarts: float = 3.0) -> None:
-        if not 0 <= min_saving < 1:
-            raise ValueError("price-migration: min_saving must lie in [0, 1)")
-        if checkpoint_gb < 0 or egress_per_gb < 0 or slack_restarts < 1:
-            raise ValueError("price-migration: checkpoint_gb and egress_per_gb must be >= 0, slack_restarts >= 1")
+        check_price_migration(min_saving, checkpoint_gb, egress_per_gb, slack_restarts)
         self.min_saving = float(min_saving)
         self.checkpoint_gb = float(checkpoint_gb)
         self.egress_per_gb = float(egress_per_gb)

@@ -1,8 +1,12 @@
-"""Named policies, as the job spec refers to them (``policies: [{name: lr-scaling}]``)."""
+"""Named policies, as the job spec refers to them (``policies: [{name: lr-scaling}]``), built.
+
+Names, parameters and their checks live in :mod:`spotwise.policies.schema` (what the spec
+validates against, without importing any policy); this module maps the names to the classes and
+builds them where they run: the controller, the serverless supervisor and the sweep engine.
+"""
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from spotwise.errors import InputError
@@ -13,19 +17,19 @@ from spotwise.policies.growth import ExpGrowth
 from spotwise.policies.lr_scaling import LrScaling
 from spotwise.policies.migration import PriceMigration
 from spotwise.policies.scale_in import ScaleIn
+from spotwise.policies.schema import POLICY_NAMES, schema_for
 from spotwise.policies.strategy_switch import StrategySwitch
 
 POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids,
-                                 "uniform-progress": UniformProgress, "price-migration": PriceMigration, "scale-in": ScaleIn,
-                                 "strategy-switch": StrategySwitch}
+                                     "uniform-progress": UniformProgress, "price-migration": PriceMigration,
+                                     "scale-in": ScaleIn, "strategy-switch": StrategySwitch}
+assert tuple(POLICIES) == POLICY_NAMES, "spotwise.policies.schema and the registry must name the same policies"
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
-    cls = POLICIES.get(name)
-    if cls is None:
-        close = difflib.get_close_matches(name, list(POLICIES), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise InputError(f"unknown policy {name!r}", f"{hint}valid names are {', '.join(sorted(POLICIES))}", "policies")
+    """The policy ``name`` built with ``params``; the same :class:`InputError` as the spec's validation."""
+    schema_for(name)  # unknown name: "unknown policy ..., valid names are ..."
+    cls = POLICIES[name]
     try:
         return cls(**(params or {}))  # type: ignore[call-arg]
     except TypeError as e:

@@ -84,6 +84,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from spotwise.policies.base import Decision, Observation, Policy, Resize
+from spotwise.policies.schema import check_scale_in
 
 #: default exponents searched for ``theta1`` of eq. (2) (coarse grid, refined around the best)
 DEFAULT_THETA1_GRID: tuple[float, ...] = tuple(round(0.05 * k, 2) for k in range(1, 61))  # 0.05 .. 3.0
@@ -310,22 +311,8 @@ class ScaleIn(Policy):
     remove_at_knee: bool = True
 
     def __post_init__(self) -> None:
-        if not 0 <= self.threshold <= 1:
-            raise ValueError(f"scale-in: threshold S must be in [0, 1] (paper eq. 1), got {self.threshold!r}")
-        if not self.interval_s > 0 or not math.isfinite(self.interval_s):
-            raise ValueError(f"scale-in: interval_s must be > 0, got {self.interval_s!r}")
-        if not 0 < self.delta_s <= self.interval_s:
-            raise ValueError(f"scale-in: delta_s must be in (0, interval_s] (the paper sets Delta <= T), got {self.delta_s!r}")
-        if isinstance(self.min_workers, bool) or not isinstance(self.min_workers, int) or self.min_workers < 1:
-            raise ValueError(f"scale-in: min_workers must be an integer >= 1, got {self.min_workers!r}")
-        if not self.knee_slope > 0 or (self.knee_relative and not self.knee_slope < 1):
-            raise ValueError(f"scale-in: knee_slope must be > 0 (and < 1 when knee_relative), got {self.knee_slope!r}")
-        if isinstance(self.knee_window, bool) or not isinstance(self.knee_window, int) or self.knee_window < 1:
-            raise ValueError(f"scale-in: knee_window must be an integer >= 1, got {self.knee_window!r}")
-        if not 0 < self.ewma_alpha <= 1:
-            raise ValueError(f"scale-in: ewma_alpha must be in (0, 1], got {self.ewma_alpha!r}")
-        if isinstance(self.min_fit_points, bool) or not isinstance(self.min_fit_points, int) or self.min_fit_points < 5:
-            raise ValueError(f"scale-in: min_fit_points must be an integer >= 5 (4 coefficients), got {self.min_fit_points!r}")
+        check_scale_in(self.threshold, self.delta_s, self.interval_s, self.min_workers, self.knee_slope, self.knee_window,
+                       self.knee_relative, self.ewma_alpha, self.min_fit_points, self.remove_at_knee)
 
     def decide(self, obs: Observation) -> list[Decision]:
         if obs.provisioned - 1 < self.min_workers:  # the pool, not who is up now: a revoked worker comes back

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from spotwise.policies.base import Decision, Observation, Policy, SwitchSync
+from spotwise.policies.schema import check_strategy_switch
 
 
 def window_throughputs(rows: list[tuple[float, ...]], window_s: float) -> list[tuple[float, float]]:
@@ -82,14 +83,7 @@ class StrategySwitch(Policy):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategies", tuple(self.strategies))
-        if len(self.strategies) < 2 or len(set(self.strategies)) != len(self.strategies):
-            raise ValueError(f"strategy-switch: strategies must name at least two different modes, got {self.strategies!r}")
-        if not 0 < self.threshold < 1:
-            raise ValueError(f"strategy-switch: threshold must be in (0, 1) (Spotnik: 0.4), got {self.threshold!r}")
-        if not (self.window_s > 0 and math.isfinite(self.window_s)):
-            raise ValueError(f"strategy-switch: window_s must be > 0, got {self.window_s!r}")
-        if not self.min_interval_s >= self.window_s:
-            raise ValueError(f"strategy-switch: min_interval_s must be >= window_s, got {self.min_interval_s!r}")
+        check_strategy_switch(self.strategies, self.threshold, self.window_s, self.min_interval_s)
 
     def decide(self, obs: Observation) -> list[Decision]:
         if obs.sync not in self.strategies:
