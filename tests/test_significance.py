@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from spotwise.serverless import (
+from spotwise.planes.serverless import (
     BSP,
     SignificanceFilter,
     SparseUpdate,

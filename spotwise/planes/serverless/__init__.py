@@ -1,8 +1,15 @@
-"""Serverless (FaaS) training pieces from paper 004 (MLLess, ``papers/004_9dc2adb66dc8d26e.txt``).
+"""The serverless data plane: MLLess (``papers/004_9dc2adb66dc8d26e.txt``) on Lithops functions and Redis.
 
-Only the synchronization rules live here so far (:mod:`spotwise.planes.serverless.significance`):
-the ISP significance filter (Sec. 4.1, Appendix A), BSP/SSP progress rules (Sec. 3) and the
-sparse update that goes on the wire.
+* :mod:`~spotwise.planes.serverless.supervisor` -- the job's supervisor (Sec. 3.1): merge loop,
+  reference replica, policies, checkpoints, summary; it holds
+  :mod:`~spotwise.planes.serverless.job_store` (the job's Redis side and the private server),
+  :mod:`~spotwise.planes.serverless.invocations` (the worker functions) and
+  :mod:`~spotwise.planes.serverless.function_billing` (function time and money).
+* :mod:`~spotwise.planes.serverless.function` -- the worker function; :mod:`~spotwise.planes.serverless.backend`
+  -- Lithops; :mod:`~spotwise.planes.serverless.store` -- Redis server, URLs, update encodings, keys.
+* :mod:`~spotwise.planes.serverless.significance` -- the ISP significance filter (Sec. 4.1,
+  Appendix A), BSP/SSP progress rules (Sec. 3) and the sparse update on the wire (re-exported here);
+  :mod:`~spotwise.planes.serverless.schedule` -- membership per step and the sample stream.
 """
 
 from __future__ import annotations
