@@ -8,9 +8,10 @@ the remaining work: ``b = F^-1(J_rem E[R(n)] / theta_rem)``, computed by
 with all workers re-bid at once, Thm 3 is the uniform special case).  If the remaining deadline is
 already too short, the bid is the top of the price range (never interrupted again).
 
-``price`` describes ``F`` (:func:`spotwise.policies.price_quantile.price_ppf`): ``{"kind": "uniform", "low", "high"}``, ``{"kind": "gaussian", "mean",
-"variance", "low"}`` (truncated Gaussian) or ``{"kind": "quantiles", "values": [F^-1(0), ...,
-F^-1(1)]}`` on an even grid of levels.  ``mean_round_s`` is ``E[R(n)]`` for the grown cluster.
+``price`` describes ``F`` (:func:`spotwise.policies.price_quantile.price_ppf`):
+``{"kind": "uniform", "low", "high"}``, ``{"kind": "gaussian", "mean", "variance", "low"}``
+(truncated Gaussian) or ``{"kind": "quantiles", "values": [F^-1(0), ..., F^-1(1)]}`` on an even
+grid of levels.  ``mean_round_s`` is ``E[R(n)]`` for the grown cluster.
 """
 
 from __future__ import annotations
