@@ -17,28 +17,16 @@ slots").  It never moves between places: ``min`` over places of a single-place s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from spotwise.errors import InfeasibleError
 from spotwise.sim.places import Place
-
-if TYPE_CHECKING:  # pragma: no cover
-    from spotwise.sim.sweep import SweepJob
+from spotwise.sim.sweep_types import OracleResult, SweepJob
 
 
-@dataclass(frozen=True)
-class OracleResult:
-    start: float
-    cost: float
-    place: str
-    spot_h: float
-    on_demand_h: float
-
-
-def place_oracle(job: "SweepJob", place: Place, start: float) -> tuple[float, float, float]:
+def place_oracle(job: SweepJob, place: Place, start: float) -> tuple[float, float, float]:
     """``(cost, spot hours, on-demand hours)`` of the cheapest schedule at one place."""
     end = start + job.deadline_s
     cuts = np.concatenate(([start], place.change_points(start, end), [end]))
@@ -63,7 +51,7 @@ def place_oracle(job: "SweepJob", place: Place, start: float) -> tuple[float, fl
     return cost, sp, float(need - sp)
 
 
-def hindsight_oracle(job: "SweepJob", places: Sequence[Place], start: float) -> OracleResult:
+def hindsight_oracle(job: SweepJob, places: Sequence[Place], start: float) -> OracleResult:
     """The cheapest place's cheapest schedule from ``start`` (places whose traces cover the window)."""
     best: OracleResult | None = None
     end = start + job.deadline_s

@@ -1,0 +1,213 @@
+"""The types a trace sweep and its hindsight oracle share: the job, the strategies, the results.
+
+:mod:`spotwise.sim.sweep` (the engine) and :mod:`spotwise.sim.oracle` (the lower bound) both import
+this module and neither imports the other (issue 19 item 3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from spotwise.errors import InputError
+from spotwise.market.billing import BillingPolicy
+from spotwise.market.series import iso8601
+
+StartRule = Literal["home", "cheapest"]
+#: "none": no bid limit and no revocation at all (also not by an availability trace)
+BidRule = Literal["on-demand", "thm3", "none"]
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What a sweep runs: ``work_s`` compute seconds at the home place on ``workers`` instances,
+    due ``deadline_s`` after its start.  ``iterations`` only scales the observation's step counts
+    (policies see steps, as in a run)."""
+
+    work_s: float
+    deadline_s: float
+    workers: int = 1
+    restart_s: float = 300.0
+    coordinator_per_hour: float = 0.0
+    iterations: int = 100_000
+    checkpoint_gb: float = 0.1
+    egress_per_gb: float = 0.09
+    history_s: float = 7 * 86400.0
+    billing: BillingPolicy = field(default_factory=BillingPolicy.per_second)
+    name: str = "job"
+    #: seconds lost by the very first start and by a rejoin after a revocation at the same place
+    #: (``None``: ``restart_s``).  ``restart_s`` itself is what a switch of market or a move loses.
+    #: The emulated runtime starts and rejoins at once (0, 0), which is how the fidelity benchmark
+    #: sets them; a cloud instance boots and restores, which is the default.
+    start_s: float | None = None
+    rejoin_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("work_s", "deadline_s", "history_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise InputError(f"{name} must be a positive number of seconds, got {v!r}", where="sweep job")
+        if self.start_s is None:
+            object.__setattr__(self, "start_s", self.restart_s)
+        if self.rejoin_s is None:
+            object.__setattr__(self, "rejoin_s", self.restart_s)
+        for name in ("restart_s", "start_s", "rejoin_s", "coordinator_per_hour", "checkpoint_gb", "egress_per_gb"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise InputError(f"{name} must be a number >= 0, got {v!r}", where="sweep job")
+        if not isinstance(self.workers, int) or self.workers < 1 or not isinstance(self.iterations, int) or self.iterations < 1:
+            raise InputError("workers and iterations must be integers >= 1", where="sweep job")
+        if self.work_s + self.start_s > self.deadline_s:  # type: ignore[operator]
+            raise InputError(f"{self.work_s / 3600:.2f} h of work plus a {self.start_s:.0f} s start cannot finish in "
+                             f"the {self.deadline_s / 3600:.2f} h deadline even on on-demand",
+                             "extend the deadline or shrink the job", "deadline")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How a sweep runs the job: where it starts, what it bids, which market, which policies."""
+
+    name: str
+    start: StartRule = "home"
+    #: a rule, or a fixed bid in $/h
+    bid: BidRule | float = "on-demand"
+    market: Literal["spot", "on-demand"] = "spot"
+    #: policy names, or ``(name, params)`` pairs, from :data:`spotwise.policies.registry.POLICIES`
+    policies: tuple[str | tuple[str, dict[str, Any]], ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.start not in ("home", "cheapest"):
+            raise InputError(f"strategy {self.name!r}: start must be 'home' or 'cheapest'", where="--strategies")
+        if isinstance(self.bid, (int, float)) and not isinstance(self.bid, bool):
+            if not (math.isfinite(self.bid) and self.bid > 0):
+                raise InputError(f"strategy {self.name!r}: a fixed bid must be a positive price, got {self.bid!r}", where="--strategies")
+        elif self.bid not in ("on-demand", "thm3", "none"):
+            raise InputError(f"strategy {self.name!r}: bid must be 'on-demand', 'thm3' or 'none'", where="--strategies")
+        if self.market not in ("spot", "on-demand"):
+            raise InputError(f"strategy {self.name!r}: market must be 'spot' or 'on-demand'", where="--strategies")
+
+
+#: The strategies ``--strategies`` names (``docs/benchmarks.md``, "Trace sweep" compares them).
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
+    Strategy("on-demand", "home", "none", "on-demand", (), "on-demand at the home place"),
+    Strategy("no-interruptions", "home", "none", "spot", (),
+             "spot at the home place as if never revoked (the optimistic estimate)"),
+    Strategy("thm3-bid", "home", "thm3", "spot", (),
+             "the planner's Thm 3 bid (paper 000) from the history before the start, home place, no guard"),
+    Strategy("thm3-bid+guard", "home", "thm3", "spot", ("uniform-progress",),
+             "Thm 3 bid with the Uniform Progress deadline guard"),
+    Strategy("spot+guard", "home", "on-demand", "spot", ("uniform-progress",),
+             "spot up to the on-demand price at the home place, Uniform Progress guard"),
+    Strategy("spotwise", "cheapest", "on-demand", "spot",
+             (("uniform-progress", {"defer_to_places": True}), "price-migration"),
+             "cheapest place at the start (hold-out), migration on price divergence, Uniform Progress guard"),
+)}
+DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise")
+
+
+def parse_strategies(text: str | Sequence[str] | None) -> list[Strategy]:
+    names = DEFAULT_STRATEGIES if not text else ([p.strip() for p in text.split(",")] if isinstance(text, str) else list(text))
+    out = []
+    for n in names:
+        if n not in STRATEGIES:
+            import difflib
+
+            close = difflib.get_close_matches(n, list(STRATEGIES), n=1)
+            raise InputError(f"unknown strategy {n!r}", (f"did you mean {close[0]!r}? " if close else "")
+                             + f"valid names are {', '.join(STRATEGIES)}", "--strategies")
+        out.append(STRATEGIES[n])
+    if not out:
+        raise InputError("no strategies given", f"name some of {', '.join(STRATEGIES)}", "--strategies")
+    return out
+
+
+@dataclass
+class WindowResult:
+    """One strategy from one start."""
+
+    strategy: str
+    start: float
+    cost: float
+    finish_s: float | None
+    deadline_met: bool
+    place_start: str
+    work_done: float
+    moves: int = 0
+    market_switches: int = 0
+    revocations: int = 0
+    on_demand_s: float = 0.0
+    spot_s: float = 0.0
+    bid: float | None = None
+    oracle_cost: float | None = None
+    #: what the run paid by its end; ``cost`` adds, for a run the data ended first, the work left
+    #: on on-demand (``cost == spent`` for a finished run)
+    spent: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "start": iso8601(self.start), "cost": self.cost, "finish_h": None if self.finish_s is None else self.finish_s / 3600,
+                "deadline_met": self.deadline_met, "place_start": self.place_start, "work_done": self.work_done,
+                "moves": self.moves, "market_switches": self.market_switches, "revocations": self.revocations,
+                "on_demand_h": self.on_demand_s / 3600, "spot_h": self.spot_s / 3600, "bid": self.bid,
+                "spent": self.spent, "oracle_cost": self.oracle_cost,
+                "vs_oracle": None if not self.oracle_cost else self.cost / self.oracle_cost}
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    start: float
+    cost: float
+    place: str
+    spot_h: float
+    on_demand_h: float
+
+
+@dataclass
+class StrategySummary:
+    strategy: str
+    windows: int
+    deadline_met: float
+    deadline_met_ci: tuple[float, float]
+    mean_cost: float
+    median_cost: float
+    mean_vs_oracle: float
+    cost_ratio_of_means: float
+    vs_on_demand: float | None
+    p95_finish_h: float | None
+    unfinished: int
+    mean_moves: float
+    mean_on_demand_h: float
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SweepResult:
+    job: SweepJob
+    starts: list[float]
+    rows: list[WindowResult]
+    oracle: list[OracleResult]
+    summaries: list[StrategySummary]
+    worker_iterations: float
+    wall_s: float
+    places: int
+
+    def to_dict(self, rows: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "windows": len(self.starts), "places": self.places, "first_start": iso8601(self.starts[0]) if self.starts else None,
+            "last_start": iso8601(self.starts[-1]) if self.starts else None,
+            "job": {"work_h": self.job.work_s / 3600, "deadline_h": self.job.deadline_s / 3600, "workers": self.job.workers,
+                    "restart_s": self.job.restart_s},
+            "oracle_mean_cost": float(np.mean([o.cost for o in self.oracle])) if self.oracle else None,
+            "strategies": [s.to_dict() for s in self.summaries],
+            "worker_iterations": self.worker_iterations, "wall_s": self.wall_s,
+            "worker_iterations_per_s": self.worker_iterations / self.wall_s if self.wall_s > 0 else None,
+        }
+        if rows:
+            d["rows"] = [r.to_dict() for r in self.rows]
+        return d
