@@ -1,0 +1,112 @@
+"""The SkyPilot spot availability / preemption JSON (``{"metadata": {"gap_seconds": N}, "data":
+[...], "prices": [...]}``, Wu et al., NSDI'24).  Common rules: :mod:`spotwise.market.traces`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+from spotwise.errors import InputError
+from spotwise.market.series import SeriesMeta, StepSeries
+from spotwise.market.trace_common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, PathLike, _MAX_EPOCH_S,
+                                          _compress_runs, _epoch, _finite_number, _parse_json, _read_text,
+                                          _region_of)
+
+
+# ---------------------------------------------------------------------------------------------
+# SkyPilot
+# ---------------------------------------------------------------------------------------------
+_FOLDER_DATE_RE = re.compile(r"(?:^|[^0-9])(\d{1,2})-(\d{1,2})-(\d{4})(?:$|[^0-9])")
+
+
+def _folder_start(folder: str) -> float | None:
+    """``aws-10-26-2022`` -> epoch of 2022-10-26T00:00Z (``None`` when no valid M-D-YYYY)."""
+    m = _FOLDER_DATE_RE.search(folder)
+    if not m:
+        return None
+    try:
+        return _epoch(date(int(m.group(3)), int(m.group(1)), int(m.group(2))))
+    except ValueError:
+        return None
+
+
+def _number_list(raw: object, key: str, where: str, cap: float, unit: str) -> np.ndarray:
+    """A JSON list of finite numbers in ``[0, cap]`` (``unit`` names what they count, for messages)."""
+    fix = f"'{key}' must be a list of numbers from 0 to {cap:g} {unit}, one per tick"
+    if not isinstance(raw, list):
+        raise InputError(f"'{key}' is not a list", fix, where)
+    vals = [_finite_number(x) for x in raw]
+    bad = next((i for i, v in enumerate(vals) if v is None), None)
+    if bad is not None:
+        raise InputError(f"{key}[{bad}] = {raw[bad]!r} is not a finite number", fix, where)
+    arr = np.array(vals, dtype=float)
+    if np.any(arr < 0):
+        i = int(np.nonzero(arr < 0)[0][0])
+        raise InputError(f"{key}[{i}] = {raw[i]!r} is negative", fix, where)
+    if np.any(arr > cap):
+        i = int(np.nonzero(arr > cap)[0][0])
+        raise InputError(f"{key}[{i}] = {raw[i]!r} is above {cap:g} {unit}", fix, where)
+    return arr
+
+
+def load_skypilot_json(path: PathLike) -> list[StepSeries]:
+    """Load a SkyPilot spot trace (``{"metadata": {"gap_seconds": N}, "data": [...]}``).
+
+    ``data[i]`` is the number of instances available on tick ``i`` (1 = available, 0 = not; counts
+    for multi-node traces), tick ``i`` covering ``[start + i*gap, start + (i+1)*gap)``; the series
+    ends at ``start + len(data)*gap``.  ``start`` is midnight UTC of the date in the folder name
+    (``aws-10-26-2022`` -> 2022-10-26T00:00Z) or 0 when the folder has none.  The file name gives
+    zone and instance (``us-west-2b_v100_1.json`` -> zone ``us-west-2b``, instance ``v100_1``,
+    i.e. one V100); the folder prefix gives the cloud (``aws-``/``gcp-``).
+
+    **Points**: runs of equal consecutive values are compressed to their first tick, so
+    ``len(series)`` is the number of value changes + 1; the raw tick count is kept in
+    ``meta.extra["ticks"]`` and the tick length in ``meta.extra["gap_seconds"]``.  Time-weighted
+    statistics and preemption times are unaffected by the compression.
+
+    Returns the availability series (id ``skypilot/<folder>:<zone>:<instance>``) and, when the
+    file has a ``"prices"`` list of the same length, a price series (same id + ``:price``).
+    """
+    p = Path(path)
+    where = str(p)
+    doc = _parse_json(_read_text(p), where)
+    fix = 'a SkyPilot trace looks like {"metadata": {"gap_seconds": 600}, "data": [1, 0, ...]}'
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict) or "gap_seconds" not in doc["metadata"]:
+        raise InputError("not a SkyPilot trace (no metadata.gap_seconds)", fix, where)
+    gap = _finite_number(doc["metadata"]["gap_seconds"])
+    if gap is None or gap <= 0:
+        raise InputError(f"metadata.gap_seconds = {doc['metadata']['gap_seconds']!r} is not a positive number", fix, where)
+    if "data" not in doc:
+        raise InputError("no 'data' list", fix, where)
+    data = _number_list(doc["data"], "data", where, MAX_AVAILABLE, "instances")
+    if data.size == 0:
+        raise InputError("'data' is empty", "the trace needs at least one tick", where)
+    prices = None
+    if doc.get("prices") is not None:
+        prices = _number_list(doc["prices"], "prices", where, MAX_PRICE_PER_HOUR, "$/h per instance")
+        if prices.size != data.size:
+            raise InputError(f"'prices' has {prices.size} entries but 'data' has {data.size}", "give one price per tick", where)
+    folder = p.parent.name
+    start = _folder_start(folder)
+    t0 = 0.0 if start is None else start
+    stem = p.stem
+    zone, _, instance = stem.partition("_")
+    cloud = folder.split("-", 1)[0].lower() if folder.split("-", 1)[0].lower() in ("aws", "gcp", "azure") else ""
+    end = t0 + gap * data.size
+    if end > _MAX_EPOCH_S:
+        raise InputError(f"{data.size} ticks of metadata.gap_seconds = {gap:g} s end after the year 9999",
+                         "give the tick length in seconds (SkyPilot traces use e.g. 600)", where)
+    times = t0 + gap * np.arange(data.size, dtype=float)
+    base = f"skypilot/{folder}:{zone}:{instance}" if instance else f"skypilot/{folder}:{stem}"
+    extra = {"ticks": int(data.size), "gap_seconds": gap, "start_from_folder": start is not None}
+    common = dict(cloud=cloud, region=_region_of(zone), zone=zone, instance=instance, source=where)
+    t, v = _compress_runs(times, data)
+    out = [StepSeries(t, v, end, SeriesMeta(id=base, kind="availability", extra=dict(extra), **common))]
+    if prices is not None:
+        t, v = _compress_runs(times, prices)
+        out.append(StepSeries(t, v, end, SeriesMeta(id=base + ":price", kind="price", extra=dict(extra), **common)))
+    return out
