@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from datetime import date
 from pathlib import Path
 from typing import Iterable, Sequence
 
