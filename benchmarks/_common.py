@@ -82,14 +82,14 @@ def with_retries(fn, *a, num_cpus: int = 2, tries: int = 3, **k):
 
 
 def build_run(spec, out: Path, revocation=None, **kw):
-    """A Coordinator on the emulated provider, with an injected revocation model."""
+    """A JobController (the spec's data plane) on the emulated provider, with an injected revocation model."""
     from spotwise.market.world import build_market
-    from spotwise.planes.collective.controller import controller_class
+    from spotwise.control.controller import JobController
 
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
-    return controller_class(spec)(spec, out, market=market, **kw)
+    return JobController(spec, out, market=market, **kw)
 
 
 def pct(xs, q: float) -> float | None:

@@ -1,6 +1,6 @@
 """Recovery latency: wall time from a worker's revocation (``ray.kill``) to the next committed step.
 
-Runs the real coordinator (``spotwise.control.coordinator.Coordinator``) on the emulated provider
+Runs the real coordinator (``spotwise.control.controller.JobController``) on the emulated provider
 with a scripted revocation model: one worker is revoked every ``--spacing`` steps (round-robin
 over the workers) and comes back ``--down`` steps later, so that every configuration sees
 ``--revocations`` single-worker revocations.  ``recovery_ms`` is read from the ``step`` events of
@@ -41,7 +41,7 @@ GOAL_P99_MS = 300.0
 
 
 class Probe:
-    """perf_counter instrumentation around a few Coordinator / provider methods (monkeypatched)."""
+    """perf_counter instrumentation around a few plane / provider methods (monkeypatched)."""
 
     def __init__(self) -> None:
         self.rounds: list[tuple[float, float, bool]] = []  # (start, end, aborted)
@@ -54,7 +54,8 @@ class Probe:
 
     def install(self, coord) -> None:
         probe = self
-        orig_round, orig_abort, orig_get = coord._barrier_round, coord._abort_round, coord._get
+        plane = coord.plane  # the parameter-server plane holds the rounds
+        orig_round, orig_abort, orig_get = plane._barrier_round, plane._abort_round, plane._get
         prov = coord.provider
         orig_kill, orig_acq = prov.kill, prov.acquire
 
@@ -90,7 +91,7 @@ class Probe:
             finally:
                 probe.acquire_s.append(time.perf_counter() - t0)
 
-        coord._barrier_round, coord._abort_round, coord._get = barrier_round, abort_round, get
+        plane._barrier_round, plane._abort_round, plane._get = barrier_round, abort_round, get
         prov.kill, prov.acquire = kill, acquire
 
 

@@ -16,7 +16,7 @@ from test_runtime import make_spec
 
 from spotwise.events import read_events
 from spotwise.market.world import build_market
-from spotwise.capacity.cluster import ClusterCoordinator, ClusterProvider
+from spotwise.capacity.cluster import ClusterProvider, cluster_controller
 from spotwise.planes.ps.worker import worker_args_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -31,7 +31,7 @@ def test_gcp_preemption_notice_reaches_coordinator(ray_session, metadata, tmp_pa
         if snap["step"] == 50:
             metadata.set_preempted(True)  # the provider announces preemption of both nodes
 
-    coord = ClusterCoordinator(spec, tmp_path / "run", market=build_market(spec), provider=provider,
+    coord = cluster_controller(spec, tmp_path / "run", market=build_market(spec), provider=provider,
                                progress=flip_at_step_50)
     t0 = time.monotonic()
     summary = coord.run()

@@ -352,7 +352,7 @@ def test_item17_cluster_run_checks_spot_capacity(ray_session, tmp_path: Path) ->
     """The session's Ray has 8 'spot' units: 10 workers are refused when the run starts, before any actor."""
     from spotwise.config import spec_from_dict
     from spotwise.errors import InputError
-    from spotwise.capacity.cluster import ClusterCoordinator, check_spot_capacity
+    from spotwise.capacity.cluster import check_spot_capacity, cluster_controller
 
     assert check_spot_capacity(workers=8) == 8
     with pytest.raises(InputError) as ei:
@@ -367,7 +367,7 @@ def test_item17_cluster_run_checks_spot_capacity(ray_session, tmp_path: Path) ->
     d["cluster"]["workers"] = 10
     spec = spec_from_dict(d)
     with pytest.raises(InputError) as ei:
-        ClusterCoordinator(spec, tmp_path / "o", provider=NoActors())
+        cluster_controller(spec, tmp_path / "o", provider=NoActors())
     assert "cluster.workers" in ei.value.message
 
 

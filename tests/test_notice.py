@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from spotwise.errors import InputError
-from spotwise.runtime import notice as notice_mod
+from spotwise.capacity import notice as notice_mod
 from spotwise.capacity.notice import (
     DEFAULT_METADATA_URL,
     AwsNoticeSource,

@@ -13,16 +13,18 @@ two-minute notice, GCP 30 s) reports it with its next gradient and the coordinat
 The job's loop is :class:`~spotwise.control.controller.JobController`'s, unchanged: a cluster run
 differs only by what is injected -- a :class:`~spotwise.control.clock.WallClock`, this module's
 :class:`ClusterProvider` (capacity requested and polled) and the Ray data plane.
-:class:`ClusterCoordinator` is a constructor that puts them together.
+:func:`cluster_controller` puts them together.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.market.preemption import MarketEvent
 from spotwise.control.clock import Clock, WallClock
@@ -168,26 +170,21 @@ def check_spot_capacity(resource: str = SPOT_RESOURCE, workers: int | None = Non
     return total
 
 
-class ClusterCoordinator(JobController):
-    """The coordinator on a real cluster: only a constructor over the shared loop.
+def cluster_controller(spec: JobSpec, out_dir: str | Path, *, provider: Provider | None = None,
+                       startup_timeout_s: float = 120.0, capacity_timeout_s: float = 1800.0,
+                       clock: Clock | None = None, **kw: Any) -> JobController:
+    """The job controller on a real cluster: the shared loop with the cluster's parts injected.
 
     Everything that differs from an emulated run comes from the injected parts: a
     :class:`~spotwise.control.clock.WallClock` (measured time, no drawn durations, completions in
     the order the data plane reports them), the :class:`ClusterProvider` (capacity is requested,
     joins are polled, a lost slot is requested again) and the Ray data plane
-    (:class:`~spotwise.planes.ps.compute.RayCompute`, which owns the waiting on results).
+    (:class:`~spotwise.planes.ps.compute.RayCompute`, which owns the waiting on results); the
+    controller runs with ``mode="cluster"``.  First checks (InputError) that the cluster's ``spot``
+    units hold ``spec.cluster.workers`` -- before any actor is requested.
     """
-
-    def __init__(self, *args: Any, startup_timeout_s: float = 120.0, capacity_timeout_s: float = 1800.0,
-                 clock: Clock | None = None, **kw: Any) -> None:
-        """As :class:`JobController` with ``mode="cluster"`` and a wall clock; first checks
-        (InputError) that the cluster's ``spot`` units hold ``spec.cluster.workers`` -- before any
-        actor is requested."""
-        spec = args[0] if args else kw.get("spec")
-        if spec is not None:
-            check_spot_capacity(workers=int(spec.cluster.workers))
-        provider = kw.get("provider")
-        if isinstance(provider, ClusterProvider):
-            provider.startup_timeout_s = float(startup_timeout_s)
-            provider.capacity_timeout_s = float(capacity_timeout_s)
-        super().__init__(*args, mode="cluster", clock=clock or WallClock(), **kw)
+    check_spot_capacity(workers=int(spec.cluster.workers))
+    if isinstance(provider, ClusterProvider):
+        provider.startup_timeout_s = float(startup_timeout_s)
+        provider.capacity_timeout_s = float(capacity_timeout_s)
+    return JobController(spec, out_dir, provider=provider, mode="cluster", clock=clock or WallClock(), **kw)

@@ -1,79 +1,103 @@
 """The job controller's money: worker prices, the ledger across resumes, the price log, cost breakdowns.
 
-:class:`AccountingMixin` is mixed into :class:`~spotwise.control.controller.JobController`: what a
-worker costs on the market in force, the ledger continued from a checkpoint (no second minimum,
-no restarted billing hour), the ``price`` events, the cost so far and its breakdown, and the
-model estimate of the same work on on-demand workers.
+:class:`Accounting` is a component held by :class:`~spotwise.control.controller.JobController`
+(``job.accounting``): it owns the billing :class:`~spotwise.market.billing.Ledger`, the money
+carried from earlier sessions of a resumed run and the price log, and answers what a worker costs
+on the market in force, the cost so far and its breakdown, and the model estimate of the same work
+on on-demand workers.  It reads the job (clock, market, event log) and never changes it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from spotwise.market.billing import Ledger
 from spotwise.market.series import SeriesMeta, StepSeries
 
+if TYPE_CHECKING:  # type only: the controller holds this component
+    from spotwise.control.controller import JobController
 
-class AccountingMixin:
-    """Prices, billing and cost of a :class:`~spotwise.control.controller.JobController`."""
 
-    def _worker_price(self, market: str | None = None) -> Any:
+class Accounting:
+    """Prices, billing and cost of one job (see the module docstring)."""
+
+    def __init__(self, job: "JobController") -> None:
+        self.job = job
+        #: every instance's billed intervals (this session)
+        self.ledger = Ledger(job.market.billing)
+        #: settled money of earlier sessions (a resumed run), in :meth:`Ledger.breakdown`'s shape
+        self.carried_cost: dict[str, Any] = {"total": 0.0, "by_category": {}, "by_market": {}, "by_instance": {}}
+        #: the on-demand price of the current instance as a series (billing), built when first needed
+        self._od_series: tuple[Any, StepSeries] | None = None
+        #: clock time up to which ``price`` events were logged (-1: none yet)
+        self.last_price_T = -1.0
+
+    def worker_price(self, market: str | None = None) -> Any:
         """What a worker costs on ``market`` (ledger name; default: the one in force): the spot price
         series, or the instance's on-demand $/h."""
-        if (market or self.worker_market) == "on_demand":
-            inst = self.market.instance
+        job = self.job
+        if (market or job.worker_market) == "on_demand":
+            inst = job.market.instance
             if self._od_series is None or self._od_series[0] != inst:
                 meta = SeriesMeta(id=f"on-demand:{inst.name}", kind="price", instance=inst.name, source="catalog/on-demand")
-                series = StepSeries(np.array([0.0]), np.array([self.market.on_demand_price]), self.market.horizon_s, meta)
+                series = StepSeries(np.array([0.0]), np.array([job.market.on_demand_price]), job.market.horizon_s, meta)
                 self._od_series = (inst, series)
             return self._od_series[1]
-        return self.market.prices
+        return job.market.prices
 
-    def _reopen_ledger(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    def start_coordinator(self, t: float) -> None:
+        """The coordinator (on-demand, the controller's own machine) is billed from ``t``."""
+        self.ledger.start("coordinator", t, self.job.market.coordinator, category="coordinator", market="on_demand")
+
+    def reopen_ledger(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Continue the checkpoint's billing: settled money carried, open intervals reopened.
 
         A checkpoint that holds ``ledger = {"settled", "open"}`` (:meth:`Ledger.snapshot`
         merged with what earlier sessions carried).  The coordinator's interval is reopened here
         with its original start, so a resume charges no second minimum and restarts no billing
-        hour (issue 7 item 6); the open worker intervals are returned by instance id for
-        :meth:`_add_member`.  An older checkpoint (no ``ledger``) falls back to carrying its running
-        cost and starting new intervals at ``T`` (which over-bills by the restarted minimums).
+        hour (issue 7 item 6); the open worker intervals are returned by instance id for the
+        controller's ``_add_member``.  An older checkpoint (no ``ledger``) falls back to carrying
+        its running cost and starting new intervals at ``T`` (which over-bills by the restarted
+        minimums).
         """
         led = state.get("ledger")
         if not led:
-            self.ledger.start("coordinator", self.T, self.market.coordinator, category="coordinator", market="on_demand")
+            self.start_coordinator(self.job.T)
             return {}
         self.carried_cost = led["settled"]
         entries = {str(e["instance_id"]): e for e in led["open"]}
         coord = entries.pop("coordinator", None)
         if coord is None:
-            self.ledger.start("coordinator", self.T, self.market.coordinator, category="coordinator", market="on_demand")
+            self.start_coordinator(self.job.T)
         else:
-            self.ledger.reopen(coord, self.market.coordinator)
+            self.ledger.reopen(coord, self.job.market.coordinator)
         return entries
 
-    def _ledger_state(self) -> dict[str, Any]:
+    def ledger_state(self) -> dict[str, Any]:
         """The ledger at ``T`` for a checkpoint: settled money (this and earlier sessions) and open intervals."""
-        snap = self.ledger.snapshot(self.T)
+        snap = self.ledger.snapshot(self.job.T)
         return {"settled": _merge_costs(self.carried_cost, snap["settled"]), "open": snap["open"]}
 
-    def _emit_prices(self) -> None:
-        prices = self.market.prices
+    def emit_prices(self) -> None:
+        """Log the ``price`` events of the market's price changes up to now."""
+        job = self.job
+        prices = job.market.prices
         lo = self.last_price_T
         if lo < 0:
-            self.log.emit("price", t=0.0, instance=self.market.instance.name, price=float(prices.value_at(0.0)))
+            job.log.emit("price", t=0.0, instance=job.market.instance.name, price=float(prices.value_at(0.0)))
             lo = 0.0
-        for t in prices.change_points(lo, self.T + 1e-9):
-            self.log.emit("price", t=float(t), instance=self.market.instance.name, price=float(prices.value_at(t)))
-        self.last_price_T = self.T
+        for t in prices.change_points(lo, job.T + 1e-9):
+            job.log.emit("price", t=float(t), instance=job.market.instance.name, price=float(prices.value_at(t)))
+        self.last_price_T = job.T
 
     def cost_so_far(self) -> float:
-        return float(self.carried_cost.get("total", 0.0)) + self.ledger.cost_until(self.T)
+        return float(self.carried_cost.get("total", 0.0)) + self.ledger.cost_until(self.job.T)
 
-    def _cost_breakdown(self, final: bool) -> dict[str, Any]:
-        bd = self.ledger.breakdown(self.T) if not final else self.ledger.breakdown()
+    def cost_breakdown(self, final: bool) -> dict[str, Any]:
+        bd = self.ledger.breakdown(self.job.T) if not final else self.ledger.breakdown()
         out: dict[str, Any] = {"total": float(self.carried_cost.get("total", 0.0)) + sum(bd["by_category"].values())}
         for key in ("by_category", "by_market", "by_instance"):
             merged = dict(self.carried_cost.get(key, {}))
@@ -94,15 +118,16 @@ class AccountingMixin:
         closed-form expectation under the run's mini-batch time law
         (:meth:`~spotwise.control.sync.SyncStrategy.expected_round_s`).
         """
-        n = self.spec.cluster.workers
-        strategy = self.sync_strategy
-        per = strategy.expected_round_s(self.time_law, n, self.delta)
-        samples = int(self.counters.samples)
-        steps = math.ceil(samples / strategy.samples_per_step(n, self.batch))
+        job = self.job
+        n = job.spec.cluster.workers
+        strategy = job.sync_strategy
+        per = strategy.expected_round_s(job.time_law, n, job.delta)
+        samples = int(job.counters.samples)
+        steps = math.ceil(samples / strategy.samples_per_step(n, job.batch))
         t = float(per * steps)
-        od = self.market.on_demand_price
+        od = job.market.on_demand_price
         bill = self.ledger.on_demand_policy
-        cost = n * bill.charge(od, 0.0, t) + bill.charge(float(self.market.coordinator.on_demand_per_hour or 0.0), 0.0, t)
+        cost = n * bill.charge(od, 0.0, t) + bill.charge(float(job.market.coordinator.on_demand_per_hour or 0.0), 0.0, t)
         return {"basis": "model", "workers": n, "samples": samples, "steps": steps, "time_s": t, "cost_usd": float(cost),
                 "worker_price_per_hour": od, "metric": None}
 

@@ -2,13 +2,25 @@
 
 :class:`JobController` runs in the driver process (it stands for the on-demand parameter server of
 ``papers/000_3c734f3ffedcac15.txt`` Sec. III and ``papers/002_a246f6afe29b4bfb.txt`` Sec. II) and
-drives volatile workers through a :class:`~spotwise.capacity.provider.Provider`.  It holds the
-membership, the sampler, the atomic commit, the event log, the run loop and the application of
-policy decisions; its parts live beside it: the rounds of each sync mode and the time they take
-(:mod:`spotwise.planes.ps.rounds`), market switches and migrations
-(:mod:`spotwise.control.market_actions`), prices and billing (:mod:`spotwise.control.accounting`),
-checkpoints and resume (:mod:`spotwise.control.checkpointing`), and whether a market allows
-progress at all (:mod:`spotwise.control.progress`).
+drives volatile workers through a :class:`~spotwise.capacity.provider.Provider`.  It owns the
+run loop, the policy loop (observe, consult, act), the membership, the sampler and the event log,
+and *holds* its parts as components with narrow interfaces (none inherits from it, none shares
+its ``self``):
+
+* ``plane`` -- a :class:`~spotwise.control.dataplane.DataPlane`: what a step is.  The
+  parameter-server plane (:class:`~spotwise.planes.ps.plane.ParameterServerPlane`: rounds of each
+  sync mode, the atomic commit) or the collective plane
+  (:class:`~spotwise.planes.collective.data_plane.CollectivePlane`: leases, regroups, the
+  members' records), chosen by ``cluster.data_plane``;
+* ``accounting`` -- :class:`~spotwise.control.accounting.Accounting`: ledger, prices, cost;
+* ``checkpointer`` -- :class:`~spotwise.control.checkpointing.Checkpointer`: checkpoints, resume;
+* ``market_actions`` -- :class:`~spotwise.control.market_actions.MarketActions`: market switches
+  and migrations with their restart window;
+* ``provider`` (capacity: :mod:`spotwise.capacity`), ``compute`` (member processes), ``clock``
+  (virtual or wall) and ``state`` (the model), injected or built from the spec.
+
+Whether a market allows progress at all is :mod:`spotwise.control.progress`'s.  A run on a real
+Ray cluster differs only by what is injected (:func:`spotwise.capacity.cluster.cluster_controller`).
 
 **Atomic commit** (``papers/001_30a454edd897cf47.txt`` Sec. 3.2): the update is applied in one
 place, whole.  In the barrier modes a revocation of a worker whose gradient the step needs aborts
@@ -19,7 +31,7 @@ is a new actor given the current parameters (Spotnik's in-place membership chang
 **Data.** :class:`~spotwise.control.sampler.EpochSampler` guarantees that within an epoch every
 sample contributes to exactly one committed step, whatever the revocations.
 
-**Data plane.** The controller never calls Ray itself: worker processes and their calls belong
+**Member processes.** The controller never calls Ray itself: worker processes and their calls belong
 to a :class:`~spotwise.planes.ps.compute.Compute` (Ray actors by default; in-process workers with
 :class:`~spotwise.planes.ps.compute.LocalCompute`, which runs this whole control logic without Ray),
 and capacity to a :class:`~spotwise.capacity.provider.Provider` with explicit capabilities (bids,
@@ -33,6 +45,7 @@ the parameters live here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -41,40 +54,47 @@ from typing import Any, Callable
 
 import numpy as np
 
-from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
-from spotwise.events import EventLog, RunSummary, write_summary
-from spotwise.market.billing import Ledger
-from spotwise.market.preemption import MarketEvent
-from spotwise.market.series import StepSeries
-from spotwise.market.world import Market, build_market
-from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
-from spotwise.policies.base import Checkpoint as CheckpointDecision
-from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket, consult
-from spotwise.control.accounting import AccountingMixin
-from spotwise.control.checkpointing import CheckpointMixin
-from spotwise.control.clock import Clock, VirtualClock
-from spotwise.planes.ps.compute import Compute, RayCompute
-from spotwise.control.market_actions import DEFAULT_RESTART_S, MarketActionsMixin
-
-#: seconds between two consultations of the policies while no worker computes (an outage)
-IDLE_DECISION_S = 60.0
-from spotwise.control.progress import NoProgressError, check_progress_possible, progress_fix
 from spotwise.capacity.provider import EmulatedProvider, Provider
-from spotwise.control.records import Contribution, Counters, Task
-from spotwise.planes.ps.rounds import RoundsMixin
+from spotwise.config import JobSpec
+from spotwise.control.accounting import Accounting
+from spotwise.control.checkpointing import Checkpointer
+from spotwise.control.clock import Clock, VirtualClock
+from spotwise.control.dataplane import DataPlane
+from spotwise.control.market_actions import DEFAULT_RESTART_S, MarketActions
+from spotwise.control.progress import NoProgressError, check_progress_possible, progress_fix
+from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.state import TorchState, TrainingState
-from spotwise.control.sync import SyncStrategy, make_sync
-from spotwise.planes.ps.wire import accumulate
-from spotwise.planes.ps.worker import worker_args_for
+from spotwise.control.sync import SyncStrategy
+from spotwise.events import EventLog, RunSummary, write_summary
+from spotwise.market.billing import Ledger
+from spotwise.market.preemption import MarketEvent
+from spotwise.market.world import Market, build_market
+from spotwise.planes.ps.compute import Compute
+from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
+from spotwise.policies.base import Checkpoint as CheckpointDecision
+from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket, consult
 from spotwise.theory.runtime import MiniBatchTimeLaw
 from spotwise.workloads.registry import make_workload
 
+#: seconds between two consultations of the policies while no worker computes (an outage)
+IDLE_DECISION_S = 60.0
 
-class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, CheckpointMixin):
-    """Runs one job to its target; see the module docstring (and :mod:`spotwise.planes.ps.rounds` for the
-    sync modes and time) for the semantics.
+
+def plane_for(spec: JobSpec) -> DataPlane:
+    """The data plane ``spec.cluster.data_plane`` names (a fresh one, not yet attached)."""
+    if spec.cluster.data_plane == "collective":
+        from spotwise.planes.collective.data_plane import CollectivePlane
+
+        return CollectivePlane(spec)
+    from spotwise.planes.ps.plane import ParameterServerPlane
+
+    return ParameterServerPlane()
+
+
+class JobController:
+    """Runs one job to its target; see the module docstring for its components and semantics.
 
     **No progress** (issue 7 item 17).  A spec whose workers cannot outlive one mini-batch is
     refused up front (:func:`check_progress_possible`, :class:`InfeasibleError`).  At run time,
@@ -83,6 +103,13 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
     of them without a commit the run stops with status ``no-progress``, writes its summary and
     checkpoint, and :meth:`run` raises :class:`NoProgressError` saying how to fix the market.
     Waiting without capacity is not a failed attempt (that ends at the horizon: ``no-capacity``).
+
+    **What components may call** (the controller's narrow interface): membership
+    (:meth:`add_member`, :meth:`drop_member`, :meth:`poll_joins`, :meth:`release_all`), the market
+    (:meth:`handle_market`, :meth:`drain_market`, :meth:`iteration_market`, :meth:`enter_place`),
+    steps (:meth:`committed`, :meth:`evaluate`, :meth:`apply_policies`, :meth:`after_commit`),
+    :meth:`checkpoint` and :meth:`cost_so_far`; and they read its state (``step``, ``T``,
+    ``members``, ``sampler``, ``counters``, ``log``, ...).
     """
 
     #: failed attempts (workers lost with no commit) after which a run is declared stuck (at least)
@@ -97,6 +124,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         provider: Provider | None = None,
         compute: Compute | None = None,
         state: TrainingState | None = None,
+        plane: DataPlane | None = None,
         resume: bool = False,
         progress: Callable[[dict[str, Any]], None] | None = None,
         mode: str = "emulated",
@@ -128,11 +156,6 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             raise ValueError(f"restart_s must be a finite number of seconds >= 0, got {restart_s!r}")
         #: the region (or zone) the job runs in; a migration changes it
         self.region: str | None = spec.cluster.region
-        #: the on-demand price of the current instance as a series (billing), built when first needed
-        self._od_series: tuple[Any, StepSeries] | None = None
-        #: the parameters shared with the data plane for step ``_pref_step`` (continuous modes)
-        self._pref: Any = None
-        self._pref_step = -1
         self.market = market or build_market(spec)
         cl = spec.cluster
         self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
@@ -144,7 +167,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         self.commit_overhead_s = self.delta
         self.mean_step_s = self.market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
         self.straggler = float(cl.straggler)
-        #: the law of one worker mini-batch's virtual time (:mod:`spotwise.planes.ps.rounds`)
+        #: the law of one worker mini-batch's virtual time (:mod:`spotwise.planes.ps.plane`)
         self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
         self.policies: list[Policy] = make_policies(spec.policies)
         self.base_lr = float(spec.workload.lr)
@@ -152,12 +175,13 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         #: the model side: parameters, update, evaluation, dataset size (the real PyTorch workload
         #: unless the caller models it, as the simulator does)
         self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed))
-        worker_args = worker_args_for(spec)
+        #: what a step is (see the module docstring)
+        self.plane: DataPlane = plane if plane is not None else plane_for(spec)
         standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
         if provider is None:  # the market model decides capacity: refuse a hopeless one before any actor starts
             check_progress_possible(spec, self.market)
-        #: the data plane: worker processes and their calls (Ray actors unless the caller gives another)
-        self.compute: Compute = compute or RayCompute(worker_args, standby=standby if provider is None else 0)
+        #: worker processes and their calls (Ray actors of the plane unless the caller gives another)
+        self.compute: Compute = compute or self.plane.default_compute(spec, standby if provider is None else 0)
         self.provider = provider or EmulatedProvider(
             self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, compute=self.compute)
 
@@ -167,10 +191,6 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         self.sampler = EpochSampler(self.state.n_train, spec.seed)
         self.dur_rng = np.random.default_rng([spec.seed, 3])
         self.members: dict[int, Any] = {}
-        self.tasks: dict[int, Task] = {}
-        self.buffer: list[Contribution] = []
-        self.waiting: set[int] = set()
-        self.noticed: set[int] = set()
         self.counters = Counters()
         self.ema_loss: float | None = None
         self.last_loss: float | None = None
@@ -182,28 +202,28 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         #: when a policy last changed the sync strategy (``Observation.extra["last_switch_t"]``)
         self.last_switch_t: float | None = None
         self.last_eval: dict[str, float] = {}
-        self.retries = 0
-        self.lost_in_step = 0
         #: workers lost (market / node loss) since the last commit, in total, and commits (this session)
         self.lost_since_commit = 0
         self._losses_total = 0
         self._commits = 0
         self.stop_message: str | None = None
         self.last_commit_T = 0.0
-        self.last_price_T = -1.0
-        self.last_ckpt_step = -1
+        #: wall time of the latest revocation while others survived (recovery latency), else None
         self.kill_wall: float | None = None
-        self.carried_cost: dict[str, Any] = {"total": 0.0, "by_category": {}, "by_market": {}, "by_instance": {}}
         self.status = "running"
         #: clock time at which the fleet became empty (an idle period in progress), else None
         self._idle_since: float | None = None
         self.wall0 = time.perf_counter()
-        self.ledger = Ledger(self.market.billing)
+        self.accounting = Accounting(self)
+        self.checkpointer = Checkpointer(self)
+        self.market_actions = MarketActions(self)
         self.log: EventLog
+        self.plane.attach(self)
         if resume:
-            self._restore()
+            self.checkpointer.restore()
         else:
             self._fresh_start()
+        self.plane.started()
 
     # ================================================================== setup
     @property
@@ -211,47 +231,57 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         """Seconds since the job's start on :attr:`clock` (virtual, or measured on a real cluster)."""
         return self.clock.now()
 
+    @property
+    def ledger(self) -> Ledger:
+        """The billing ledger of this session (:attr:`accounting`'s)."""
+        return self.accounting.ledger
+
     def _fresh_start(self) -> None:
         self.provider.prepare(list(range(self.provisioned)))  # a real cluster: ask for the workers, wait for one
         (self.out / SPEC_FILE).write_text(json.dumps(self.spec.to_dict(), indent=2) + "\n")
         self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
                             meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
                                   "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed})
-        self.ledger.start("coordinator", 0.0, self.market.coordinator, category="coordinator", market="on_demand")
-        self._emit_prices()
+        self.accounting.start_coordinator(0.0)
+        self.accounting.emit_prices()
         initial = sorted(w for w in self.provider.available_at_start() if w < self.provisioned)
         actors = self.provider.warm_up(initial)
         for w, actor in zip(initial, actors):
-            self._add_member(w, actor)
+            self.add_member(w, actor)
+
+    def enter_place(self, place: Market, region: str | None) -> None:
+        """The job's market is ``place``'s from now on (prices, instance, throughput); the coordinator stays."""
+        self.market = dataclasses.replace(place, coordinator=self.market.coordinator)
+        self.region = region
+        self.mean_step_s = self.market.step_seconds(self.spec.workload.family, float(self.spec.workload.step_time_s))
+        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
 
     # ================================================================== membership
-    def _add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,
-                    billed_from: float | None = None) -> None:
+    def add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,
+                   billed_from: float | None = None) -> None:
         """``w`` joins with ``actor``; ``reopen``: its billing interval from the checkpoint (a resume
         continues it -- the same VM in the same virtual timeline -- and it is not a new join);
         ``billed_from``: when its billing began, if before now (it was starting: a restart)."""
         self.members[w] = actor
+        acc = self.accounting
         if reopen is not None:
-            self.ledger.reopen(reopen, self._worker_price(str(reopen.get("market", self.worker_market))))
+            acc.ledger.reopen(reopen, acc.worker_price(str(reopen.get("market", self.worker_market))))
             self.log.emit("join", worker=w, active=len(self.members), resumed=True)
-            return
-        self.ledger.start(f"worker-{w}", self.T if billed_from is None else billed_from, self._worker_price(),
-                          category="worker", market=self.worker_market)
-        self.counters.joins += 1
-        self.log.emit("join", worker=w, active=len(self.members))
+        else:
+            acc.ledger.start(f"worker-{w}", self.T if billed_from is None else billed_from, acc.worker_price(),
+                             category="worker", market=self.worker_market)
+            self.counters.joins += 1
+            self.log.emit("join", worker=w, active=len(self.members))
+        self.plane.on_join(w)
 
-    def _drop_member(self, w: int, reason: str) -> None:
+    def drop_member(self, w: int, reason: str) -> None:
+        """``w`` leaves (``reason``: ``market``, ``node-lost`` or ``released``): killed, billed until now."""
         actor = self.members.pop(w, None)
         if actor is None:
             return
         # recovery latency: from a revocation to the next commit by the survivors (an outage of
         # the whole cluster is idle time, not a recovery)
         self.kill_wall = time.perf_counter() if self.members else None
-        task = self.tasks.pop(w, None)
-        if task is not None:
-            self.sampler.release(task.block)
-        self.waiting.discard(w)
-        self.noticed.discard(w)
         try:
             self.provider.kill(w, actor)
         except Exception:  # already dead (node lost)
@@ -264,12 +294,18 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             if w < self.provisioned:
                 self.provider.request(w)  # requested capacity (a real cluster): fills when a node has room
             self._note_loss()
+        self.plane.on_leave(w, reason)
 
-    def _poll_joins(self, timeout: float = 0.0) -> None:
+    def release_all(self) -> None:
+        """Every member leaves (a market switch or a migration)."""
+        for w in sorted(self.members):
+            self.drop_member(w, "released")
+
+    def poll_joins(self, timeout: float = 0.0) -> None:
         """Requested workers that have started join (a real cluster); the unwanted are released."""
         for w in self.provider.poll(timeout):
             if w < self.provisioned and w not in self.members:
-                self._add_member(w, self.provider.acquire(w))
+                self.add_member(w, self.provider.acquire(w))
             else:
                 self.provider.cancel(w)
 
@@ -288,27 +324,32 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         self.status = "no-progress"
         self.stop_message = (
             f"no step committed in {self.lost_since_commit} worker losses since step {self.step} "
-            f"(t={self.last_commit_T:.1f} s; now t={self.T:.1f} s, {self.retries} aborted rounds): workers are revoked "
-            f"before a mini-batch (about {self.mean_step_s:.3g} s of virtual time) completes, so the market makes "
-            f"progress impossible; stopped with status no-progress")
+            f"(t={self.last_commit_T:.1f} s; now t={self.T:.1f} s, {self.counters.aborted_steps} aborted rounds in all): "
+            f"workers are revoked before a mini-batch (about {self.mean_step_s:.3g} s of virtual time) completes, so "
+            f"the market makes progress impossible; stopped with status no-progress")
 
-    def _handle_market(self, ev: MarketEvent) -> None:
+    # ================================================================== the market
+    def handle_market(self, ev: MarketEvent) -> None:
+        """Apply one market event: a notice (checkpoint), a revocation, capacity that became available."""
         w = ev.worker
+        joined = False
         if ev.kind == "notice":
             if w in self.members:
                 self.counters.notices += 1
                 revoke_at = ev.revoke_at if ev.revoke_at is not None else ev.t + float(self.market.revocation.notice_s or 0.0)
                 self.log.emit("notice", worker=w, revoke_at=revoke_at)
-                if self.step > self.last_ckpt_step:
-                    self._checkpoint("notice")
+                if self.step > self.checkpointer.last_step:
+                    self.checkpoint("notice")
         elif ev.kind == "revoke":
             if w in self.members:
-                self._drop_member(w, "market")
+                self.drop_member(w, "market")
         elif ev.kind == "available":
             if w < self.provisioned and w not in self.members:
-                self._add_member(w, self.provider.acquire(w))
+                self.add_member(w, self.provider.acquire(w))
+                joined = w in self.members
+        self.plane.on_market_event(ev, joined)
 
-    def _drain_market(self, until: float) -> None:
+    def drain_market(self, until: float) -> None:
         """Apply every scheduled market event up to ``until`` (advancing the clock to each)."""
         while True:
             t = self.provider.peek_time()
@@ -316,20 +357,29 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
                 break
             ev = self.provider.pop_event()
             self.clock.advance_to(ev.t)
-            self._emit_prices()
-            self._handle_market(ev)
+            self.accounting.emit_prices()
+            self.handle_market(ev)
 
-    def _iteration_market(self) -> None:
+    def iteration_market(self) -> None:
+        """The per-iteration revocations of an iteration-driven market (paper 000's Bernoulli model)."""
         mask = np.zeros(self.max_workers, dtype=bool)
         mask[list(self.members)] = True
         for ev in self.provider.iteration_events(self.T, mask):
-            self._handle_market(ev)
+            self.handle_market(ev)
 
     # ================================================================== time and money
     @property
     def sync_strategy(self) -> SyncStrategy:
-        """The strategy of the current ``sync``/``sync_n`` (which checkpoints, events and SwitchSync use)."""
-        return make_sync(self.sync, self.sync_n)
+        """The strategy of the current ``sync``/``sync_n`` on the plane (checkpoints, events, SwitchSync)."""
+        return self.plane.sync_strategy(self.sync, self.sync_n)
+
+    def cost_so_far(self) -> float:
+        """Dollars billed so far (earlier sessions of a resumed run included)."""
+        return self.accounting.cost_so_far()
+
+    def on_demand_estimate(self) -> dict[str, Any]:
+        """The model estimate of the same work on on-demand workers (:meth:`Accounting.on_demand_estimate`)."""
+        return self.accounting.on_demand_estimate()
 
     # ================================================================== the loop
     def _done(self) -> bool:
@@ -357,18 +407,17 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         return False
 
     def run(self) -> RunSummary:
+        """Run the job to its target (or budget, horizon, stop); the summary is also written to the run directory."""
         try:
             while not self._done():
-                self._drain_market(self.T)
+                self.plane.before_tick()
                 if not self.members:
                     if not self._idle():
                         self.status = "no-capacity"
                         break
                     continue
-                if self.sync_strategy.barrier:
-                    self._barrier_round()
-                else:
-                    self._continuous_tick()
+                self.plane.tick()
+            self.plane.stop()
             summary = self._finish()
             if self.status == "no-progress":
                 raise NoProgressError(self.stop_message or "no step committed", progress_fix(self.market, self.mean_step_s),
@@ -376,7 +425,6 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             return summary
         finally:
             self._shutdown()
-
     def _idle(self) -> bool:
         """No active worker: let time pass until capacity returns (billed: the coordinator).
 
@@ -391,25 +439,25 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             # a policy may act on the outage (a deadline guard switches to on-demand, a migration
             # moves the job): consulted at least every idle_decision_s while no worker computes
             self._next_idle_decision = self.T + self.idle_decision_s
-            self._apply_policies()
+            self.apply_policies()
             if self.members:
                 self._end_idle()
                 return True
         if self.provider.iteration_driven:
             self.clock.advance(self.mean_step_s)
-            self._iteration_market()
+            self.iteration_market()
         else:
             t = self.provider.peek_time()
             # virtual time jumps to the next capacity change, but no further than the next idle
             # decision while policies could act (and, with no capacity in sight, up to the horizon)
             cap = self._next_idle_decision if (self.policies and not self.clock.measured) else math.inf
             if t is not None and t < self.market.horizon_s and t <= cap:
-                self._drain_market(t)
+                self.drain_market(t)
             elif cap < self.market.horizon_s:
                 self.clock.advance_to(cap)
-                self._emit_prices()
+                self.accounting.emit_prices()
             elif self.provider.requests_capacity and self.T - self._idle_since < self.provider.capacity_timeout_s:
-                self._poll_joins(timeout=0.25)
+                self.poll_joins(timeout=0.25)
             else:
                 self._end_idle()
                 return False
@@ -426,53 +474,18 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             self.counters.idle_s += self.T - start
             self.log.emit("idle", start=start, duration=self.T - start)  # t = when the idle period ends
 
-    # ================================================================== commit
-    def _commit(self, contribs: list[Contribution]) -> None:
-        if not contribs:
-            raise RuntimeError("a step needs at least one contribution")
-        total = sum(c.n for c in contribs)
-        grad = np.zeros_like(self.params)
-        loss = 0.0
-        for c in contribs:
-            accumulate(grad, c.grad, c.n / total)  # a sparse contribution stays sparse (issue 9)
-            loss += (c.n / total) * c.loss
-            self.sampler.commit(c.block)
-        self.counters.samples += total
-        self.state.apply(grad, self.lr, len(contribs))
-        self.step += 1
-        self.clock.advance(self.commit_overhead_s)  # Delta (virtual); measured time already holds it
-        duration = self.T - self.last_commit_T
-        self.last_commit_T = self.T
-        self.last_loss = loss
-        self.loss_history.append((self.step, self.T, float(loss), len(contribs)))
-        self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
-        recovery_ms = None
-        if self.kill_wall is not None:
-            recovery_ms = 1000.0 * (time.perf_counter() - self.kill_wall)
-            self.counters.recoveries_ms.append(recovery_ms)
-            self.kill_wall = None
-        self._emit_prices()
-        cost = self.cost_so_far()
-        self.log.emit("step", step=self.step, loss=loss, active=len(self.members), lr=self.lr, sync=self.sync,
-                      duration=duration, cost=cost, epoch=self.sampler.epoch, retries=self.retries,
-                      contributions=len(contribs), lost=self.lost_in_step,
-                      staleness=max(c.staleness for c in contribs), recovery_ms=recovery_ms)
-        self.retries = 0
-        self.lost_in_step = 0
+
+    # ================================================================== steps
+    def committed(self) -> None:
+        """The plane committed a step (it advanced ``step`` and logged it): no longer stuck."""
         self.lost_since_commit = 0
         self._commits += 1
-        if self.status == "no-progress":  # the round in flight committed after all
-            self.status, self.stop_message = "running", None
-        if self.step % self.spec.workload.eval_every == 0:
-            self._evaluate()
-        self._apply_policies()
-        self._after_commit()
 
-    def _after_commit(self) -> None:
-        """The periodic checkpoint and the progress display after a committed step (every controller)."""
+    def after_commit(self) -> None:
+        """The periodic checkpoint and the progress display after a committed step (every plane)."""
         every = self.spec.outputs.checkpoint_every
         if every and self.step % every == 0:
-            self._checkpoint("periodic")
+            self.checkpoint("periodic")
         if self.progress is not None:
             self.progress(self.snapshot())
 
@@ -485,14 +498,25 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
     def params(self, value: np.ndarray) -> None:
         self.state.params = value
 
-    def _evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, float]:
+        """Evaluate the current parameters (logged as an ``eval`` event); ``{}`` if the workload cannot."""
         if not self.state.can_evaluate:
             return {}
         self.last_eval = self.state.evaluate()
+        self.log_eval()
+        return self.last_eval
+
+    def log_eval(self) -> None:
+        """Log :attr:`last_eval` as the ``eval`` event of the current step."""
         name = self.state.metric_name
         self.log.emit("eval", step=self.step, loss=self.last_eval.get("loss"), metric_name=name,
                       metric=None if name is None else self.last_eval.get(name))
-        return self.last_eval
+
+    def checkpoint(self, why: str) -> None:
+        """A checkpoint of the current step, once the plane has made the parameters those of the
+        step (the collective plane may defer it to its next lease)."""
+        if self.plane.ready_for_checkpoint(why):
+            self.checkpointer.take(why)
 
     def snapshot(self) -> dict[str, Any]:
         return {"step": self.step, "target": self.spec.target.iterations, "loss": self.last_loss, "active": len(self.members),
@@ -527,13 +551,16 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         n = max(1, len(self.members) or self.provisioned)
         return float(self.sync_strategy.expected_round_s(self.time_law, n, self.delta))
 
-    def _apply_policies(self) -> None:
+    def apply_policies(self) -> None:
+        """Consult every policy on the current observation and act on its decisions."""
         consult(self.policies, self._observation, self._act)
 
     def _act(self, policy: Policy, d: Decision) -> None:
         acted = True
-        why_not: str | None = None
-        if isinstance(d, SetLearningRate):
+        why_not = refused = self.plane.refuse(d)
+        if refused is not None:
+            acted = False
+        elif isinstance(d, SetLearningRate):
             self.lr = d.lr
         elif isinstance(d, Resize):
             self._resize(min(d.workers, self.max_workers))
@@ -545,18 +572,15 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
                 self.provider.rebid(bids[: self.max_workers], self.T)
                 self._reconcile()
         elif isinstance(d, SwitchSync):
-            if d.sync in COLLECTIVE_SYNC_MODES and self.spec.cluster.data_plane != "collective":
-                acted, why_not = False, f"{d.sync!r} is a strategy of the collective data plane, not of the parameter server"
-            else:
-                self.sync, self.sync_n = d.sync, d.sync_n
-                self.last_switch_t = self.T
+            self.sync, self.sync_n = d.sync, d.sync_n
+            self.last_switch_t = self.T
         elif isinstance(d, CheckpointDecision):
-            self._checkpoint("policy")
+            self.checkpoint("policy")
         elif isinstance(d, SwitchMarket):
-            why_not = self._switch_market(d.market)
+            why_not = self.market_actions.switch_market(d.market)
             acted = why_not is None
         elif isinstance(d, Migrate):
-            why_not = self._migrate(d)
+            why_not = self.market_actions.migrate(d)
             acted = why_not is None
         elif isinstance(d, Noop):
             acted = False
@@ -565,6 +589,8 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         self.counters.decisions += 1
         extra = {} if why_not is None else {"not_acted": why_not}
         self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=acted, **extra)
+        if refused is None:
+            self.plane.after_decision(policy, d)
 
     # ------------------------------------------------------------------ resizing and rebidding
     def _reconcile(self) -> None:
@@ -572,10 +598,10 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         avail = self.provider.available_at_start()
         for w in sorted(self.members):
             if w not in avail:
-                self._drop_member(w, "market")
+                self.drop_member(w, "market")
         for w in sorted(avail):
             if w < self.provisioned and w not in self.members:
-                self._add_member(w, self.provider.acquire(w))
+                self.add_member(w, self.provider.acquire(w))
 
     def _resize(self, n: int) -> None:
         old = self.provisioned
@@ -584,29 +610,29 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             self.last_resize_t = self.T
         for w in sorted(self.members):
             if w >= self.provisioned:
-                self._drop_member(w, "released")
+                self.drop_member(w, "released")
         if self.provisioned > old:
             avail = self.provider.available_at_start()
             for w in range(old, self.provisioned):
                 if w in avail and w not in self.members:
-                    self._add_member(w, self.provider.acquire(w))
+                    self.add_member(w, self.provider.acquire(w))
         for w in range(old, self.provisioned):
             if w not in self.members:
-                self.provider.request(w)  # requested capacity: joins through _poll_joins
+                self.provider.request(w)  # requested capacity: joins through poll_joins
         for w in range(self.provisioned, old):
             self.provider.cancel(w)
 
     # ================================================================== the end
-
     def _finish(self) -> RunSummary:
+        self.plane.before_finish()
         self._end_idle()
-        if self.step > self.last_ckpt_step:
-            self._checkpoint_quiet()  # before the ledger closes: it holds the open intervals
+        if self.step > self.checkpointer.last_step:
+            self.checkpointer.take_quiet()  # before the ledger closes: it holds the open intervals
         for w in sorted(self.members):
             self.ledger.stop(f"worker-{w}", self.T, reason="finished")
         self.ledger.close(self.T)
-        final_eval = self._evaluate()
-        cost = self._cost_breakdown(final=True)
+        final_eval = self.evaluate()
+        cost = self.accounting.cost_breakdown(final=True)
         self.log.emit("cost", total=cost["total"], breakdown=cost)
         self.log.emit("end", status=self.status)
         self.log.close()
@@ -625,7 +651,7 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
             # gradient payload bytes received from workers (sparse updates for sparse workloads)
             # and what dense float32 vectors would have cost (issue 9)
             "grad_bytes": int(self.counters.grad_bytes), "grad_bytes_dense": int(self.counters.grad_bytes_dense),
-            **self._summary_extra(),
+            **self.plane.summary_extra(),
         }
         summary = RunSummary(
             mode=self.mode, status=self.status, steps=self.step, final_loss=final_eval.get("loss", self.last_loss),
@@ -638,15 +664,14 @@ class JobController(RoundsMixin, MarketActionsMixin, AccountingMixin, Checkpoint
         write_summary(self.out, summary)
         return summary
 
-    def _summary_extra(self) -> dict[str, Any]:
-        """What a data plane adds to ``summary.json``'s ``extra`` (none here)."""
-        return {}
-
     def _shutdown(self) -> None:
-        for w, actor in list(self.members.items()):
-            try:
-                self.provider.kill(w, actor)
-            except Exception:
-                pass
-        self.members.clear()
-        self.provider.shutdown()
+        try:
+            for w, actor in list(self.members.items()):
+                try:
+                    self.provider.kill(w, actor)
+                except Exception:
+                    pass
+            self.members.clear()
+            self.provider.shutdown()
+        finally:
+            self.plane.shutdown()

@@ -1,20 +1,23 @@
 """Market actions of the job controller: switching the workers' market, migrating the job, the restart window.
 
-:class:`MarketActionsMixin` is mixed into :class:`~spotwise.control.controller.JobController`
-and carries out the :class:`~spotwise.policies.base.SwitchMarket` and
+:class:`MarketActions` is a component held by :class:`~spotwise.control.controller.JobController`
+(``job.market_actions``) and carries out the :class:`~spotwise.policies.base.SwitchMarket` and
 :class:`~spotwise.policies.base.Migrate` decisions: checkpoint, release every worker, change the
-provider's capacity (or place), then a billed restart window of ``restart_s`` before the new
-workers compute.
+provider's capacity (or place), then a billed restart window of ``job.restart_s`` before the new
+workers compute.  It acts on the job only through the controller's membership and checkpoint
+methods (``checkpoint``, ``release_all``, ``add_member``, ``enter_place``) and its accounting.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from typing import TYPE_CHECKING
 
 from spotwise.errors import InputError
-from spotwise.market.world import Market, market_for_place
+from spotwise.market.world import market_for_place
 from spotwise.policies.base import Migrate
-from spotwise.theory.runtime import MiniBatchTimeLaw
+
+if TYPE_CHECKING:  # type only: the controller holds this component
+    from spotwise.control.controller import JobController
 
 #: seconds a change of market or place costs when nothing else says (new workers start, load the
 #: checkpoint's parameters): billed, no progress; a JobController's ``restart_s`` overrides it
@@ -24,81 +27,77 @@ DEFAULT_RESTART_S = 120.0
 LEDGER_MARKET = {"spot": "spot", "on-demand": "on_demand"}
 
 
-class MarketActionsMixin:
-    """Market switches and migrations of a :class:`~spotwise.control.controller.JobController`."""
+class MarketActions:
+    """Market switches and migrations of one job (see the module docstring)."""
 
-    def _switch_market(self, market: str) -> str | None:
+    def __init__(self, job: "JobController") -> None:
+        self.job = job
+
+    def switch_market(self, market: str) -> str | None:
         """Run the workers on ``market`` from now on; ``None`` if done, else why not.
 
         Checkpoint, release every worker (their billing stops), switch the provider's capacity,
         then the restart: the new workers are billed from now but join only ``restart_s`` later
-        (:meth:`_restart`).  Logged as a ``market_switch`` event (from, to, restart cost).
+        (:meth:`restart`).  Logged as a ``market_switch`` event (from, to, restart cost).
         """
-        if not self.provider.supports_markets:
+        job = self.job
+        if not job.provider.supports_markets:
             return "the provider cannot switch markets (a real cluster's capacity is what it is)"
-        old = self.market_name
+        old = job.market_name
         if market == old:
             return f"the workers already run on {market}"
         try:
-            self.market.on_demand_price  # noqa: B018  (on-demand billing needs it: refuse before releasing anything)
+            job.market.on_demand_price  # noqa: B018  (on-demand billing needs it: refuse before releasing anything)
         except InputError as e:
             return e.message
-        t0 = self.T
-        self._checkpoint("market-switch")
-        self._release_all()
-        self.provider.switch_market(market, self.T)
-        self.worker_market = LEDGER_MARKET[market]
-        cost = self._restart()
-        self.log.emit("market_switch", **{"from": old, "to": market}, start=t0, restart_s=self.T - t0, cost=cost,
-                      active=len(self.members))
+        t0 = job.T
+        job.checkpoint("market-switch")
+        job.release_all()
+        job.provider.switch_market(market, job.T)
+        job.worker_market = LEDGER_MARKET[market]
+        cost = self.restart()
+        job.log.emit("market_switch", **{"from": old, "to": market}, start=t0, restart_s=job.T - t0, cost=cost,
+                     active=len(job.members))
         return None
 
-    def _migrate(self, d: Migrate) -> str | None:
+    def migrate(self, d: Migrate) -> str | None:
         """Move the job to ``d.instance_type`` in ``d.region``; ``None`` if done, else why not.
 
         The new place's market (:func:`~spotwise.market.world.market_for_place`: its prices,
         revocation model, throughput) replaces the current one; the workers are released and
-        re-acquired there with a restart as for a market switch (:meth:`_switch_market`), on the
-        market in force.  Logged as a ``migrate`` event (from, to, restart cost).
+        re-acquired there with a restart as for a market switch (:meth:`switch_market`), on the
+        market in force.  Logged as a ``migrate`` event (from, to, restart cost).  Paper 003
+        (``papers/003_c06237e546a4f08e.txt`` Sec. 3.2): moving a job as prices change, counting the
+        move's cost.
         """
-        if not self.provider.supports_migration:
+        job = self.job
+        if not job.provider.supports_migration:
             return "the provider cannot move the job to another place"
-        if d.cloud is not None and d.cloud != self.market.instance.cloud:
+        if d.cloud is not None and d.cloud != job.market.instance.cloud:
             return f"moving to another cloud ({d.cloud}) is not supported"
-        region = d.region if d.region is not None else self.region
-        old = (self.region or self.market.instance.region or "", self.market.instance.name)
-        if (region or "", d.instance_type) == (self.region or "", self.market.instance.name):
+        region = d.region if d.region is not None else job.region
+        old = (job.region or job.market.instance.region or "", job.market.instance.name)
+        if (region or "", d.instance_type) == (job.region or "", job.market.instance.name):
             return "the job already runs there"
         try:
-            place = market_for_place(self.spec, d.instance_type, region, self.market.catalog, self.market.horizon_s)
-            if self.worker_market == "on_demand":
+            place = market_for_place(job.spec, d.instance_type, region, job.market.catalog, job.market.horizon_s)
+            if job.worker_market == "on_demand":
                 place.on_demand_price  # noqa: B018
         except InputError as e:
             return f"no market for {d.instance_type} in {region or 'any region'}: {e.message}"
-        t0 = self.T
-        self._checkpoint("migrate")
-        self._release_all()
-        self.provider.migrate(place, self.T)
-        self._enter_place(place, region)
-        self.log.emit("price", instance=self.market.instance.name, price=self.market.spot_price(self.T))
-        self.last_price_T = self.T
-        cost = self._restart()
-        self.log.emit("migrate", **{"from": list(old), "to": [region or "", self.market.instance.name]}, start=t0,
-                      restart_s=self.T - t0, cost=cost, active=len(self.members))
+        t0 = job.T
+        job.checkpoint("migrate")
+        job.release_all()
+        job.provider.migrate(place, job.T)
+        job.enter_place(place, region)
+        job.log.emit("price", instance=job.market.instance.name, price=job.market.spot_price(job.T))
+        job.accounting.last_price_T = job.T
+        cost = self.restart()
+        job.log.emit("migrate", **{"from": list(old), "to": [region or "", job.market.instance.name]}, start=t0,
+                     restart_s=job.T - t0, cost=cost, active=len(job.members))
         return None
 
-    def _enter_place(self, place: Market, region: str | None) -> None:
-        """The job's market is ``place``'s from now on (prices, instance, throughput); the coordinator stays."""
-        self.market = dataclasses.replace(place, coordinator=self.market.coordinator)
-        self.region = region
-        self.mean_step_s = self.market.step_seconds(self.spec.workload.family, float(self.spec.workload.step_time_s))
-        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
-
-    def _release_all(self) -> None:
-        for w in sorted(self.members):
-            self._drop_member(w, "released")
-
-    def _restart(self) -> float:
+    def restart(self) -> float:
         """New capacity starts: billed from now, it computes only ``restart_s`` later; returns the
         cost of the restart window (everything billed in it, the coordinator included).
 
@@ -106,29 +105,31 @@ class MarketActionsMixin:
         (billed from then), a starting slot that is revoked is billed until its revocation and
         does not join.  At the end of the window every started slot joins.
         """
-        t0 = self.T
-        c0 = self.cost_so_far()
-        t_end = t0 + self.restart_s
-        if self.provider.iteration_driven:
-            self._iteration_market()
-        starting = {w: t0 for w in sorted(self.provider.available_at_start()) if w < self.provisioned}
-        while (t := self.provider.peek_time()) is not None and t <= t_end:
-            ev = self.provider.pop_event()
-            self.clock.advance_to(ev.t)
-            self._emit_prices()
+        job = self.job
+        acc = job.accounting
+        t0 = job.T
+        c0 = acc.cost_so_far()
+        t_end = t0 + job.restart_s
+        if job.provider.iteration_driven:
+            job.iteration_market()
+        starting = {w: t0 for w in sorted(job.provider.available_at_start()) if w < job.provisioned}
+        while (t := job.provider.peek_time()) is not None and t <= t_end:
+            ev = job.provider.pop_event()
+            job.clock.advance_to(ev.t)
+            acc.emit_prices()
             w = ev.worker
-            if ev.kind == "available" and w < self.provisioned:
+            if ev.kind == "available" and w < job.provisioned:
                 starting.setdefault(w, ev.t)
             elif ev.kind == "revoke" and w in starting:
                 iid = f"worker-{w}"
-                self.ledger.start(iid, starting.pop(w), self._worker_price(), category="worker", market=self.worker_market)
-                self.ledger.stop(iid, ev.t, reason="revoked")
-                self.counters.revocations += 1
-                self.log.emit("revoke", worker=w, reason="market", active=len(self.members), starting=True)
-        self.clock.advance_to(t_end)
-        self._emit_prices()
+                acc.ledger.start(iid, starting.pop(w), acc.worker_price(), category="worker", market=job.worker_market)
+                acc.ledger.stop(iid, ev.t, reason="revoked")
+                job.counters.revocations += 1
+                job.log.emit("revoke", worker=w, reason="market", active=len(job.members), starting=True)
+        job.clock.advance_to(t_end)
+        acc.emit_prices()
         for w, since in sorted(starting.items()):
-            self._add_member(w, self.provider.acquire(w), billed_from=since)
-        self.counters.restarts += 1
-        self.counters.restart_s += self.T - t0
-        return self.cost_so_far() - c0
+            job.add_member(w, job.provider.acquire(w), billed_from=since)
+        job.counters.restarts += 1
+        job.counters.restart_s += job.T - t0
+        return acc.cost_so_far() - c0

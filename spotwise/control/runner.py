@@ -115,20 +115,16 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
     with RunProgress(spec.target.iterations, progress) as bar:
         callback = bar.update if progress else None
         if ray_address:
-            from spotwise.capacity.cluster import ClusterCoordinator, ClusterProvider, check_spot_capacity
+            from spotwise.capacity.cluster import ClusterProvider, check_spot_capacity, cluster_controller
 
             check_spot_capacity(workers=spec.cluster.workers)
             notices = None
             if notice_source != "none":
                 notices = {"cloud": notice_source, **({"base_url": metadata_url} if metadata_url else {})}
             provider = ClusterProvider(worker_args_for(spec, notices))
-            coord: JobController = ClusterCoordinator(spec, out, market=market, provider=provider, resume=resume,
+            coord: JobController = cluster_controller(spec, out, market=market, provider=provider, resume=resume,
                                                       progress=callback)
-        elif spec.cluster.data_plane == "collective":
-            from spotwise.planes.collective.controller import CollectiveController
-
-            coord = CollectiveController(spec, out, market=market, resume=resume, progress=callback)
-        else:
+        else:  # the data plane is the spec's (cluster.data_plane)
             coord = JobController(spec, out, market=market, resume=resume, progress=callback)
         try:
             summary = coord.run()

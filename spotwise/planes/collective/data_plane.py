@@ -45,22 +45,24 @@ from __future__ import annotations
 import math
 import random
 import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from spotwise.planes.collective.member import BARRIER_EVERY, NO_LIMIT, Plan
-from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl
-from spotwise.planes.collective.replica import DataCursor
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
-from spotwise.events import RunSummary
-from spotwise.policies.base import SwitchSync
-from spotwise.planes.ps.compute import Compute
-from spotwise.control.controller import JobController
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.sync import SyncStrategy, make_sync
+from spotwise.market.preemption import MarketEvent
+from spotwise.planes.collective.member import BARRIER_EVERY, NO_LIMIT, Plan
+from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl
+from spotwise.planes.collective.records import GossipRecords
+from spotwise.planes.collective.replica import DataCursor
+from spotwise.planes.ps.compute import Compute
 from spotwise.planes.ps.worker import worker_args_for
+from spotwise.policies.base import Decision, Policy, SwitchSync
+
+if TYPE_CHECKING:  # type only: the controller holds its plane
+    from spotwise.control.controller import JobController
 
 #: seconds between two looks at the store while members run
 POLL_S = 0.001
@@ -68,20 +70,25 @@ POLL_S = 0.001
 REPLICA_WAIT_S = 30.0
 
 
-class CollectiveController(JobController):
-    """Runs one job on the collective data plane; see the module docstring."""
+class CollectivePlane:
+    """The collective data plane of one job; see the module docstring.
 
-    def __init__(self, spec: JobSpec, out_dir: str | Path, *, compute: Compute | None = None,
-                 faults: dict[int, dict[str, Any]] | None = None, **kw: Any) -> None:
+    ``faults`` (a test hook): member slot -> fault for its first start (``{"step": s, "action":
+    "exit"|"stop"}``).
+    """
+
+    name = "collective"
+
+    def __init__(self, spec: JobSpec, faults: dict[int, dict[str, Any]] | None = None) -> None:
         cl = spec.cluster
         if cl.data_plane != "collective":
-            raise ValueError("CollectiveController runs cluster.data_plane: collective specs")
-        self.plane = PlaneControl(timeout_s=float(cl.group_timeout_s))
+            raise ValueError("the collective plane runs cluster.data_plane: collective specs")
+        self._job: JobController | None = None
+        self.ctl = PlaneControl(timeout_s=float(cl.group_timeout_s))
         self.local_steps = int(cl.local_steps)
         self.replica_every = int(cl.replica_every)
         #: member slot -> the ObjectRef of its member loop (done when the member leaves or dies)
         self.runs: dict[int, Any] = {}
-        #: test hook: member slot -> fault for its first start ({"step": s, "action": "exit"|"stop"})
         self.faults = dict(faults or {})
         self.gen = -1
         self.gen_members: list[int] = []
@@ -93,6 +100,7 @@ class CollectiveController(JobController):
         self._draws: list[tuple[int, float]] = []
         self._replicas: dict[int, tuple[dict[str, Any], np.ndarray]] = {}
         self.replica_step = 0
+        self._replica_pos = (0, 0)
         self._kill_time: float | None = None
         #: a checkpoint asked for between two leases (a notice, a policy): taken at the next lease
         self._pending_ckpt: str | None = None
@@ -100,31 +108,114 @@ class CollectiveController(JobController):
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
         self._join_ms: list[float] = []
-        #: AD-PSGD: member records of steps not yet whole (step -> member -> record)
-        self._partial: dict[int, dict[int, dict[str, Any]]] = {}
+        #: AD-PSGD: member records of steps not yet whole
+        self._gossip = GossipRecords()
         self.rolled_back_steps = 0
         self.regroups = 0
         self._regroup_ms: list[float] = []
         self._fault_rng = random.Random(int(spec.seed))
-        if compute is None:
-            standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
-            compute = CollectiveCompute(worker_args_for(spec), standby=standby)
-        super().__init__(spec, out_dir, compute=compute, **kw)
-        n = self.state.n_train
-        s = self.sampler.state()
+        self.cursor: DataCursor | None = None
+
+    @property
+    def job(self) -> "JobController":
+        if self._job is None:
+            raise RuntimeError("the plane is not attached to a job")
+        return self._job
+
+    @property
+    def _cursor(self) -> DataCursor:
+        if self.cursor is None:
+            raise RuntimeError("the plane has not started")
+        return self.cursor
+
+    # ================================================================== the DataPlane interface
+    def default_compute(self, spec: JobSpec, standby: int) -> Compute:
+        return CollectiveCompute(worker_args_for(spec), standby=standby)
+
+    def attach(self, job: "JobController") -> None:
+        self._job = job
+
+    def started(self) -> None:
+        """Read the fresh or restored job: the data cursor continues its sampler's position."""
+        job = self.job
+        s = job.sampler.state()
         if s["pending"]:
             raise ValueError("a collective run cannot resume a checkpoint with pending sampler blocks")
-        self.cursor = DataCursor(n, int(spec.seed), int(s["epoch"]), int(s["cursor"]))
-        self.replica_step = self.step
-        self._replica_pos = (self.cursor.epoch, self.cursor.pos)
-        self._step_end = self.T
-        self._cum_samples = {self.step: int(self.counters.samples)}
+        self.cursor = DataCursor(job.state.n_train, int(job.spec.seed), int(s["epoch"]), int(s["cursor"]))
+        self.replica_step = job.step
+        self._replica_pos = (self._cursor.epoch, self._cursor.pos)
+        self._step_end = job.T
+        self._cum_samples = {job.step: int(job.counters.samples)}
 
-    # ================================================================== strategy
-    @property
-    def sync_strategy(self) -> SyncStrategy:
-        return make_sync(self.sync, self.local_steps if self.sync == "sma" else self.sync_n)
+    def sync_strategy(self, sync: str, sync_n: int | None) -> SyncStrategy:
+        return make_sync(sync, self.local_steps if sync == "sma" else sync_n)
 
+    def before_tick(self) -> None:
+        return None
+
+    def tick(self) -> None:
+        if self._dirty or self._plan_differs():
+            self._regroup()
+        else:
+            self._advance()
+
+    def on_join(self, w: int) -> None:
+        self._mark("join")
+
+    def on_leave(self, w: int, reason: str) -> None:
+        self.runs.pop(w, None)
+        if w in self.gen_members:
+            # the slot may come back with a new process: it is no survivor of this generation
+            self.gen_members = [m for m in self.gen_members if m != w]
+            # recovery: from this loss to the survivors' next commit (a loss of every member is an
+            # outage, not a recovery)
+            self._kill_time = time.time() if self.gen_members else None
+            self.ctl.fail(self.gen, f"member {w} {reason}")
+        self._mark(f"member {w} {reason}")
+
+    def on_market_event(self, ev: MarketEvent, joined: bool) -> None:
+        if joined:
+            # join latency: from the new worker's process being up (a standby actor, or a fresh one
+            # once started) to the first step it contributes to
+            self._join_started[ev.worker] = time.time()
+
+    def refuse(self, d: Decision) -> str | None:
+        if isinstance(d, SwitchSync) and d.sync not in COLLECTIVE_SYNC_MODES:
+            return f"{d.sync!r} is not a strategy of the collective data plane ({', '.join(COLLECTIVE_SYNC_MODES)})"
+        return None
+
+    def after_decision(self, policy: Policy, d: Decision) -> None:
+        """A decision that changes the members' work (strategy, learning rate, membership) takes
+        effect at the next regroup, atomically on every member."""
+        if self._plan_differs():
+            self._mark(f"policy {policy.name}: {d.describe()}")
+
+    def ready_for_checkpoint(self, why: str) -> bool:
+        """A checkpoint of the current step needs the members' replica of it; if none is here yet
+        (a notice or a policy between two leases), it is taken at the next lease."""
+        if not self._sync_replica():
+            self._pending_ckpt = why
+            return False
+        self._pending_ckpt = None
+        self.job.sampler = EpochSampler.from_state(self._cursor.sampler_state())
+        return True
+
+    def before_finish(self) -> None:
+        self.job.sampler = EpochSampler.from_state(self._cursor.sampler_state())
+
+    def shutdown(self) -> None:
+        self.runs.clear()
+        self.ctl.close()
+
+    def summary_extra(self) -> dict[str, Any]:
+        j = self._join_ms
+        return {"data_plane": "collective", "regroups": self.regroups, "rolled_back_steps": self.rolled_back_steps,
+                "regroup_ms_median": float(np.median(self._regroup_ms)) if self._regroup_ms else None,
+                # capacity available -> the first step the joiner contributed to (wall, members' clock)
+                "join_ms": {"count": len(j), "median": float(np.median(j)) if j else None,
+                            "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None}}
+
+    # ================================================================== round time
     def _draw_round(self, k: int, strategy: str) -> float:
         """Virtual seconds of one committed step with ``k`` members (module docstring).
 
@@ -133,13 +224,14 @@ class CollectiveController(JobController):
         (plus ``Delta`` per exchange), and the barrier waits for the slowest member: a step is that
         window's time over its steps.
         """
+        job = self.job
         if strategy == "adpsgd":
             if k < 2:
-                return float(self.time_law.draw(self.dur_rng)) + self.commit_overhead_s
-            draws = self.time_law.draw(self.dur_rng, (BARRIER_EVERY, k))
+                return float(job.time_law.draw(job.dur_rng)) + job.commit_overhead_s
+            draws = job.time_law.draw(job.dur_rng, (BARRIER_EVERY, k))
             per_member = np.zeros(k)
             for h in range(BARRIER_EVERY):
-                perm = self.dur_rng.permutation(k)
+                perm = job.dur_rng.permutation(k)
                 pair = np.empty(k)
                 for i in range(0, k - 1, 2):
                     a, b = perm[i], perm[i + 1]
@@ -147,126 +239,67 @@ class CollectiveController(JobController):
                 if k % 2:
                     pair[perm[-1]] = draws[h, perm[-1]]
                 per_member += pair
-            return float(per_member.max()) / BARRIER_EVERY + self.commit_overhead_s
+            return float(per_member.max()) / BARRIER_EVERY + job.commit_overhead_s
         per = self.local_steps if strategy == "sma" else 1
-        draws = self.time_law.draw(self.dur_rng, (k, per))
-        return float(np.max(np.sum(draws, axis=1))) + self.commit_overhead_s
+        draws = job.time_law.draw(job.dur_rng, (k, per))
+        return float(np.max(np.sum(draws, axis=1))) + job.commit_overhead_s
 
     def _next_draw(self, i: int, k: int) -> float:
         while len(self._draws) <= i:
-            self._draws.append((k, self._draw_round(k, self.sync)))
+            self._draws.append((k, self._draw_round(k, self.job.sync)))
         return self._draws[i][1]
-
-    # ================================================================== membership
-    def _add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,
-                    billed_from: float | None = None) -> None:
-        super()._add_member(w, actor, reopen=reopen, billed_from=billed_from)
-        self._mark("join")
-
-    def _drop_member(self, w: int, reason: str) -> None:
-        if w not in self.members:
-            return
-        self.runs.pop(w, None)
-        was_member = w in self.gen_members
-        super()._drop_member(w, reason)
-        if was_member:
-            # the slot may come back with a new process: it is no survivor of this generation
-            self.gen_members = [m for m in self.gen_members if m != w]
-            # recovery: from this loss to the survivors' next commit (a loss of every member is an
-            # outage, not a recovery)
-            self._kill_time = time.time() if self.gen_members else None
-            self.plane.fail(self.gen, f"member {w} {reason}")
-        self._mark(f"member {w} {reason}")
-
-    def _handle_market(self, ev: Any) -> None:
-        joining = ev.kind == "available" and ev.worker < self.provisioned and ev.worker not in self.members
-        super()._handle_market(ev)
-        if joining and ev.worker in self.members:
-            # join latency: from the new worker's process being up (a standby actor, or a fresh one
-            # once started) to the first step it contributes to
-            self._join_started[ev.worker] = time.time()
 
     def _mark(self, why: str) -> None:
         if not self._dirty:
             self._why = why
         self._dirty = True
 
-    def _act(self, policy: Any, d: Any) -> None:
-        if isinstance(d, SwitchSync) and d.sync not in COLLECTIVE_SYNC_MODES:
-            self.counters.decisions += 1
-            self.log.emit("decision", policy=policy.name, decision=d.describe(), reason=d.reason, acted=False,
-                          not_acted=f"{d.sync!r} is not a strategy of the collective data plane "
-                                    f"({', '.join(COLLECTIVE_SYNC_MODES)})")
-            return
-        super()._act(policy, d)
-        if self._plan_differs():
-            self._mark(f"policy {policy.name}: {d.describe()}")
-
     def _plan_differs(self) -> bool:
+        job = self.job
         p = self._plan
-        return p is None or (p.strategy, p.lr, tuple(p.members)) != (self.sync, float(self.lr), tuple(sorted(self.members)))
+        return p is None or (p.strategy, p.lr, tuple(p.members)) != (job.sync, float(job.lr), tuple(sorted(job.members)))
 
-    # ================================================================== the loop
-    def run(self) -> RunSummary:
-        try:
-            while not self._done():
-                if not self.members:
-                    if not self._idle():
-                        self.status = "no-capacity"
-                        break
-                    continue
-                if self._dirty or self._plan_differs():
-                    self._regroup()
-                    continue
-                self._advance()
-            self._stop_members()
-            summary = self._finish()
-            if self.status == "no-progress":
-                from spotwise.control.progress import NoProgressError, progress_fix
-
-                raise NoProgressError(self.stop_message or "no step committed",
-                                      progress_fix(self.market, self.mean_step_s), summary)
-            return summary
-        finally:
-            self._shutdown()
-
+    # ================================================================== leases
     def _target_step(self) -> int:
-        it = self.spec.target.iterations
+        job = self.job
+        it = job.spec.target.iterations
         caps = [NO_LIMIT if it is None else int(it)]
-        if self.stop_after_steps is not None:
-            caps.append(int(self.stop_after_steps))
+        if job.stop_after_steps is not None:
+            caps.append(int(job.stop_after_steps))
         return min(caps)
 
     def _advance(self) -> None:
         """Lease the steps that end before the next market event, log them, then apply the event."""
-        if self.step < self.plane.lease:  # a lease the members started with (a regroup's plan)
-            self._pump(self.plane.lease)
-            if self.provider.iteration_driven and not self._dirty:
-                self._iteration_market()
+        job = self.job
+        if job.step < self.ctl.lease:  # a lease the members started with (a regroup's plan)
+            self._pump(self.ctl.lease)
+            if job.provider.iteration_driven and not self._dirty:
+                job.iteration_market()
             return
-        if self._pending_ckpt is not None and self.step > self.last_ckpt_step:
-            self._checkpoint(self._pending_ckpt)
+        if self._pending_ckpt is not None and job.step > job.checkpointer.last_step:
+            self.job.checkpoint(self._pending_ckpt)
         k = len(self.gen_members)
-        t_ev = self.provider.peek_time()
+        t_ev = job.provider.peek_time()
         lease = self._lease_for(k)
-        if lease > self.step:
-            self.plane.set_lease(lease)
+        if lease > job.step:
+            self.ctl.set_lease(lease)
             self._pump(lease)
-            if self.provider.iteration_driven and not self._dirty:
-                self._iteration_market()
+            if job.provider.iteration_driven and not self._dirty:
+                job.iteration_market()
             return
-        if t_ev is None or t_ev >= self.market.horizon_s:
-            self.clock.advance_to(max(self.T, self.market.horizon_s))
+        if t_ev is None or t_ev >= job.market.horizon_s:
+            job.clock.advance_to(max(job.T, job.market.horizon_s))
             return
         self._market_event()
 
     def _lease_for(self, k: int) -> int:
         """The last step ``k`` members can commit before the market's next event (or the target)."""
-        t_ev = self.provider.peek_time()
-        limit = min(math.inf if t_ev is None else t_ev, self.market.horizon_s)
+        job = self.job
+        t_ev = job.provider.peek_time()
+        limit = min(math.inf if t_ev is None else t_ev, job.market.horizon_s)
         target = self._target_step()
-        lease, t, i = self.step, self._step_end, 0
-        if self.provider.iteration_driven:
+        lease, t, i = job.step, self._step_end, 0
+        if job.provider.iteration_driven:
             if lease < target:
                 lease += 1
         else:
@@ -277,39 +310,41 @@ class CollectiveController(JobController):
                 t += d
                 lease += 1
                 i += 1
-        if self.stop_after_samples is not None:
-            per_step = max(1, self.sync_strategy.samples_per_step(k, self.batch))
-            lease = min(lease, self.step + 1 + max(0, (self.stop_after_samples - self.counters.samples) // per_step))
+        if job.stop_after_samples is not None:
+            per_step = max(1, job.sync_strategy.samples_per_step(k, job.batch))
+            lease = min(lease, job.step + 1 + max(0, (job.stop_after_samples - job.counters.samples) // per_step))
         return lease
 
     def _market_event(self) -> None:
         """Members wait at the lease: apply the next market event at its instant."""
-        ev = self.provider.pop_event()
+        job = self.job
+        ev = job.provider.pop_event()
         batch = [ev]
-        while (t := self.provider.peek_time()) is not None and t <= ev.t:
-            batch.append(self.provider.pop_event())  # events of one instant are one membership change
-        self.clock.advance_to(ev.t)
-        self._emit_prices()
-        hit = any(e.kind == "revoke" and e.worker in self.gen_members and e.worker in self.members for e in batch)
-        if hit and self.step < self._target_step():
+        while (t := job.provider.peek_time()) is not None and t <= ev.t:
+            batch.append(job.provider.pop_event())  # events of one instant are one membership change
+        job.clock.advance_to(ev.t)
+        job.accounting.emit_prices()
+        hit = any(e.kind == "revoke" and e.worker in self.gen_members and e.worker in job.members for e in batch)
+        if hit and job.step < self._target_step():
             # the revocation lands inside the next step: let the members start it, then kill
-            self.plane.set_lease(self.step + 1)
+            self.ctl.set_lease(job.step + 1)
             time.sleep(self._fault_rng.uniform(0.0, 0.003))
         for e in batch:
-            self._handle_market(e)
+            job.handle_market(e)
         if self._dirty:
             self._draws.clear()
-            self._step_end = self.T
+            self._step_end = job.T
 
     def _pump(self, until: int) -> None:
         """Log the members' records until step ``until``, a regroup is needed, or the job is done."""
+        job = self.job
         next_dead_check = 0.0
-        while self.step < until and not self._dirty:
+        while job.step < until and not self._dirty:
             if self._take_records():
-                if self._done():
+                if job._done():
                     return
                 continue
-            why = self.plane.failed(self.gen)
+            why = self.ctl.failed(self.gen)
             if why is not None:
                 self._mark(f"generation {self.gen} failed: {why}")
                 return
@@ -321,6 +356,7 @@ class CollectiveController(JobController):
 
     def _check_dead(self) -> None:
         """Members whose loop ended on its own (a crashed process, a lost node) are lost."""
+        job = self.job
         import ray
 
         if not self.runs:
@@ -330,59 +366,27 @@ class CollectiveController(JobController):
         for ref in done:
             w = by_ref[ref]
             if self.runs.get(w) is ref:
-                self._drop_member(w, "node-lost")
+                job.drop_member(w, "node-lost")
 
     # ================================================================== records and replicas
-    def _gossip_records(self, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """AD-PSGD: every member sends its own records; a step is whole once all its members' are in."""
-        out = [r for r in recs if "member" not in r]
-        for r in recs:
-            if "member" in r and int(r["step"]) > self.step:
-                self._partial.setdefault(int(r["step"]), {})[int(r["member"])] = r
-        for s in sorted(self._partial):
-            parts = self._partial[s]
-            if len(parts) < int(next(iter(parts.values()))["k"]):
-                break
-            out.append(self._combine(self._partial.pop(s)))
-        return out
-
-    @staticmethod
-    def _combine(parts: dict[int, dict[str, Any]], partial: bool = False) -> dict[str, Any]:
-        """One step's record from its members' records (loss weighted by their samples)."""
-        rs = list(parts.values())
-        n = [int(r.get("n", 0)) for r in rs]
-        losses = [(float(r["loss"]), m) for r, m in zip(rs, n) if m and math.isfinite(float(r["loss"]))]
-        tot = sum(m for _, m in losses)
-        rec = dict(rs[0])
-        rec.pop("member", None)
-        rec.update(loss=sum(l * m for l, m in losses) / tot if tot else float("nan"),
-                   wall=max(float(r["wall"]) for r in rs), first_of_gen=any(r.get("first_of_gen") for r in rs))
-        for r in rs:
-            if r.get("eval"):
-                rec["eval"] = r["eval"]
-            if r.get("timing"):
-                rec["timing"] = r["timing"]
-        if partial:
-            rec["partial"] = sorted(parts)
-        return rec
-
     def _take_records(self) -> bool:
-        recs = self._gossip_records(self.plane.pop_records())
-        for head, params in self.plane.pop_replicas():
+        recs = self._gossip.whole(self.ctl.pop_records(), self.job.step)
+        for head, params in self.ctl.pop_replicas():
             self._replicas[int(head["step"])] = (head, params)
         return self._log_records(recs)
 
     def _log_records(self, recs: list[dict[str, Any]]) -> bool:
         """Log the records of steps after the current one, in order; True if any was logged."""
+        job = self.job
         got = False
         for rec in sorted(recs, key=lambda r: r["step"]):
             s = int(rec["step"])
-            if s <= self.step:
+            if s <= job.step:
                 continue  # sent again by a new leader
-            while self.step < s - 1:  # steps whose records died with a leader: counted, loss unknown
-                self._log_step({"step": self.step + 1, "k": rec["k"], "loss": float("nan"), "samples": 0,
+            while job.step < s - 1:  # steps whose records died with a leader: counted, loss unknown
+                self._log_step({"step": job.step + 1, "k": rec["k"], "loss": float("nan"), "samples": 0,
                                 "epoch": rec["epoch"], "pos": rec["pos"], "unreported": True,
-                                "strategy": rec.get("strategy", self.sync)})
+                                "strategy": rec.get("strategy", job.sync)})
             # every record taken from the store is logged, whatever a policy decides meanwhile:
             # these steps are committed (a record dropped here would come back as a gap)
             self._log_step(rec)
@@ -391,63 +395,65 @@ class CollectiveController(JobController):
 
     def _log_step(self, rec: dict[str, Any]) -> None:
         """One committed step (the members' record): time, counters, event, evaluation, policies, checkpoint."""
+        job = self.job
         k = int(rec["k"])
         if self._draws and self._draws[0][0] == k:
             d = self._draws.pop(0)[1]
         else:  # not the membership the draws were made for: draw afresh
             self._draws.clear()
-            d = self._draw_round(k, rec.get("strategy", self.sync))
-        self._step_end = max(self._step_end, self.T) + d
-        self._drain_market(self._step_end)  # notices inside the step (the lease ends before a revocation or join)
-        self.clock.advance_to(self._step_end)
-        self.step = int(rec["step"])
+            d = self._draw_round(k, rec.get("strategy", job.sync))
+        self._step_end = max(self._step_end, job.T) + d
+        job.drain_market(self._step_end)  # notices inside the step (the lease ends before a revocation or join)
+        job.clock.advance_to(self._step_end)
+        job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
-        self.counters.samples += samples
-        self._cum_samples[self.step] = int(self.counters.samples)
-        self.cursor.epoch, self.cursor.pos = int(rec["epoch"]), int(rec["pos"])
+        job.counters.samples += samples
+        self._cum_samples[job.step] = int(job.counters.samples)
+        self._cursor.epoch, self._cursor.pos = int(rec["epoch"]), int(rec["pos"])
         loss = float(rec["loss"])
-        duration = self.T - self.last_commit_T
-        self.last_commit_T = self.T
+        duration = job.T - job.last_commit_T
+        job.last_commit_T = job.T
         if math.isfinite(loss):
-            self.last_loss = loss
-            self.ema_loss = loss if self.ema_loss is None else 0.9 * self.ema_loss + 0.1 * loss
-        per = self.local_steps if rec.get("strategy", self.sync) == "sma" else 1
-        self.loss_history.append((self.step, self.T, loss, k, per))  # type: ignore[arg-type]
+            job.last_loss = loss
+            job.ema_loss = loss if job.ema_loss is None else 0.9 * job.ema_loss + 0.1 * loss
+        per = self.local_steps if rec.get("strategy", job.sync) == "sma" else 1
+        job.loss_history.append((job.step, job.T, loss, k, per))  # type: ignore[arg-type]
         if rec.get("first_of_gen") and self._join_started:
             for w in [w for w in self._join_started if w in self.gen_members]:
                 self._join_ms.append(max(0.0, 1000.0 * (float(rec["wall"]) - self._join_started.pop(w))))
         recovery_ms = None
         if rec.get("first_of_gen") and self._kill_time is not None:
             recovery_ms = max(0.0, 1000.0 * (float(rec["wall"]) - self._kill_time))
-            self.counters.recoveries_ms.append(recovery_ms)
+            job.counters.recoveries_ms.append(recovery_ms)
             self._kill_time = None
-        self._emit_prices()
-        self.log.emit("step", step=self.step, loss=loss if math.isfinite(loss) else None, active=len(self.members),
-                      lr=self.lr, sync=rec.get("strategy", self.sync), duration=duration, cost=self.cost_so_far(),
-                      epoch=self.cursor.epoch, pos=self.cursor.pos, retries=0, contributions=k, lost=0, staleness=0,
+        job.accounting.emit_prices()
+        job.log.emit("step", step=job.step, loss=loss if math.isfinite(loss) else None, active=len(job.members),
+                      lr=job.lr, sync=rec.get("strategy", job.sync), duration=duration, cost=job.cost_so_far(),
+                      epoch=self._cursor.epoch, pos=self._cursor.pos, retries=0, contributions=k, lost=0, staleness=0,
                       recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
                       **({"timing": rec["timing"]} if rec.get("timing") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
-        self.lost_since_commit = 0
-        self._commits += 1
+        job.lost_since_commit = 0
+        job._commits += 1
         ev = rec.get("eval")
         if ev:
-            self.last_eval = {kk: float(v) for kk, v in ev.items()}
-            name = self.state.metric_name
-            self.log.emit("eval", step=self.step, loss=self.last_eval.get("loss"), metric_name=name,
-                          metric=None if name is None else self.last_eval.get(name))
-        self._adopt_replica_at(self.step)
-        self._apply_policies()
-        self._after_commit()
+            job.last_eval = {kk: float(v) for kk, v in ev.items()}
+            name = job.state.metric_name
+            job.log.emit("eval", step=job.step, loss=job.last_eval.get("loss"), metric_name=name,
+                          metric=None if name is None else job.last_eval.get(name))
+        self._adopt_replica_at(job.step)
+        job.apply_policies()
+        job.after_commit()
 
     def _adopt_replica_at(self, step: int) -> bool:
         """Take the members' replica of ``step`` as the controller's copy, if one arrived."""
+        job = self.job
         for s in [s for s in self._replicas if s < step]:
             del self._replicas[s]
         got = self._replicas.pop(step, None)
         if got is None:
             return False
-        self.params = got[1]
+        job.params = got[1]
         self.replica_step = step
         self._replica_pos = (int(got[0]["epoch"]), int(got[0]["pos"]))
         for s in [s for s in self._cum_samples if s < step]:
@@ -460,18 +466,19 @@ class CollectiveController(JobController):
         Called while the members wait at the lease (every record logged): the leader answers the
         request with its replica of exactly this step.
         """
-        if self.replica_step == self.step or self._adopt_replica_at(self.step):
+        job = self.job
+        if self.replica_step == job.step or self._adopt_replica_at(job.step):
             return True
-        if not self.gen_members or self._dirty or self.plane.lease > self.step:
+        if not self.gen_members or self._dirty or self.ctl.lease > job.step:
             return False
-        self.plane.request_replica()
+        self.ctl.request_replica()
         deadline = time.monotonic() + REPLICA_WAIT_S
         while time.monotonic() < deadline:
-            for head, params in self.plane.pop_replicas():
+            for head, params in self.ctl.pop_replicas():
                 self._replicas[int(head["step"])] = (head, params)
-            if self._adopt_replica_at(self.step):
+            if self._adopt_replica_at(job.step):
                 return True
-            if self.plane.failed(self.gen) is not None:
+            if self.ctl.failed(self.gen) is not None:
                 return False
             time.sleep(POLL_S)
         return False
@@ -479,19 +486,20 @@ class CollectiveController(JobController):
     # ================================================================== regroup
     def _regroup(self) -> None:
         """End the current generation and form the next (module docstring)."""
+        job = self.job
         t0 = time.perf_counter()
         t_alive = t0
         why = self._why
         self._dirty = False
-        survivors = [w for w in self.gen_members if w in self.members]
+        survivors = [w for w in self.gen_members if w in job.members]
         alive: dict[int, int] = {}
         if self.gen >= 0:
-            self.plane.fail(self.gen, why)
-            alive = self.plane.alive(self.gen, survivors, self.plane.timeout_s + 2.0)
+            self.ctl.fail(self.gen, why)
+            alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0)
             t_alive = time.perf_counter()
             for w in survivors:
                 if w not in alive:
-                    self._drop_member(w, "node-lost")  # frozen or dead: it did not answer
+                    job.drop_member(w, "node-lost")  # frozen or dead: it did not answer
             self._dirty = False
             self._take_records()
         # the members holding a committed state: a joiner whose first generation never formed
@@ -501,44 +509,44 @@ class CollectiveController(JobController):
             # AD-PSGD: the steps up to the barrier the survivors go back to are committed now
             # (before membership is read: logging them may apply the market's notices)
             self._settle_partial(max(holding.values()))
-        if not self.members:
+        if not job.members:
             self.gen_members = []
             return
         source = -1
         if holding:
             top = max(holding.values())
             source = min(w for w, s in holding.items() if s == top)
-        elif self.gen >= 0 and self.step > self.replica_step:
+        elif self.gen >= 0 and job.step > self.replica_step:
             self._rollback()
-        members = sorted(self.members)
+        members = sorted(job.members)
         self.gen += 1
         for w in members:
             if w not in alive:  # a joiner (or every member, after a total loss)
-                self.runs[w] = self.plane.start(self.members[w], w, self.gen, self.faults.pop(w, None))
+                self.runs[w] = self.ctl.start(job.members[w], w, self.gen, self.faults.pop(w, None))
         init = None
         if source < 0:
-            init = ({"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos}, self.params)
-        ck = self.spec.outputs.checkpoint_every or 0
+            init = ({"step": job.step, "epoch": self._cursor.epoch, "pos": self._cursor.pos}, job.params)
+        ck = job.spec.outputs.checkpoint_every or 0
         rep = self.replica_every if not ck else math.gcd(self.replica_every, ck)
-        committed = max(holding.values()) if holding else self.step
+        committed = max(holding.values()) if holding else job.step
         k_old = len(self._plan.members) if self._plan is not None else len(members)
-        self._step_end = max(self._step_end, self.T)
+        self._step_end = max(self._step_end, job.T)
         # steps the old generation committed whose records are still to come, then the new
         # generation's: the members start on the next lease at once (no round trip after forming)
-        old_sync = self._plan.strategy if self._plan is not None else self.sync
-        self._draws = [(k_old, self._draw_round(k_old, old_sync)) for _ in range(max(0, committed - self.step))]
+        old_sync = self._plan.strategy if self._plan is not None else job.sync
+        self._draws = [(k_old, self._draw_round(k_old, old_sync)) for _ in range(max(0, committed - job.step))]
         lease = max(committed, self._lease_for(len(members)))
         transfer = source < 0 or any(w not in holding or holding[w] != committed for w in members)
         gossip = self._plan is not None and self._plan.strategy == "adpsgd" and source >= 0
-        plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=self.sync,
-                    local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step,
-                    eval_every=int(self.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
+        plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=job.sync,
+                    local_steps=self.local_steps, lr=float(job.lr), batch=job.batch, logged=job.step,
+                    eval_every=int(job.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
                     lease=lease, transfer=transfer, reconcile="snapshot" if gossip else "roll-forward",
                     rollback_to=committed if gossip else 0)
-        self.plane.reset_lease(lease)
-        self.plane.announce(plan, init)
+        self.ctl.reset_lease(lease)
+        self.ctl.announce(plan, init)
         t_announce = time.perf_counter()
-        if not self.plane.formed(self.gen, len(members), self.plane.timeout_s + 2.0):
+        if not self.ctl.formed(self.gen, len(members), self.ctl.timeout_s + 2.0):
             self._mark(f"generation {self.gen} did not form")
         t_formed = time.perf_counter()
         self._plan = plan
@@ -546,9 +554,9 @@ class CollectiveController(JobController):
         self.regroups += 1
         ms = 1000.0 * (time.perf_counter() - t0)
         self._regroup_ms.append(ms)
-        self.log.emit("regroup", gen=self.gen, members=members, source=source, survivors=sorted(holding),
+        job.log.emit("regroup", gen=self.gen, members=members, source=source, survivors=sorted(holding),
                       joiners=[w for w in members if w not in holding], committed=committed,
-                      reason=why, ms=ms, sync=self.sync,
+                      reason=why, ms=ms, sync=job.sync,
                       alive_ms=1000.0 * (t_alive - t0) if self.gen > 0 and alive else None,
                       form_ms=1000.0 * (t_formed - t_announce))
 
@@ -556,44 +564,35 @@ class CollectiveController(JobController):
         """AD-PSGD regroup: the steps up to the barrier the survivors go back to are committed (every
         member computed them), with the records that arrived; the steps after it are redone."""
         self._take_records()
-        settled = [self._combine(parts, partial=True) for s, parts in sorted(self._partial.items()) if s <= committed]
-        self._partial.clear()
+        settled = self._gossip.settle(committed)
         dirty, self._dirty = self._dirty, False  # log them all, whatever the policies say meanwhile
         self._log_records(settled)
         self._dirty = self._dirty or dirty
 
     def _rollback(self) -> None:
         """Every member was lost at once: continue from the controller's newest replica (logged)."""
-        lost = self.step - self.replica_step
+        job = self.job
+        lost = job.step - self.replica_step
         samples = self._cum_samples.get(self.replica_step)
-        self.log.emit("rollback", from_step=self.step, to_step=self.replica_step, lost_steps=lost,
+        job.log.emit("rollback", from_step=job.step, to_step=self.replica_step, lost_steps=lost,
                       reason="every member was lost at once; the steps after the newest replica are redone")
         self.rolled_back_steps += lost
-        self._partial.clear()
+        self._gossip.clear()
         if samples is not None:
-            self.counters.samples = samples
-        self.step = self.replica_step
-        self.loss_history[:] = [r for r in self.loss_history if r[0] <= self.step]
-        self.cursor.epoch, self.cursor.pos = self._replica_pos
+            job.counters.samples = samples
+        job.step = self.replica_step
+        job.loss_history[:] = [r for r in job.loss_history if r[0] <= job.step]
+        self._cursor.epoch, self._cursor.pos = self._replica_pos
 
-    # ================================================================== checkpoints and the end
-    def _checkpoint(self, why: str) -> None:
-        """A checkpoint of the current step, from the members' replica of it; if none is here yet (a
-        notice or a policy between two leases), it is taken at the next lease."""
-        if not self._sync_replica():
-            self._pending_ckpt = why
-            return
-        self._pending_ckpt = None
-        self.sampler = EpochSampler.from_state(self.cursor.sampler_state())
-        super()._checkpoint(why)
-
-    def _stop_members(self) -> None:
+    # ================================================================== the end
+    def stop(self) -> None:
         """End the last generation: the leader sends its last records and replica, and every member leaves."""
+        job = self.job
         if self.gen < 0 or not self.gen_members:
             return
-        survivors = [w for w in self.gen_members if w in self.members]
-        self.plane.fail(self.gen, "stop")
-        alive = self.plane.alive(self.gen, survivors, self.plane.timeout_s + 2.0)
+        survivors = [w for w in self.gen_members if w in job.members]
+        self.ctl.fail(self.gen, "stop")
+        alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0)
         # only members holding a committed state count (see _regroup); without one there is
         # nothing to collect: the shutdown ends the processes
         alive = {w: s for w, s in alive.items() if s >= 0}
@@ -605,39 +604,14 @@ class CollectiveController(JobController):
         if gossip:
             self._settle_partial(top)
         self.gen += 1
-        plan = Plan(gen=self.gen, members=tuple(sorted(alive)), source=source, strategy=self.sync,
-                    local_steps=self.local_steps, lr=float(self.lr), batch=self.batch, logged=self.step, stop=True,
+        plan = Plan(gen=self.gen, members=tuple(sorted(alive)), source=source, strategy=job.sync,
+                    local_steps=self.local_steps, lr=float(job.lr), batch=job.batch, logged=job.step, stop=True,
                     reconcile="snapshot" if gossip else "roll-forward", rollback_to=top if gossip else 0)
-        self.plane.announce(plan)
+        self.ctl.announce(plan)
         self.gen_members = []
         deadline = time.monotonic() + REPLICA_WAIT_S
         while time.monotonic() < deadline:
             self._take_records()
-            if self.step >= top and (self._adopt_replica_at(self.step) or self.replica_step == self.step):
+            if job.step >= top and (self._adopt_replica_at(job.step) or self.replica_step == job.step):
                 break
             time.sleep(POLL_S)
-
-    def _finish(self) -> RunSummary:
-        self.sampler = EpochSampler.from_state(self.cursor.sampler_state())
-        summary = super()._finish()
-        return summary
-
-    def _shutdown(self) -> None:
-        try:
-            super()._shutdown()
-        finally:
-            self.runs.clear()
-            self.plane.close()
-
-    def _summary_extra(self) -> dict[str, Any]:
-        j = self._join_ms
-        return {"data_plane": "collective", "regroups": self.regroups, "rolled_back_steps": self.rolled_back_steps,
-                "regroup_ms_median": float(np.median(self._regroup_ms)) if self._regroup_ms else None,
-                # capacity available -> the first step the joiner contributed to (wall, members' clock)
-                "join_ms": {"count": len(j), "median": float(np.median(j)) if j else None,
-                            "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None}}
-
-
-def controller_class(spec: JobSpec) -> type[JobController]:
-    """The controller of ``spec``'s data plane: :class:`CollectiveController` or :class:`JobController`."""
-    return CollectiveController if spec.cluster.data_plane == "collective" else JobController
