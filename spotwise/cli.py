@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import json
 import os
 import sys
 import traceback

@@ -16,11 +16,13 @@ its ``self``):
 * ``checkpointer`` -- :class:`~spotwise.control.checkpointing.Checkpointer`: checkpoints, resume;
 * ``market_actions`` -- :class:`~spotwise.control.market_actions.MarketActions`: market switches
   and migrations with their restart window;
+* ``outage`` -- :class:`~spotwise.control.outage.OutageWait`: waiting without workers, policies
+  consulted meanwhile;
 * ``provider`` (capacity: :mod:`spotwise.capacity`), ``compute`` (member processes), ``clock``
   (virtual or wall) and ``state`` (the model), injected or built from the spec.
 
-Whether a market allows progress at all is :mod:`spotwise.control.progress`'s.  A run on a real
-Ray cluster differs only by what is injected (:func:`spotwise.capacity.cluster.cluster_controller`).
+A run on a real Ray cluster differs only by what is injected
+(:func:`spotwise.capacity.cluster.cluster_controller`).
 
 **Atomic commit** (``papers/001_30a454edd897cf47.txt`` Sec. 3.2): the update is applied in one
 place, whole.  In the barrier modes a revocation of a worker whose gradient the step needs aborts
@@ -31,11 +33,9 @@ is a new actor given the current parameters (Spotnik's in-place membership chang
 **Data.** :class:`~spotwise.control.sampler.EpochSampler` guarantees that within an epoch every
 sample contributes to exactly one committed step, whatever the revocations.
 
-**Member processes.** The controller never calls Ray itself: worker processes and their calls belong
-to a :class:`~spotwise.planes.ps.compute.Compute` (Ray actors by default; in-process workers with
-:class:`~spotwise.planes.ps.compute.LocalCompute`, which runs this whole control logic without Ray),
-and capacity to a :class:`~spotwise.capacity.provider.Provider` with explicit capabilities (bids,
-per-iteration revocations, the market state a checkpoint keeps).
+**Member processes.** The controller never calls Ray itself: processes belong to a
+:class:`~spotwise.planes.ps.compute.Compute` (Ray actors, or in-process with ``LocalCompute``),
+capacity to a :class:`~spotwise.capacity.provider.Provider` with explicit capabilities.
 
 **Checkpoints** every ``outputs.checkpoint_every`` steps and on every revocation notice; a killed
 controller resumes from the newest valid checkpoint (``spotwise run --resume OUT``), so a loss of
@@ -61,11 +61,13 @@ from spotwise.control.checkpointing import Checkpointer
 from spotwise.control.clock import Clock, VirtualClock
 from spotwise.control.dataplane import DataPlane
 from spotwise.control.market_actions import DEFAULT_RESTART_S, MarketActions
+from spotwise.control.outage import OutageWait
 from spotwise.control.progress import NoProgressError, check_progress_possible, progress_fix
 from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.state import TorchState, TrainingState
+from spotwise.control.summary import run_summary
 from spotwise.control.sync import SyncStrategy
 from spotwise.events import EventLog, RunSummary, write_summary
 from spotwise.market.billing import Ledger
@@ -77,9 +79,6 @@ from spotwise.policies.base import Checkpoint as CheckpointDecision
 from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket, consult
 from spotwise.theory.runtime import MiniBatchTimeLaw
 from spotwise.workloads.registry import make_workload
-
-#: seconds between two consultations of the policies while no worker computes (an outage)
-IDLE_DECISION_S = 60.0
 
 
 def plane_for(spec: JobSpec) -> DataPlane:
@@ -148,10 +147,6 @@ class JobController:
         self.worker_market = worker_market
         #: seconds a market switch or migration costs before the new workers compute (billed)
         self.restart_s = DEFAULT_RESTART_S if restart_s is None else float(restart_s)
-        #: while no worker computes, the policies are consulted at least this often (virtual or
-        #: wall seconds): the executor's decision gap that a deadline guard adds to its margin
-        self.idle_decision_s = IDLE_DECISION_S
-        self._next_idle_decision = -math.inf
         if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
             raise ValueError(f"restart_s must be a finite number of seconds >= 0, got {restart_s!r}")
         #: the region (or zone) the job runs in; a migration changes it
@@ -211,12 +206,11 @@ class JobController:
         #: wall time of the latest revocation while others survived (recovery latency), else None
         self.kill_wall: float | None = None
         self.status = "running"
-        #: clock time at which the fleet became empty (an idle period in progress), else None
-        self._idle_since: float | None = None
         self.wall0 = time.perf_counter()
         self.accounting = Accounting(self)
         self.checkpointer = Checkpointer(self)
         self.market_actions = MarketActions(self)
+        self.outage = OutageWait(self)
         self.log: EventLog
         self.plane.attach(self)
         if resume:
@@ -382,7 +376,8 @@ class JobController:
         return self.accounting.on_demand_estimate()
 
     # ================================================================== the loop
-    def _done(self) -> bool:
+    def done(self) -> bool:
+        """Whether the job is over (target, budget, horizon, a stop); sets :attr:`status`."""
         if self.status == "no-progress":
             return True
         tgt = self.spec.target
@@ -409,10 +404,10 @@ class JobController:
     def run(self) -> RunSummary:
         """Run the job to its target (or budget, horizon, stop); the summary is also written to the run directory."""
         try:
-            while not self._done():
+            while not self.done():
                 self.plane.before_tick()
                 if not self.members:
-                    if not self._idle():
+                    if not self.outage.wait():
                         self.status = "no-capacity"
                         break
                     continue
@@ -425,55 +420,6 @@ class JobController:
             return summary
         finally:
             self._shutdown()
-    def _idle(self) -> bool:
-        """No active worker: let time pass until capacity returns (billed: the coordinator).
-
-        Virtual time jumps to the next scheduled capacity change (or one iteration of a
-        per-iteration market); requested capacity (a real cluster) is polled for up to the
-        provider's ``capacity_timeout_s``.  False when no capacity can come.  The idle period is
-        logged (``idle``, ``t`` = its end) once workers are back or the wait is given up.
-        """
-        if self._idle_since is None:
-            self._idle_since = self.T
-        if self.policies and self.T >= self._next_idle_decision:
-            # a policy may act on the outage (a deadline guard switches to on-demand, a migration
-            # moves the job): consulted at least every idle_decision_s while no worker computes
-            self._next_idle_decision = self.T + self.idle_decision_s
-            self.apply_policies()
-            if self.members:
-                self._end_idle()
-                return True
-        if self.provider.iteration_driven:
-            self.clock.advance(self.mean_step_s)
-            self.iteration_market()
-        else:
-            t = self.provider.peek_time()
-            # virtual time jumps to the next capacity change, but no further than the next idle
-            # decision while policies could act (and, with no capacity in sight, up to the horizon)
-            cap = self._next_idle_decision if (self.policies and not self.clock.measured) else math.inf
-            if t is not None and t < self.market.horizon_s and t <= cap:
-                self.drain_market(t)
-            elif cap < self.market.horizon_s:
-                self.clock.advance_to(cap)
-                self.accounting.emit_prices()
-            elif self.provider.requests_capacity and self.T - self._idle_since < self.provider.capacity_timeout_s:
-                self.poll_joins(timeout=0.25)
-            else:
-                self._end_idle()
-                return False
-        if self.members:
-            self._end_idle()
-        return True
-
-    def _end_idle(self) -> None:
-        """Close the idle period in progress (if any): count it and log it."""
-        if self._idle_since is None:
-            return
-        start, self._idle_since = self._idle_since, None
-        if self.T > start:
-            self.counters.idle_s += self.T - start
-            self.log.emit("idle", start=start, duration=self.T - start)  # t = when the idle period ends
-
 
     # ================================================================== steps
     def committed(self) -> None:
@@ -534,7 +480,7 @@ class JobController:
             spot_available=self.provider.spot_available(self.T), step_s=step_s, restart_s=self.restart_s,
             place=(self.region or self.market.instance.region or "", self.market.instance.name),
             on_demand_price=self.market.instance.on_demand_per_hour,
-            next_decision_s=self.idle_decision_s if not self.members else step_s,
+            next_decision_s=self.outage.decision_s if not self.members else step_s,
             # shared, not copied (a copy per step would cost O(steps) each); policies only read it
             extra={"loss_history": self.loss_history, "last_resize_t": self.last_resize_t,
                    "last_switch_t": self.last_switch_t},
@@ -625,7 +571,7 @@ class JobController:
     # ================================================================== the end
     def _finish(self) -> RunSummary:
         self.plane.before_finish()
-        self._end_idle()
+        self.outage.end()
         if self.step > self.checkpointer.last_step:
             self.checkpointer.take_quiet()  # before the ledger closes: it holds the open intervals
         for w in sorted(self.members):
@@ -636,31 +582,7 @@ class JobController:
         self.log.emit("cost", total=cost["total"], breakdown=cost)
         self.log.emit("end", status=self.status)
         self.log.close()
-        rec = self.counters.recoveries_ms
-        extra: dict[str, Any] = {
-            "deadline_s": self.spec.deadline_s,
-            # an unfinished run has not met its deadline, however early it stopped (issue 7 item 9)
-            "deadline_met": None if self.spec.deadline_s is None else (
-                self.status == "completed" and self.T <= self.spec.deadline_s),
-            "idle_s": self.counters.idle_s, "notices": self.counters.notices, "aborted_steps": self.counters.aborted_steps,
-            "checkpoints": self.counters.checkpoints, "epochs": self.sampler.epoch, "stop_message": self.stop_message, "samples": self.counters.samples,
-            "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
-                            "p99": float(np.percentile(rec, 99)) if rec else None},
-            "on_demand": self.on_demand_estimate() if self.step else None,
-            "final_eval": final_eval, "instance": self.market.instance.name, "sync": self.sync, "lr": self.lr,
-            # gradient payload bytes received from workers (sparse updates for sparse workloads)
-            # and what dense float32 vectors would have cost (issue 9)
-            "grad_bytes": int(self.counters.grad_bytes), "grad_bytes_dense": int(self.counters.grad_bytes_dense),
-            **self.plane.summary_extra(),
-        }
-        summary = RunSummary(
-            mode=self.mode, status=self.status, steps=self.step, final_loss=final_eval.get("loss", self.last_loss),
-            final_metric=None if self.state.metric_name is None else final_eval.get(self.state.metric_name),
-            metric_name=self.state.metric_name,
-            wall_s=time.perf_counter() - self.wall0, virtual_s=self.T, cost_usd=cost["total"], cost_breakdown=cost,
-            revocations=self.counters.revocations, joins=self.counters.joins, decisions=self.counters.decisions,
-            spec=self.spec.to_dict(), plan=None, extra=extra,
-        )
+        summary = run_summary(self, final_eval, cost)
         write_summary(self.out, summary)
         return summary
 

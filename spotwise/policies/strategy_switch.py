@@ -35,7 +35,6 @@ the way back (after the last strategy, the first).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 

@@ -13,7 +13,12 @@ densifying, and :func:`apply_sparse_sgd` applies such parts.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:  # type only: the serverless plane imports this module
+    from spotwise.planes.serverless.significance import SparseUpdate
 
 
 def _params(model: torch.nn.Module) -> list[torch.nn.Parameter]:

@@ -53,10 +53,11 @@ from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
-from spotwise.planes.collective.member import BARRIER_EVERY, NO_LIMIT, Plan
+from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl
 from spotwise.planes.collective.records import GossipRecords
 from spotwise.planes.collective.replica import DataCursor
+from spotwise.planes.collective.round_time import draw_round
 from spotwise.planes.ps.compute import Compute
 from spotwise.planes.ps.worker import worker_args_for
 from spotwise.policies.base import Decision, Policy, SwitchSync
@@ -217,32 +218,9 @@ class CollectivePlane:
 
     # ================================================================== round time
     def _draw_round(self, k: int, strategy: str) -> float:
-        """Virtual seconds of one committed step with ``k`` members (module docstring).
-
-        AD-PSGD: each member waits only for its partner of the step; over the ``BARRIER_EVERY``
-        steps between two barriers a member's time is the sum of its pairs' slower mini-batches
-        (plus ``Delta`` per exchange), and the barrier waits for the slowest member: a step is that
-        window's time over its steps.
-        """
+        """Virtual seconds of one committed step with ``k`` members (:func:`draw_round`)."""
         job = self.job
-        if strategy == "adpsgd":
-            if k < 2:
-                return float(job.time_law.draw(job.dur_rng)) + job.commit_overhead_s
-            draws = job.time_law.draw(job.dur_rng, (BARRIER_EVERY, k))
-            per_member = np.zeros(k)
-            for h in range(BARRIER_EVERY):
-                perm = job.dur_rng.permutation(k)
-                pair = np.empty(k)
-                for i in range(0, k - 1, 2):
-                    a, b = perm[i], perm[i + 1]
-                    pair[a] = pair[b] = max(draws[h, a], draws[h, b])
-                if k % 2:
-                    pair[perm[-1]] = draws[h, perm[-1]]
-                per_member += pair
-            return float(per_member.max()) / BARRIER_EVERY + job.commit_overhead_s
-        per = self.local_steps if strategy == "sma" else 1
-        draws = job.time_law.draw(job.dur_rng, (k, per))
-        return float(np.max(np.sum(draws, axis=1))) + job.commit_overhead_s
+        return draw_round(job.time_law, job.dur_rng, k, strategy, self.local_steps, job.commit_overhead_s)
 
     def _next_draw(self, i: int, k: int) -> float:
         while len(self._draws) <= i:
@@ -341,7 +319,7 @@ class CollectivePlane:
         next_dead_check = 0.0
         while job.step < until and not self._dirty:
             if self._take_records():
-                if job._done():
+                if job.done():
                     return
                 continue
             why = self.ctl.failed(self.gen)
