@@ -57,7 +57,7 @@ def write(tmp_path: Path, d: dict, name: str = "spec.yaml") -> Path:
 
 # ------------------------------------------------------------------------------------ the model
 def test_lease_fraction_is_the_runtimes() -> None:
-    from spotwise.planes.serverless.supervisor import LEASE_FRACTION
+    from spotwise.planes.serverless.plane import LEASE_FRACTION
 
     assert sv.LEASE_FRACTION == LEASE_FRACTION
 

@@ -160,7 +160,7 @@ def test_a_restarted_private_redis_never_sends_the_password_to_whoever_took_its_
 
     from spotwise.config import spec_from_dict
     from spotwise.planes.serverless.store import RedisServer
-    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
+    from spotwise.planes.serverless.runner import serverless_controller
 
     spec = spec_from_dict({"name": "squat", "workload": PMF, "target": {"iterations": 14},
                            "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
@@ -178,7 +178,7 @@ def test_a_restarted_private_redis_never_sends_the_password_to_whoever_took_its_
                 squatters.append(RecordingServer(lambda seen: b"-ERR unknown command\r\n", port=port))
 
     try:
-        sup = ServerlessSupervisor(spec, tmp_path / "r", redis_server=srv, progress=progress, heartbeat_timeout_s=6.0)
+        sup = serverless_controller(spec, tmp_path / "r", redis_server=srv, progress=progress, heartbeat_timeout_s=6.0)
         s = sup.run()
     finally:
         for sq in squatters:
@@ -189,7 +189,7 @@ def test_a_restarted_private_redis_never_sends_the_password_to_whoever_took_its_
     assert s.status == "completed" and s.steps == 14 and s.extra["store_reseeds"] >= 1
     from test_serverless import sgd_reference
 
-    assert np.allclose(sup.x, sgd_reference(spec, 14), rtol=1e-4, atol=1e-5)
+    assert np.allclose(sup.params, sgd_reference(spec, 14), rtol=1e-4, atol=1e-5)
     assert not srv.dir.exists()
 
 
@@ -240,7 +240,7 @@ def test_the_redis_password_is_in_no_file_others_can_read(tmp_path, own):
     private folder) nor any command line holds the Redis password readable by others."""
     from spotwise.config import spec_from_dict
     from spotwise.planes.serverless.store import RedisServer
-    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
+    from spotwise.planes.serverless.runner import serverless_controller
 
     spec = spec_from_dict({"name": "secret", "workload": PMF, "target": {"iterations": 8},
                            "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
@@ -260,7 +260,7 @@ def test_the_redis_password_is_in_no_file_others_can_read(tmp_path, own):
 
     try:
         kw = {"redis_server": srv} if own else {"redis_url": srv.url}
-        s = ServerlessSupervisor(spec, out, progress=progress, heartbeat_timeout_s=6.0, **kw).run()
+        s = serverless_controller(spec, out, progress=progress, heartbeat_timeout_s=6.0, **kw).run()
         after = _exposed(secret, _scan_roots(out))
     finally:
         srv.stop()

@@ -10,7 +10,7 @@ on on-demand workers.  It reads the job (clock, market, event log) and never cha
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -21,8 +21,32 @@ if TYPE_CHECKING:  # type only: the controller holds this component
     from spotwise.control.controller import JobController
 
 
+class Billing(Protocol):
+    """What the controller asks of its money component: :class:`Accounting` (instances billed by
+    the hour on their market) or the serverless plane's
+    :class:`~spotwise.planes.serverless.accounting.FunctionAccounting` (functions billed per
+    request and GB-second).  A data plane says which (:meth:`DataPlane.make_accounting`)."""
+
+    ledger: Ledger
+    #: clock time up to which ``price`` events were logged
+    last_price_T: float
+
+    def start_coordinator(self, t: float) -> None: ...
+    def emit_prices(self) -> None: ...
+    def worker_price(self, market: str | None = None) -> Any: ...
+    def member_started(self, w: int, t: float, reopen: dict[str, Any] | None) -> None: ...
+    def member_stopped(self, w: int, t: float, reason: str) -> None: ...
+    def cost_so_far(self) -> float: ...
+    def cost_breakdown(self, final: bool) -> dict[str, Any]: ...
+    def ledger_state(self) -> dict[str, Any]: ...
+    def restore(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]: ...
+    def settle_gone(self, entries: dict[str, dict[str, Any]]) -> int: ...
+    def on_demand_estimate(self) -> dict[str, Any] | None: ...
+    def close(self, t: float, members: list[int]) -> None: ...
+
+
 class Accounting:
-    """Prices, billing and cost of one job (see the module docstring)."""
+    """Prices, billing and cost of one job on instances (see the module docstring)."""
 
     def __init__(self, job: "JobController") -> None:
         self.job = job
@@ -51,6 +75,43 @@ class Accounting:
     def start_coordinator(self, t: float) -> None:
         """The coordinator (on-demand, the controller's own machine) is billed from ``t``."""
         self.ledger.start("coordinator", t, self.job.market.coordinator, category="coordinator", market="on_demand")
+
+    def member_started(self, w: int, t: float, reopen: dict[str, Any] | None) -> None:
+        """Worker ``w`` is billed from ``t`` on the market in force (``reopen``: its interval from a
+        checkpoint, continued -- a resume charges no second minimum)."""
+        if reopen is not None:
+            self.ledger.reopen(reopen, self.worker_price(str(reopen.get("market", self.job.worker_market))))
+        else:
+            self.ledger.start(f"worker-{w}", t, self.worker_price(), category="worker", market=self.job.worker_market)
+
+    def member_stopped(self, w: int, t: float, reason: str) -> None:
+        """Worker ``w``'s billing stops at ``t`` (revoked by the market or a node loss, else released)."""
+        self.ledger.stop(f"worker-{w}", t, reason="revoked" if reason in ("market", "node-lost") else "released")
+
+    def restore(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """A checkpoint's money: what it had spent is carried, its open intervals reopened (returned
+        by instance id for the members that come back); prices are logged again from ``T``."""
+        self.carried_cost = state["cost"]
+        entries = self.reopen_ledger(state)
+        self.last_price_T = self.job.T - 1e-9
+        return entries
+
+    def settle_gone(self, entries: dict[str, dict[str, Any]]) -> int:
+        """Workers that were running at the checkpoint but whose capacity is gone at ``T`` (their
+        revocation fell on the checkpoint's instant): billed up to ``T``, as without the restart;
+        returns how many."""
+        job = self.job
+        for iid, entry in sorted(entries.items()):
+            self.ledger.reopen(entry, self.worker_price(str(entry.get("market", job.worker_market))))
+            self.ledger.stop(iid, job.T, reason="revoked")
+            job.log.emit("revoke", worker=int(iid.split("-")[-1]), reason="market", active=len(job.members))
+        return len(entries)
+
+    def close(self, t: float, members: list[int]) -> None:
+        """The end: every member's billing stops at ``t`` and the ledger closes (the coordinator's too)."""
+        for w in members:
+            self.ledger.stop(f"worker-{w}", t, reason="finished")
+        self.ledger.close(t)
 
     def reopen_ledger(self, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Continue the checkpoint's billing: settled money carried, open intervals reopened.

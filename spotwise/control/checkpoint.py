@@ -52,8 +52,8 @@ CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
 #: Keys every checkpoint state written by the coordinator carries (format 1).
 REQUIRED_KEYS = ("format", "step", "params", "lr", "T", "sampler", "dur_rng", "iter_rng", "available",
                  "provisioned", "sync", "sync_n", "ema_loss", "counters", "cost")
-#: the keys of a serverless supervisor's checkpoint (``kind: "serverless"``)
-SERVERLESS_KEYS = ("format", "kind", "step", "params", "lr", "T", "ema_loss", "schedule", "samples", "cost")
+#: the keys a serverless job's checkpoint (``kind: "serverless"``) carries besides those
+SERVERLESS_KEYS = (*REQUIRED_KEYS, "kind", "schedule")
 
 Warn = Callable[[str], None]
 
@@ -278,7 +278,7 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
     """
     if not isinstance(state, dict):
         return f"it holds a {type(state).__name__}, not a checkpoint dictionary"
-    serverless = state.get("kind") == "serverless"  # a serverless supervisor's checkpoint (spotwise.serverless)
+    serverless = state.get("kind") == "serverless"  # a serverless job's checkpoint (spotwise.planes.serverless)
     missing = [k for k in (SERVERLESS_KEYS if serverless else REQUIRED_KEYS) if k not in state]
     if missing:
         return f"it lacks {', '.join(missing)}"
@@ -299,11 +299,8 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
             return f"{key} is {state[key]!r}, not a finite number >= 0"
     if state["ema_loss"] is not None and not _is_number(state["ema_loss"]):
         return f"ema_loss is {state['ema_loss']!r}, not a finite number"
-    if serverless:
-        for key, typ in {"schedule": str, "cost": str, "samples": int}.items():
-            if not isinstance(state[key], typ):
-                return f"{key} is a {type(state[key]).__name__}, not a {typ.__name__}"
-        return None
+    if serverless and not isinstance(state["schedule"], str):
+        return f"schedule is a {type(state['schedule']).__name__}, not a str"
     if isinstance(state["provisioned"], bool) or not isinstance(state["provisioned"], int) or state["provisioned"] < 0:
         return f"provisioned is {state['provisioned']!r}, not a count"
     if state["sync_n"] is not None and (isinstance(state["sync_n"], bool) or not isinstance(state["sync_n"], int)):
@@ -412,3 +409,18 @@ def require_checkpoint(
     if found is None:
         raise no_valid_checkpoint_error(out_dir, rejected)
     return found
+
+
+def refuse_foreign_checkpoint(state: dict[str, Any], plane: str) -> None:
+    """Refuse (InputError, exit 2) a checkpoint written by another kind of job than ``plane``'s.
+
+    Serverless checkpoints carry ``kind: "serverless"``; the instance planes' (``ps``,
+    ``collective``) carry none.  A run directory resumed with a spec of the other kind would
+    otherwise continue on parameters and membership that mean something else.
+    """
+    serverless = state.get("kind") == "serverless"
+    if plane == "serverless" and not serverless:
+        raise InputError("this run directory holds a VM run's checkpoints", "resume it without cluster.kind: serverless")
+    if plane != "serverless" and serverless:
+        raise InputError("this run directory holds a serverless run's checkpoints",
+                         "resume it with its own spec (cluster.kind: serverless)")

@@ -46,7 +46,7 @@ class Checkpointer:
             "place": [job.market.instance.name, job.region], "worker_market": job.worker_market,
             "sync": job.sync, "sync_n": job.sync_n, "ema_loss": job.ema_loss,
             "counters": {k: v for k, v in job.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
-            "ledger": job.accounting.ledger_state(),
+            "ledger": job.accounting.ledger_state(), **job.plane.checkpoint_state(),
         }
         path = save_checkpoint(job.out, job.step, state)
         self.last_step = job.step
@@ -98,24 +98,17 @@ class Checkpointer:
         job.ema_loss = None if state["ema_loss"] is None else float(state["ema_loss"])
         c = state["counters"]
         job.counters = Counters(**{k: v for k, v in c.items() if k != "recoveries_ms"})
+        job.plane.restore_state(state)
         acc = job.accounting
-        acc.carried_cost = state["cost"]
         self.last_step = job.step
         job.log = EventLog(job.out / "events.jsonl", clock=lambda: job.T, resume=True)
         job.log.emit("restore", step=job.step, path=str(path), skipped=skipped)
         job.provider.resume_market(job.T, state)
-        reopen = acc.reopen_ledger(state)
-        acc.last_price_T = job.T - 1e-9
+        reopen = acc.restore(state)
         acc.emit_prices()
         for w in sorted(w for w in job.provider.available_at_start() if w < job.provisioned):
             job.add_member(w, job.provider.acquire(w), reopen=reopen.pop(f"worker-{w}", None))
-        for iid, entry in sorted(reopen.items()):
-            # a worker that was running at the checkpoint but whose capacity is gone at T (its
-            # revocation fell on the checkpoint's instant): billed up to T, as without the restart
-            acc.ledger.reopen(entry, acc.worker_price(str(entry.get("market", job.worker_market))))
-            acc.ledger.stop(iid, job.T, reason="revoked")
-            job.counters.revocations += 1
-            job.log.emit("revoke", worker=int(iid.split("-")[-1]), reason="market", active=len(job.members))
+        job.counters.revocations += acc.settle_gone(reopen)
 
 
 class _NullLog:

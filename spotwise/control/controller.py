@@ -12,7 +12,8 @@ its ``self``):
   sync mode, the atomic commit) or the collective plane
   (:class:`~spotwise.planes.collective.data_plane.CollectivePlane`: leases, regroups, the
   members' records), chosen by ``cluster.data_plane``;
-* ``accounting`` -- :class:`~spotwise.control.accounting.Accounting`: ledger, prices, cost;
+* ``accounting`` -- :class:`~spotwise.control.accounting.Billing`: ledger, prices, cost (instances by
+  the hour, or functions per use: the plane says which);
 * ``checkpointer`` -- :class:`~spotwise.control.checkpointing.Checkpointer`: checkpoints, resume;
 * ``market_actions`` -- :class:`~spotwise.control.market_actions.MarketActions`: market switches
   and migrations with their restart window;
@@ -56,7 +57,7 @@ import numpy as np
 
 from spotwise.capacity.provider import EmulatedProvider, Provider
 from spotwise.config import JobSpec
-from spotwise.control.accounting import Accounting
+from spotwise.control.accounting import Billing
 from spotwise.control.checkpointing import Checkpointer
 from spotwise.control.clock import Clock, VirtualClock
 from spotwise.control.dataplane import DataPlane
@@ -82,7 +83,10 @@ from spotwise.workloads.registry import make_workload
 
 
 def plane_for(spec: JobSpec) -> DataPlane:
-    """The data plane ``spec.cluster.data_plane`` names (a fresh one, not yet attached)."""
+    """The (fresh) data plane ``spec.cluster.data_plane`` names; a serverless job's controller comes
+    from :func:`spotwise.planes.serverless.runner.serverless_controller` (its whole world differs)."""
+    if spec.cluster.kind == "serverless":
+        raise ValueError("a serverless job is built by spotwise.planes.serverless.runner.serverless_controller")
     if spec.cluster.data_plane == "collective":
         from spotwise.planes.collective.data_plane import CollectivePlane
 
@@ -133,6 +137,8 @@ class JobController:
         clock: Clock | None = None,
         restart_s: float | None = None,
     ) -> None:
+        #: wall seconds since the job was made (``summary.wall_s``); the clock starts with it
+        self.wall0 = time.perf_counter()
         #: how time passes: virtual (drawn durations, the default) or measured (a real cluster)
         self.clock: Clock = clock if clock is not None else VirtualClock()
         self.spec = spec
@@ -176,7 +182,7 @@ class JobController:
         if provider is None:  # the market model decides capacity: refuse a hopeless one before any actor starts
             check_progress_possible(spec, self.market)
         #: worker processes and their calls (Ray actors of the plane unless the caller gives another)
-        self.compute: Compute = compute or self.plane.default_compute(spec, standby if provider is None else 0)
+        self.compute: Compute | None = compute or self.plane.default_compute(spec, standby if provider is None else 0)
         self.provider = provider or EmulatedProvider(
             self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, compute=self.compute)
 
@@ -206,8 +212,7 @@ class JobController:
         #: wall time of the latest revocation while others survived (recovery latency), else None
         self.kill_wall: float | None = None
         self.status = "running"
-        self.wall0 = time.perf_counter()
-        self.accounting = Accounting(self)
+        self.accounting: Billing = self.plane.make_accounting(self)
         self.checkpointer = Checkpointer(self)
         self.market_actions = MarketActions(self)
         self.outage = OutageWait(self)
@@ -235,7 +240,8 @@ class JobController:
         (self.out / SPEC_FILE).write_text(json.dumps(self.spec.to_dict(), indent=2) + "\n")
         self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
                             meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
-                                  "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed})
+                                  "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed,
+                                  **self.plane.log_meta()})
         self.accounting.start_coordinator(0.0)
         self.accounting.emit_prices()
         initial = sorted(w for w in self.provider.available_at_start() if w < self.provisioned)
@@ -257,13 +263,10 @@ class JobController:
         continues it -- the same VM in the same virtual timeline -- and it is not a new join);
         ``billed_from``: when its billing began, if before now (it was starting: a restart)."""
         self.members[w] = actor
-        acc = self.accounting
+        self.accounting.member_started(w, self.T if billed_from is None else billed_from, reopen)
         if reopen is not None:
-            acc.ledger.reopen(reopen, acc.worker_price(str(reopen.get("market", self.worker_market))))
             self.log.emit("join", worker=w, active=len(self.members), resumed=True)
         else:
-            acc.ledger.start(f"worker-{w}", self.T if billed_from is None else billed_from, acc.worker_price(),
-                             category="worker", market=self.worker_market)
             self.counters.joins += 1
             self.log.emit("join", worker=w, active=len(self.members))
         self.plane.on_join(w)
@@ -280,7 +283,7 @@ class JobController:
             self.provider.kill(w, actor)
         except Exception:  # already dead (node lost)
             pass
-        self.ledger.stop(f"worker-{w}", self.T, reason="revoked" if reason in ("market", "node-lost") else "released")
+        self.accounting.member_stopped(w, self.T, reason)
         if reason != "released":
             self.counters.revocations += 1
         self.log.emit("revoke", worker=w, reason=reason, active=len(self.members))
@@ -371,14 +374,10 @@ class JobController:
         """Dollars billed so far (earlier sessions of a resumed run included)."""
         return self.accounting.cost_so_far()
 
-    def on_demand_estimate(self) -> dict[str, Any]:
-        """The model estimate of the same work on on-demand workers (:meth:`Accounting.on_demand_estimate`)."""
-        return self.accounting.on_demand_estimate()
-
     # ================================================================== the loop
     def done(self) -> bool:
         """Whether the job is over (target, budget, horizon, a stop); sets :attr:`status`."""
-        if self.status == "no-progress":
+        if self.status != "running":  # stopped by the plane or the loss counter (failed, no-progress)
             return True
         tgt = self.spec.target
         if tgt.iterations is not None and self.step >= tgt.iterations:
@@ -404,6 +403,7 @@ class JobController:
     def run(self) -> RunSummary:
         """Run the job to its target (or budget, horizon, stop); the summary is also written to the run directory."""
         try:
+            self.plane.begin()
             while not self.done():
                 self.plane.before_tick()
                 if not self.members:
@@ -456,7 +456,8 @@ class JobController:
         """Log :attr:`last_eval` as the ``eval`` event of the current step."""
         name = self.state.metric_name
         self.log.emit("eval", step=self.step, loss=self.last_eval.get("loss"), metric_name=name,
-                      metric=None if name is None else self.last_eval.get(name))
+                      metric=None if name is None else self.last_eval.get(name),
+                      **{k: v for k, v in self.last_eval.items() if k not in ("loss", name)})
 
     def checkpoint(self, why: str) -> None:
         """A checkpoint of the current step, once the plane has made the parameters those of the
@@ -574,9 +575,7 @@ class JobController:
         self.outage.end()
         if self.step > self.checkpointer.last_step:
             self.checkpointer.take_quiet()  # before the ledger closes: it holds the open intervals
-        for w in sorted(self.members):
-            self.ledger.stop(f"worker-{w}", self.T, reason="finished")
-        self.ledger.close(self.T)
+        self.accounting.close(self.T, sorted(self.members))
         final_eval = self.evaluate()
         cost = self.accounting.cost_breakdown(final=True)
         self.log.emit("cost", total=cost["total"], breakdown=cost)

@@ -11,9 +11,11 @@ membership and the market; *what a step is* belongs to the data plane it holds:
   members all-reduce among themselves and regroup in place; the controller leases them steps and
   logs what they committed (Spotnik, ``papers/001_30a454edd897cf47.txt`` Sec. 3.2-3.3).
 
-The serverless plane (``cluster.kind: serverless``) runs under its own supervisor
-(:mod:`spotwise.planes.serverless.supervisor`): functions are invoked, not members of a fleet the
-controller's market revokes.
+* the **serverless plane** (:class:`spotwise.planes.serverless.plane.ServerlessPlane`): the
+  members are function slots that exchange sparse updates through Redis; the controller's copy of
+  the parameters is the reference replica the plane merges every committed step into (MLLess,
+  ``papers/004_9dc2adb66dc8d26e.txt`` Sec. 3.1), and functions are billed per use
+  (:meth:`DataPlane.make_accounting`).
 
 A plane is bound to one controller (:meth:`DataPlane.attach`) and called back at fixed points of
 the controller's loop; it never runs a loop of its own between two :meth:`DataPlane.tick` calls,
@@ -29,6 +31,7 @@ from spotwise.market.preemption import MarketEvent
 from spotwise.policies.base import Decision, Policy
 
 if TYPE_CHECKING:  # the controller holds a plane; a plane only reads the controller's type
+    from spotwise.control.accounting import Billing
     from spotwise.control.controller import JobController
     from spotwise.control.sync import SyncStrategy
     from spotwise.planes.ps.compute import Compute
@@ -45,11 +48,27 @@ class DataPlane(Protocol):
     #: the plane's name, as ``cluster.data_plane`` spells it (``summary.json``'s ``extra.data_plane``)
     name: str
 
-    def default_compute(self, spec: Any, standby: int) -> "Compute":
-        """The member processes when the caller gives none (Ray actors of this plane)."""
+    def default_compute(self, spec: Any, standby: int) -> "Compute | None":
+        """The member processes when the caller gives none (Ray actors of this plane; ``None``
+        where the plane runs its members itself, as functions)."""
 
     def attach(self, job: "JobController") -> None:
         """Bind to ``job`` (called once, before the first member joins or a checkpoint is restored)."""
+
+    def make_accounting(self, job: "JobController") -> "Billing":
+        """The job's money component: instances billed by the hour, or functions per use."""
+
+    def log_meta(self) -> dict[str, Any]:
+        """What this plane adds to the event log's header."""
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What this plane adds to a checkpoint (beside the controller's state)."""
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Take this plane's part of a checkpoint back (InputError if the checkpoint is another plane's)."""
+
+    def begin(self) -> None:
+        """The run starts (first thing in :meth:`JobController.run`): start what runs the members."""
 
     def started(self) -> None:
         """The job's state is fresh or restored (membership formed): the plane may read it."""

@@ -31,7 +31,7 @@ def run_summary(job: "JobController", final_eval: dict[str, float], cost: dict[s
         "checkpoints": job.counters.checkpoints, "epochs": job.sampler.epoch, "stop_message": job.stop_message, "samples": job.counters.samples,
         "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
                         "p99": float(np.percentile(rec, 99)) if rec else None},
-        "on_demand": job.on_demand_estimate() if job.step else None,
+        "on_demand": job.accounting.on_demand_estimate() if job.step else None,
         "final_eval": final_eval, "instance": job.market.instance.name, "sync": job.sync, "lr": job.lr,
         # gradient payload bytes received from workers (sparse updates for sparse workloads)
         # and what dense float32 vectors would have cost (issue 9)

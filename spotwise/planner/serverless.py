@@ -5,7 +5,7 @@ updates through a Redis node (Sec. 3); Sec. 6 finds it 15x faster and 6.3x cheap
 on VMs for sparse models that converge fast (PMF, sparse logistic regression), and costlier for
 dense, compute-heavy ones (Sec. 1: a function costs more per second than a VM of the same
 resources, Table 2).  This module prices that option the way the serverless runtime
-(:mod:`spotwise.planes.serverless.supervisor`) bills it, so the planner can put it beside the VM
+(:mod:`spotwise.planes.serverless.plane`) bills it, so the planner can put it beside the VM
 strategies.  Every number below is a *model*, not a measurement; :func:`assumptions` lists them
 for the plan's output.
 
@@ -47,7 +47,7 @@ Function restarts
 -----------------
 A function lives at most ``function_timeout_s``; spotwise's workers return at a lease of
 ``LEASE_FRACTION x function_timeout_s`` and are invoked again
-(:data:`spotwise.planes.serverless.supervisor.LEASE_FRACTION`).  Every invocation starts cold
+(:data:`spotwise.planes.serverless.plane.LEASE_FRACTION`).  Every invocation starts cold
 (``cold_start_s``) and rebuilds its replica from the model snapshot (``4 x params`` bytes, all
 ``N`` workers at once through the store): ``restart = cold_start_s + N 4 P / bandwidth``.  The
 pool restarts together (BSP waits for the last), so with ``W = J x step`` seconds of work and
@@ -102,7 +102,7 @@ from spotwise.theory.runtime import MiniBatchTimeLaw
 #: built-in workloads with sparse (embedding) gradients: the models paper 004 trains on functions
 SPARSE_WORKLOADS: tuple[str, ...] = ("pmf", "sparse-logreg")
 #: a worker returns at this fraction of the platform's timeout and is invoked again
-#: (same value as :data:`spotwise.planes.serverless.supervisor.LEASE_FRACTION`; a test keeps them equal)
+#: (same value as :data:`spotwise.planes.serverless.plane.LEASE_FRACTION`; a test keeps them equal)
 LEASE_FRACTION = 0.8
 #: vCPUs of one function (paper 004 Table 2: "Functions (1vCPU, 2GB RAM)")
 FUNCTION_VCPUS = 1.0

@@ -1,11 +1,9 @@
-"""The job controller of the collective data plane (``cluster.data_plane: collective``, issue 10).
+"""The collective data plane (``cluster.data_plane: collective``; Spotnik, ``papers/001_30a454edd897cf47.txt``).
 
-:class:`CollectiveController` is a :class:`~spotwise.control.controller.JobController` whose
-workers all-reduce among themselves (:mod:`spotwise.planes.collective.member`, Spotnik,
-``papers/001_30a454edd897cf47.txt``): the parameters live in the members' replicas, not here, and
-no step passes through this process.  It keeps everything else of the controller -- the market
-and provider, membership, ledger, event log, policies, checkpoints, the summary -- and changes
-what a step is:
+:class:`CollectivePlane` is the :class:`~spotwise.control.dataplane.DataPlane` whose members
+all-reduce among themselves (:mod:`spotwise.planes.collective.member`): the parameters live in the
+members' replicas, no step passes through the controller, which keeps everything else (market,
+membership, ledger, event log, policies, checkpoints, summary).  What a step is here:
 
 * **Lease.**  On the emulated provider (a virtual clock) the controller draws each step's virtual
   time as the strategy's round (S-SGD: the slowest of ``k`` mini-batches plus ``Delta``, paper 000
@@ -36,8 +34,6 @@ what a step is:
   ``rollback`` event (``extra.rolled_back_steps``) and redone on the same samples.  With a
   notice (every cloud gives one) the replica is taken at the notice; ``replica_every: 1`` makes
   any loss impossible at the cost of a parameter transfer per step.
-
-Real clusters (``--ray-address``) are not yet served by this plane (the PS plane serves them).
 """
 
 from __future__ import annotations
@@ -50,11 +46,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
+from spotwise.control.accounting import Accounting, Billing
+from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
-from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl
+from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
 from spotwise.planes.collective.records import GossipRecords
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.round_time import draw_round
@@ -135,6 +133,21 @@ class CollectivePlane:
 
     def attach(self, job: "JobController") -> None:
         self._job = job
+
+    def make_accounting(self, job: "JobController") -> Billing:
+        return Accounting(job)
+
+    def log_meta(self) -> dict[str, Any]:
+        return {}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        refuse_foreign_checkpoint(state, "collective")
+
+    def begin(self) -> None:
+        return None
 
     def started(self) -> None:
         """Read the fresh or restored job: the data cursor continues its sampler's position."""
@@ -334,17 +347,8 @@ class CollectivePlane:
 
     def _check_dead(self) -> None:
         """Members whose loop ended on its own (a crashed process, a lost node) are lost."""
-        job = self.job
-        import ray
-
-        if not self.runs:
-            return
-        by_ref = {ref: w for w, ref in self.runs.items()}
-        done, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
-        for ref in done:
-            w = by_ref[ref]
-            if self.runs.get(w) is ref:
-                job.drop_member(w, "node-lost")
+        for w in ended_runs(self.runs):
+            self.job.drop_member(w, "node-lost")
 
     # ================================================================== records and replicas
     def _take_records(self) -> bool:

@@ -133,3 +133,15 @@ class PlaneControl:
         """Stop serving the store (the members are gone): its port and thread are released."""
         self.store = None  # type: ignore[assignment]
         self.coord.store = None  # type: ignore[assignment]
+
+
+def ended_runs(runs: dict[int, Any]) -> list[int]:
+    """The member slots whose member loop (an ObjectRef in ``runs``) has ended: a crashed process
+    or a lost node (a member that leaves normally is removed from ``runs`` first)."""
+    import ray
+
+    if not runs:
+        return []
+    by_ref = {ref: w for w, ref in runs.items()}
+    done, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
+    return [by_ref[ref] for ref in done if runs.get(by_ref[ref]) is ref]

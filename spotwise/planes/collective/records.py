@@ -21,7 +21,7 @@ def combine(parts: dict[int, dict[str, Any]], partial: bool = False) -> dict[str
     tot = sum(m for _, m in losses)
     rec = dict(rs[0])
     rec.pop("member", None)
-    rec.update(loss=sum(l * m for l, m in losses) / tot if tot else float("nan"),
+    rec.update(loss=sum(v * m for v, m in losses) / tot if tot else float("nan"),
                wall=max(float(r["wall"]) for r in rs), first_of_gen=any(r.get("first_of_gen") for r in rs))
     for r in rs:
         if r.get("eval"):

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
+from spotwise.control.accounting import Accounting, Billing
+from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.clock import ReadyFn
 from spotwise.control.records import Contribution, Task
 from spotwise.control.sampler import Block
@@ -82,12 +84,35 @@ class ParameterServerPlane:
             raise RuntimeError("the plane is not attached to a job")
         return self._job
 
+    @property
+    def compute(self) -> Compute:
+        """The job's worker processes (the parameter-server plane always has them)."""
+        compute = self.job.compute
+        if compute is None:
+            raise RuntimeError("the parameter-server plane needs the job's compute (worker processes)")
+        return compute
+
     # ------------------------------------------------------------------ the DataPlane interface
     def default_compute(self, spec: JobSpec, standby: int) -> Compute:
         return RayCompute(worker_args_for(spec), standby=standby)
 
     def attach(self, job: "JobController") -> None:
         self._job = job
+
+    def make_accounting(self, job: "JobController") -> Billing:
+        return Accounting(job)
+
+    def log_meta(self) -> dict[str, Any]:
+        return {}
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        return {}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        refuse_foreign_checkpoint(state, "ps")
+
+    def begin(self) -> None:
+        return None
 
     def started(self) -> None:
         return None
@@ -152,7 +177,7 @@ class ParameterServerPlane:
 
     def _ready(self, refs: dict[int, Any]) -> ReadyFn:
         """``ready(slots, k, timeout)`` over ``refs`` for :meth:`Clock.next_done` (the data plane waits)."""
-        compute = self.job.compute
+        compute = self.compute
         return lambda slots, k, timeout: compute.wait({w: refs[w] for w in slots}, k, timeout)
 
     # ------------------------------------------------------------------ the atomic commit
@@ -219,7 +244,7 @@ class ParameterServerPlane:
             return
         params = self._params_arg()
         finish = {w: self._finish_time(t0) for w in blocks}
-        refs = {w: job.compute.submit(job.members[w], params, blocks[w].indices) for w in blocks}
+        refs = {w: self.compute.submit(job.members[w], params, blocks[w].indices) for w in blocks}
         ready = self._ready(refs)
         results: dict[int, Result] = {}
         strategy = job.sync_strategy
@@ -265,7 +290,7 @@ class ParameterServerPlane:
         if not done:
             return
         job = self.job
-        got = job.compute.gather({w: refs[w] for w in done})
+        got = self.compute.gather({w: refs[w] for w in done})
         for r in got.values():
             self._received(r)
         results.update(got)
@@ -273,7 +298,7 @@ class ParameterServerPlane:
             if w in results or w not in blocks:
                 continue
             try:
-                results[w] = self._received(job.compute.result(w, refs[w]))
+                results[w] = self._received(self.compute.result(w, refs[w]))
             except WorkerLost:
                 job.drop_member(w, "node-lost")
                 self._lose_contribution(w, blocks, refs, finish)
@@ -290,7 +315,7 @@ class ParameterServerPlane:
 
     def _params_arg(self) -> Any:
         """The parameters as a call argument of this round (:meth:`Compute.share`)."""
-        return self.job.compute.share(self.job.params)
+        return self.compute.share(self.job.params)
 
     def _lose_contribution(self, w: int, blocks: dict[int, Block], refs: dict[int, Any],
                            finish: dict[int, float | None]) -> None:
@@ -329,7 +354,7 @@ class ParameterServerPlane:
 
     def _get(self, w: int, ref: Any) -> Result:
         """One result; :class:`WorkerLost` if its worker died."""
-        return self._received(self.job.compute.result(w, ref))
+        return self._received(self.compute.result(w, ref))
 
     def _received(self, r: Result) -> Result:
         """Count a result's gradient payload (``extra["grad_bytes"]``, issue 9); returns ``r``."""
@@ -346,13 +371,13 @@ class ParameterServerPlane:
             self.waiting.add(w)
             return
         self.waiting.discard(w)
-        ref = job.compute.submit(job.members[w], self._params_ref(), b.indices)  # one shared copy per step
+        ref = self.compute.submit(job.members[w], self._params_ref(), b.indices)  # one shared copy per step
         self.tasks[w] = Task(w, b, job.step, job.T, self._finish_time(job.T), ref)
 
     def _params_ref(self) -> Any:
         job = self.job
         if self._pref_step != job.step:
-            self._pref = job.compute.share(job.params)
+            self._pref = self.compute.share(job.params)
             self._pref_step = job.step
         return self._pref
 

@@ -1,7 +1,8 @@
 """The serverless data plane: MLLess (``papers/004_9dc2adb66dc8d26e.txt``) on Lithops functions and Redis.
 
-* :mod:`~spotwise.planes.serverless.supervisor` -- the job's supervisor (Sec. 3.1): merge loop,
-  reference replica, policies, checkpoints, summary; it holds
+* :mod:`~spotwise.planes.serverless.plane` -- the data plane under the job controller (the
+  supervisor of Sec. 3.1): invocations, the merge loop into the reference replica, the schedule;
+  it holds
   :mod:`~spotwise.planes.serverless.job_store` (the job's Redis side and the private server),
   :mod:`~spotwise.planes.serverless.invocations` (the worker functions) and
   :mod:`~spotwise.planes.serverless.function_billing` (function time and money).

@@ -1,5 +1,11 @@
 """``spotwise run`` for ``cluster.kind: serverless``: lock the run directory, start the store, supervise.
 
+:func:`serverless_controller` builds the job controller of a serverless spec: the shared
+:class:`~spotwise.control.controller.JobController` with the serverless world injected -- the
+function market (:func:`~spotwise.market.functions.function_market`), function slots as capacity
+(:class:`~spotwise.capacity.functions.FunctionCapacity`), wall time, on-demand billing and the
+:class:`~spotwise.planes.serverless.plane.ServerlessPlane`.
+
 The run directory is the same as a VM run's (``spec.json``, ``events.jsonl``, checkpoints,
 ``summary.json``, the report), locked while the job runs.  The store is a private
 ``redis-server`` on 127.0.0.1 unless ``redis_url`` names one; the functions run on Lithops's
@@ -9,13 +15,28 @@ The run directory is the same as a VM run's (``spec.json``, ``events.jsonl``, ch
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from spotwise.capacity.functions import FunctionCapacity
 from spotwise.config import JobSpec
+from spotwise.control.clock import WallClock
+from spotwise.control.controller import JobController
 from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.catalog import Catalog
+from spotwise.market.functions import function_market
+from spotwise.planes.serverless.plane import ServerlessPlane
 from spotwise.rundir import open_run_dir
+
+
+def serverless_controller(spec: JobSpec, out_dir: str | Path, *, progress: Callable[[dict[str, Any]], None] | None = None,
+                          resume: bool = False, catalog: Catalog | None = None, **plane_options: Any) -> JobController:
+    """The job controller of the serverless ``spec`` (see the module docstring); ``plane_options``
+    go to :class:`~spotwise.planes.serverless.plane.ServerlessPlane` (store, backend, timeouts, faults)."""
+    plane = ServerlessPlane(spec, catalog=catalog, **plane_options)
+    return JobController(spec, out_dir, market=function_market(spec, catalog), provider=FunctionCapacity(spec.cluster.workers),
+                         plane=plane, clock=WallClock(), mode="serverless", worker_market="on_demand",
+                         progress=progress, resume=resume)
 
 
 def check_serverless_spec(spec: JobSpec) -> None:
@@ -52,7 +73,6 @@ def run_serverless(
     from spotwise.control.runner import RunProgress, _write_plots
     from spotwise.planes.serverless.backend import LithopsBackend, load_lithops_config
     from spotwise.planes.serverless.store import connect, parse_redis_url
-    from spotwise.planes.serverless.supervisor import ServerlessSupervisor
 
     out = Path(out_dir)
     if resume:
@@ -71,9 +91,8 @@ def run_serverless(
     with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
         backend = LithopsBackend(config, max_workers=spec.cluster.workers + 2)
         with RunProgress(spec.target.iterations, progress) as bar:
-            sup = ServerlessSupervisor(spec, out, redis_url=url, backend=backend, progress=bar.update if progress else None,
-                                       heartbeat_timeout_s=heartbeat_timeout_s, network_mbps=network_mbps,
-                                       resume=resume)
-            summary = sup.run()
+            job = serverless_controller(spec, out, redis_url=url, backend=backend, progress=bar.update if progress else None,
+                                        heartbeat_timeout_s=heartbeat_timeout_s, network_mbps=network_mbps, resume=resume)
+            summary = job.run()
         _write_plots(out, spec, plots)
         return summary
