@@ -213,7 +213,7 @@ def test_a_redis_restart_mid_run_is_survived_without_losing_a_committed_step(tmp
     assert s.extra["store_reseeds"] >= 1
     assert np.allclose(sup.params, sgd_reference(spec, 14), rtol=1e-4, atol=1e-5)
     store = [e for e in read_events(tmp_path / "r" / "events.jsonl") if e["kind"] == "store"]
-    assert store and store[0]["status"] == "reseeded"
+    assert store and store[0]["status"] == "started" and store[1]["status"] == "reseeded"
     assert not srv.dir.exists()  # the supervisor stopped its server and removed its directory
 
 

@@ -117,9 +117,10 @@ def test_sigterm_stops_a_run_cleanly_and_it_resumes(tmp_path, plane):
     assert seen, "the run started no process (the check would prove nothing)"
     header = next(e for e in _events(out) if e.get("kind") == "header")
     private = None
-    if plane == "serverless":
-        m = re.search(r"(/(?:[\w.-]+/)*spotwise-redis-\w+)/", json.dumps(header))
-        assert m, header
+    if plane == "serverless":  # the private store's folder: named when it started (the store event)
+        started = [e for e in _events(out) if e.get("kind") == "store" and e.get("status") == "started"]
+        m = re.search(r"(/(?:[\w.-]+/)*spotwise-redis-\w+)/", json.dumps([header, *started]))
+        assert m, (header, started)
         private = m.group(1)
     end = time.monotonic() + 20
     while (_alive(seen) or (private and _holding(private))) and time.monotonic() < end:

@@ -176,6 +176,7 @@ class ServerlessPlane:
     def log_meta(self) -> dict[str, Any]:
         cl = self.spec.cluster
         return {"instance": f"functions:{self.pricing.name}", "backend": getattr(self._backend, "name", "custom"),
+                # an operator's store; a private one is named by the ``store`` event when it starts
                 "redis": self.redis_url.redacted if self.redis_url is not None else "private",
                 "memory_mb": cl.memory_mb, "significance": self.significance, "staleness": self.staleness,
                 "network_mbps": self.network_mbps}
@@ -206,12 +207,15 @@ class ServerlessPlane:
             if own is not None:  # a store that cannot start must not leave a server behind
                 own.stop()
             raise
-        self._functions = FunctionPool(self.store, self.meter, clock=lambda: job.T, emit=lambda *a, **kw: job.log.emit(*a, **kw),
+        def emit(kind: str, **fields: Any) -> None:
+            job.log.emit(kind, **fields)
+
+        self._functions = FunctionPool(self.store, self.meter, clock=lambda: job.T, emit=emit,
                                        counters=self.counters, worker_args=self._worker_args, workers=self.spec.cluster.workers,
                                        heartbeat_timeout_s=self.heartbeat_timeout_s, backend=self._backend)
-        if self._resumed:
-            job.log.emit("store", status="seeded", step=job.step,
-                         note="the store is seeded afresh; ISP residuals since the checkpoint are not kept")
+        job.log.emit("store", status="started", redis=self.store.url.redacted, step=job.step,
+                     **({"note": "the store is seeded afresh; ISP residuals since the checkpoint are not kept"}
+                        if self._resumed else {}))
         self._seed_store()
         self.functions.invoke_all(self.schedule.members(job.step), "resume" if self._resumed else "start")
 
