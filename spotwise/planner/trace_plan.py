@@ -2,7 +2,7 @@
 
 ``spotwise plan SPEC --trace DIR`` with traces of several zones (and ``--types``): before the
 job's start (``market.start``, else one deadline before the traces end -- the planner's rule,
-:func:`spotwise.planner.plan._plan_start`) the planner
+:func:`spotwise.planner.plan_models._plan_start`) the planner
 
 1. picks the place -- zone and instance type -- with the lowest spot price per unit of progress in
    force at the start (the hold-out rule of the sweep's ``spotwise`` strategy,
