@@ -169,7 +169,8 @@ def test_one_controller_by_composition() -> None:
 
 
 @pytest.mark.parametrize("plane_path", ["spotwise.planes.ps.plane:ParameterServerPlane",
-                                        "spotwise.planes.collective.data_plane:CollectivePlane"])
+                                        "spotwise.planes.collective.data_plane:CollectivePlane",
+                                        "spotwise.planes.serverless.plane:ServerlessPlane"])
 def test_each_plane_implements_the_data_plane_protocol(plane_path: str) -> None:
     import importlib
 
