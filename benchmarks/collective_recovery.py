@@ -37,7 +37,7 @@ def run(n: int, revocations: int, size: int, seed: int) -> list[float]:
     q = CTX.Queue()
     live = list(range(n))
     coord.announce(0, live)
-    procs = {m: CTX.Process(target=member_main, args=(coord.host, coord.port, m, q),
+    procs = {m: CTX.Process(target=member_main, args=(coord.address, m, q),
                             kwargs={"rounds": 10**9, "size": size, "timeout_s": 5.0}, daemon=True) for m in live}
     for p in procs.values():
         p.start()

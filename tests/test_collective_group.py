@@ -22,7 +22,7 @@ def start(coord, q, members, common, special=None):
     procs = {}
     for m in members:
         kw = {**common, **(special or {}).get(m, {})}
-        p = CTX.Process(target=member_main, args=(coord.host, coord.port, m, q), kwargs=kw, daemon=True)
+        p = CTX.Process(target=member_main, args=(coord.address, m, q), kwargs=kw, daemon=True)
         p.start()
         procs[m] = p
     return procs

@@ -198,7 +198,7 @@ def test_a_joiner_whose_first_generation_never_forms_reports_no_state() -> None:
     out: dict[str, Any] = {}
     # generation 0 names a second member that never comes: the rendezvous fails after 1 s
     coord.store.set("plan/0", Plan(gen=0, members=(0, 1), source=-1, lease=5).to_json())
-    t = threading.Thread(target=lambda: out.update(member.run(coord.host, coord.port, 0, 0, timeout_s=1.0)))
+    t = threading.Thread(target=lambda: out.update(member.run(coord.address, 0, 0, timeout_s=1.0)))
     t.start()
     assert coord.alive(0, [0], timeout_s=20.0) == {0: -1}
     # the next generation leaves it out: its loop ends

@@ -37,7 +37,7 @@ def test_the_plane_store_listens_on_loopback_only() -> None:
         mine = {addr for addr in _listening() if addr[1] == plane.port}
         assert mine == {("127.0.0.1", plane.port)}, mine
         # and it still serves: a member's client reads what the coordinator wrote
-        g = ElasticGroup(plane.host, plane.port, member=0, timeout_s=2.0)
+        g = ElasticGroup(plane.address, member=0, timeout_s=2.0)
         assert g.store.get("lease") == b"0"
         plane.set_lease(3)
         assert g.store.get("lease") == b"3"
@@ -81,7 +81,7 @@ def test_a_members_gloo_group_listens_on_loopback_even_if_gloo_would_pick_anothe
 
     def member(m: int) -> None:
         try:
-            g = ElasticGroup(coord.host, coord.port, member=m, timeout_s=10.0)
+            g = ElasticGroup(coord.address, member=m, timeout_s=10.0)
             g.form(0)
             t = torch.ones(4)
             g.allreduce(t)
@@ -108,3 +108,49 @@ def test_a_members_gloo_group_listens_on_loopback_even_if_gloo_would_pick_anothe
     finally:
         for g in groups.values():
             g.close()
+
+
+def test_a_client_without_the_runs_secret_can_neither_read_nor_write_the_runs_keys() -> None:
+    """Issue 20 item 5: every key of a run lives under its per-run secret.  A client that reaches
+    the store (here: on loopback, as anything on the head node could on a cluster) but lacks the
+    secret reads nothing of the run and its writes -- a fail flag, a lease, a plan -- change
+    nothing the coordinator or a member sees."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from spotwise.planes.collective.group import ElasticGroup, StoreAddress
+    from spotwise.planes.collective.member import Plan
+    from spotwise.planes.collective.plane import PlaneControl
+
+    plane = PlaneControl(timeout_s=5.0)
+    try:
+        plane.set_lease(7)
+        plane.announce(Plan(gen=0, members=(0, 1), source=-1, lease=7))
+        member = ElasticGroup(plane.address, member=0, timeout_s=2.0)
+        assert member.store.get("lease") == b"7"  # the secret's holder sees the run
+        outsider = dist.TCPStore(plane.host, plane.port, is_master=False, timeout=timedelta(seconds=1))
+        for key in ("lease", "plan/0", "want", "fail/0"):
+            assert not outsider.check([key]), f"{key} is readable without the secret"
+        with pytest.raises(Exception):  # a read of a run's key waits for a key that never exists
+            outsider.get("plan/0")
+        outsider.set("fail/0", "outsider")
+        outsider.set("lease", "0")
+        outsider.set("plan/1", Plan(gen=1, members=(9,), source=-1).to_json())
+        assert plane.failed(0) is None and not member.store.check(["fail/0"]) and member.store.get("lease") == b"7"
+        assert not member.store.check(["plan/1"])
+        # a wrong secret is no better than none
+        wrong = StoreAddress(plane.host, plane.port, "0" * 32)
+        assert not wrong.connect(1.0).check(["lease"])
+        assert "0" * 32 not in repr(wrong) and plane.address.secret not in repr(plane.address)
+    finally:
+        plane.close()
+
+
+def test_store_address_refuses_a_weak_secret() -> None:
+    from spotwise.planes.collective.group import StoreAddress
+
+    with pytest.raises(ValueError, match="32 hex"):
+        StoreAddress("127.0.0.1", 1234, "abc")
+    with pytest.raises(ValueError, match="port"):
+        StoreAddress("127.0.0.1", 0, "a" * 32)

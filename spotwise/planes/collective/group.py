@@ -17,9 +17,18 @@ over the same store, in the same processes, keeping their parameters in memory.
   A joiner forms the new generation like everyone else and receives the parameters by a broadcast
   from a member that has them.
 
-* **Loopback only on one machine** (issue 18 item 6).  The store has no authentication, so it
-  listens on its host only (:func:`listen_on`, not every interface as torch's TCPStore would), and
-  with a loopback store the members' gloo groups listen on that address too (:func:`gloo_device`).
+* **Loopback only on one machine** (issue 18 item 6).  The store listens on its host only
+  (:func:`listen_on`, not every interface as torch's TCPStore would), and with a loopback store
+  the members' gloo groups listen on that address too (:func:`gloo_device`).  On a Ray cluster it
+  listens on the head's cluster address only, and each member's groups on its own node's address.
+* **A private store** (issue 20 item 5).  torch's TCPStore has no authentication, so every key of
+  a run lives under a per-run secret (128 random bits, :class:`StoreAddress`): members reach the
+  store through a :class:`torch.distributed.PrefixStore` of that secret, handed to them by the
+  controller over Ray's own channel (an actor call's arguments).  The store has no command that
+  lists keys, so a client without the secret can neither read the plans, records and replicas
+  nor write a plan, a lease or the fail flag; it can only add keys of its own, which nobody reads.
+  Gloo's own data connections between members carry no secret (gloo has none); they exist only
+  between the members of a generation.
 
 Measured on this 2-core machine (spike, ``spawn`` processes, 400 KB all-reduce): a killed member
 of 4 is detected by every survivor in 31-36 ms and the next all-reduce of the 3 survivors is done
@@ -30,9 +39,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import secrets
 import socket
 import threading
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -67,14 +78,47 @@ def listen_on(host: str, port: int = 0) -> socket.socket:
     return sock
 
 
-def gloo_device(store_host: str) -> Any:
+def gloo_device(store_host: str, local_host: str | None = None) -> Any:
     """The gloo device a member's group listens on: the store's loopback address when the store is
-    on loopback (one machine: nothing outside it may reach the group), else gloo's default
+    on loopback (one machine: nothing outside it may reach the group); on a cluster the member's
+    own node address ``local_host`` (the address the Ray node uses); else gloo's default
     (``GLOO_SOCKET_IFNAME`` or the hostname's address) -- ``None``."""
-    if not is_loopback(store_host):
-        return None
-    ip = socket.getaddrinfo(store_host, None, type=socket.SOCK_STREAM)[0][4][0]
-    return dist.ProcessGroupGloo.create_device(hostname=ip)
+    if is_loopback(store_host):
+        ip = socket.getaddrinfo(store_host, None, type=socket.SOCK_STREAM)[0][4][0]
+        return dist.ProcessGroupGloo.create_device(hostname=ip)
+    if local_host:
+        return dist.ProcessGroupGloo.create_device(hostname=local_host)
+    return None
+
+
+@dataclass(frozen=True)
+class StoreAddress:
+    """Where members find the coordinator's store, and the run's secret that names its keys."""
+
+    host: str
+    port: int
+    secret: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host:
+            raise ValueError(f"StoreAddress.host must be a host name or address, got {self.host!r}")
+        if not (isinstance(self.port, int) and 0 < self.port < 65536):
+            raise ValueError(f"StoreAddress.port must be a TCP port (1-65535), got {self.port!r}")
+        if not (isinstance(self.secret, str) and len(self.secret) >= 32
+                and all(c in "0123456789abcdef" for c in self.secret)):
+            raise ValueError("StoreAddress.secret must be at least 32 hex digits (128 random bits)")
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.secret}/"
+
+    def connect(self, timeout_s: float) -> Any:
+        """A client of the store, seeing only this run's keys (a PrefixStore of the secret)."""
+        raw = dist.TCPStore(self.host, int(self.port), is_master=False, timeout=timedelta(seconds=timeout_s))
+        return dist.PrefixStore(self.prefix, raw)
+
+    def __repr__(self) -> str:  # the secret stays out of logs and tracebacks
+        return f"StoreAddress(host={self.host!r}, port={self.port}, secret=<{len(self.secret)} hex digits>)"
 
 
 class GroupCoordinator:
@@ -89,14 +133,18 @@ class GroupCoordinator:
     def __init__(self, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0) -> None:
         sock = listen_on(host, port)
         try:
-            self.store = dist.TCPStore(host, int(sock.getsockname()[1]), is_master=True,
-                                       timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
-                                       master_listen_fd=sock.fileno(), use_libuv=True)
+            self.server = dist.TCPStore(host, int(sock.getsockname()[1]), is_master=True,
+                                        timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
+                                        master_listen_fd=sock.fileno(), use_libuv=True)
         except BaseException:
             sock.close()
             raise
         sock.detach()  # the store closes the descriptor itself
-        self.host, self.port = host, int(self.store.port)
+        self.host, self.port = host, int(self.server.port)
+        #: what members need to reach this run's keys (the secret never leaves spotwise's processes)
+        self.address = StoreAddress(host, self.port, secrets.token_hex(16))
+        #: the run's view of the store: every key under the secret
+        self.store = dist.PrefixStore(self.address.prefix, self.server)
 
     def announce(self, gen: int, members: list[int]) -> None:
         """Generation ``gen`` is formed by ``members`` (member ids; rank = position in sorted order)."""
@@ -122,8 +170,9 @@ class GroupCoordinator:
 class ElasticGroup:
     """One member's handle on the regroupable group; see the module docstring."""
 
-    def __init__(self, host: str, port: int, member: int, timeout_s: float = 5.0, poll_s: float = 0.005,
-                 check_every_s: float = 0.0, rendezvous_timeout_s: float | None = None) -> None:
+    def __init__(self, address: StoreAddress, member: int, timeout_s: float = 5.0, poll_s: float = 0.005,
+                 check_every_s: float = 0.0, rendezvous_timeout_s: float | None = None,
+                 local_host: str | None = None) -> None:
         self.member = int(member)
         self.timeout_s = float(timeout_s)
         #: the store's fail flag is read before a collective at most this often (0: before every
@@ -136,9 +185,10 @@ class ElasticGroup:
         # being spawned) need a generous one; members that are running already (the data plane's)
         # pass timeout_s, so a member that dies while a generation forms fails it quickly
         rdv = max(30.0, timeout_s) if rendezvous_timeout_s is None else float(rendezvous_timeout_s)
-        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=rdv))
-        #: the gloo device this member's groups listen on (loopback with a loopback store)
-        self._device = gloo_device(host)
+        self.store = address.connect(rdv)
+        #: the gloo device this member's groups listen on (loopback with a loopback store, the
+        #: member's node address ``local_host`` on a cluster)
+        self._device = gloo_device(address.host, local_host)
         self.gen: int | None = None
         self.members: list[int] = []
         self.pg: Any = None

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from spotwise.planes.collective.group import ElasticGroup, GroupFailed
+from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.replica import DataCursor, Replica
 
 #: strategies a member runs (``cluster.sync`` on the collective plane)
@@ -139,6 +139,17 @@ def gossip_partner(gen: int, step: int, k: int, rank: int) -> int | None:
     return int(perm[j]) if j < k else None
 
 
+def _node_address() -> str | None:
+    """The address of the Ray node this member runs on (its gloo groups listen there on a
+    cluster); ``None`` outside Ray."""
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address()) if ray.is_initialized() else None
+    except Exception:  # pragma: no cover - Ray missing or not connected
+        return None
+
+
 def encode_replica(header: dict[str, Any], params: np.ndarray) -> bytes:
     """A replica on the wire: one JSON line, then the float32 parameters."""
     return json.dumps(header).encode() + b"\n" + np.ascontiguousarray(params, dtype=np.float32).tobytes()
@@ -186,15 +197,15 @@ class CollectiveMember:
         return os.getpriority(os.PRIO_PROCESS, 0)
 
     # ------------------------------------------------------------------ the member's life
-    def run(self, host: str, port: int, member: int, gen: int, timeout_s: float = 5.0,
+    def run(self, address: StoreAddress, member: int, gen: int, timeout_s: float = 5.0,
             fault: dict[str, Any] | None = None) -> dict[str, Any]:
         """Take part in generations ``gen, gen + 1, ...`` until a plan leaves this member out or stops.
 
         ``fault`` (tests): ``{"step": s, "action": "exit" | "stop"}`` -- at step ``s`` this process
         exits at once or freezes itself (SIGSTOP), as a revoked or hung VM would.
         """
-        g = ElasticGroup(host, port, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
-                         rendezvous_timeout_s=timeout_s)
+        g = ElasticGroup(address, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
+                         rendezvous_timeout_s=timeout_s, local_host=_node_address())
         self.member = int(member)
         self._fault = dict(fault) if fault else None
         regroups = 0

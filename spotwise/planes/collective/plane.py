@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from spotwise.planes.collective.group import GroupCoordinator
+from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
 from spotwise.planes.collective.member import (
     Plan,
     decode_replica,
@@ -53,13 +53,19 @@ class CollectiveCompute(RayCompute):
 
 
 class PlaneControl:
-    """The coordinator's half of the store protocol (module docstring)."""
+    """The coordinator's half of the store protocol (module docstring).
+
+    ``host``: the address the store listens on, and only there: ``127.0.0.1`` on one machine, the
+    head's cluster address on a Ray cluster.  Every key lives under the run's secret
+    (:class:`~spotwise.planes.collective.group.StoreAddress`), which members get in their start call.
+    """
 
     def __init__(self, host: str = "127.0.0.1", timeout_s: float = 5.0) -> None:
         self.timeout_s = float(timeout_s)
         self.coord = GroupCoordinator(host, 0, timeout_s=max(30.0, self.timeout_s))
         self.store = self.coord.store
         self.host, self.port = self.coord.host, self.coord.port
+        self.address: StoreAddress = self.coord.address
         self.store.set("lease", "0")
         self.store.set("want", "0")  # a counter (store.add)
         self._lease = 0
@@ -67,7 +73,7 @@ class PlaneControl:
     # ------------------------------------------------------------------ members
     def start(self, actor: Any, member: int, gen: int, fault: dict[str, Any] | None = None) -> Any:
         """Start ``actor``'s member loop from generation ``gen``; the call's ObjectRef (done when it leaves)."""
-        return actor.run.remote(self.host, self.port, int(member), int(gen), self.timeout_s, fault)
+        return actor.run.remote(self.address, int(member), int(gen), self.timeout_s, fault)
 
     def announce(self, plan: Plan, init: tuple[dict[str, Any], np.ndarray] | None = None) -> None:
         """Publish ``plan`` (and, for a generation without a source, the replica it starts from)."""
@@ -133,6 +139,7 @@ class PlaneControl:
         """Stop serving the store (the members are gone): its port and thread are released."""
         self.store = None  # type: ignore[assignment]
         self.coord.store = None  # type: ignore[assignment]
+        self.coord.server = None  # type: ignore[assignment]
 
 
 def ended_runs(runs: dict[int, Any]) -> list[int]:

@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
-from spotwise.planes.collective.group import ElasticGroup, GroupFailed
+from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 
 
-def member_main(host: str, port: int, member: int, out: Any, rounds: int, size: int = 100_000, timeout_s: float = 2.0,
+def member_main(address: StoreAddress, member: int, out: Any, rounds: int, size: int = 100_000, timeout_s: float = 2.0,
                 join_gen: int = 0, die_at: int = -1, freeze_at: int = -1) -> None:
     torch.set_num_threads(1)
-    g = ElasticGroup(host, port, member, timeout_s=timeout_s)
+    g = ElasticGroup(address, member, timeout_s=timeout_s)
     x = torch.full((size,), float(member + 1)) if join_gen == 0 else torch.zeros(size)
     gen = join_gen
     g.form(gen)
