@@ -22,7 +22,7 @@ from rich.console import Console
 from spotwise import __version__
 from spotwise.cli_tables import _placement_table, _plan_table, _recommendation_lines, _serverless_table, _summary_table
 from spotwise.errors import InputError
-from spotwise.outputfiles import check_output_file, write_output_text
+from spotwise.outputfiles import check_output_file
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -314,13 +314,16 @@ def plan(
                                         "(default: cluster.instance_type)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout."),
     explain: bool = typer.Option(False, "--explain", help="Also print every assumption the plan rests on (always in --json)."),
+    emit: list[str] = typer.Option([], "--emit", help="KIND=FILE: write ray-cluster=cluster.yaml or skypilot=task.yaml for the recommended place."),
+    install: Optional[str] = typer.Option(None, "--install", help="With --emit: how the nodes get spotwise (git URL, wheel or source folder)."),
 ) -> None:
     """Recommend workers, bids and iterations; compare the strategies of paper 000 (Thm 3, Thm 4, dynamic).
 
     With price traces: also the place (zone, type) cheapest at the start, and how often the job met
     its deadline on the traces' past windows (a measured probability, with its 95% interval).
     """
-    from spotwise.planner.plan import apply_plan, gather_inputs, make_plan, plot_cost_vs_deadline
+    from spotwise.planner.emit import prepare_emits, write_emits
+    from spotwise.planner.plan import gather_inputs, make_plan, plot_cost_vs_deadline, write_planned_spec
 
     if objective not in ("cost", "time"):
         raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
@@ -332,24 +335,16 @@ def plan(
         check_output_file(plot, "--plot")
     if write_spec is not None:
         check_output_file(write_spec, "--write-spec")
-    job = _check_spec(spec)
-    traces = [str(p) for p in trace]
+    job, traces, type_list = _check_spec(spec), [str(p) for p in trace], [t.strip() for t in types.split(",") if t.strip()] if types else None
+    emits = prepare_emits(emit, job, install=install, spec_file=spec, planned_spec=write_spec, traces=traces, types=type_list)
     result = make_plan(job, traces=traces, objective=objective, pilot_dir=str(pilot) if pilot else None,  # type: ignore[arg-type]
-                       pilot_steps=pilot_steps, types=[t.strip() for t in types.split(",") if t.strip()] if types else None)
+                       pilot_steps=pilot_steps, types=type_list)
     if plot is not None:
         inp = gather_inputs(job, traces, str(pilot) if pilot else None, pilot_steps)
         plot_cost_vs_deadline(job, result, inp, str(plot))
         err_console.print(f"plot written to {plot}")
-    if write_spec is not None:
-        import yaml
-
-        from spotwise.config import spec_from_dict
-
-        planned = apply_plan(job, result)
-        spec_from_dict(planned, "planned spec")  # what we write must load
-        write_output_text(write_spec, f"# {job.name} with the plan applied: {result.strategy} ({result.why})\n"
-                          + yaml.safe_dump(planned, sort_keys=False), "--write-spec")
-        err_console.print(f"planned spec written to {write_spec}")
+    for line in ([write_planned_spec(job, result, write_spec)] if write_spec is not None else []) + write_emits(emits, job, result):
+        err_console.print(line)
     if as_json:
         d = result.to_dict()
         d["expected_time_s"] = result.expected_time_s

@@ -51,7 +51,8 @@ def _recommendation(inp: Inputs, spec: JobSpec, best: Alternative, alts: list[Al
                     placement: dict[str, Any] | None) -> dict[str, Any]:
     """The one recommendation the plan leads with: place, strategy, expected cost and time, P(deadline) with
     its interval (measured on the trace's past windows when there is a backtest, else None) and the saving
-    against on-demand -- all from the same place and prices."""
+    against on-demand -- all from the same place and prices; with a trace placement also the places ranked
+    best first (``ranked_places``: zone, instance, spot price, speed), which ``spotwise plan --emit`` offers as fall-backs."""
     od = next((a for a in alts if a.strategy == "on-demand" and a.expected_cost is not None), None)
     ci: list[float] | None = None
     measured: float | None = None
@@ -66,4 +67,4 @@ def _recommendation(inp: Inputs, spec: JobSpec, best: Alternative, alts: list[Al
             "expected_time_s": best.expected_time_s, "deadline_probability": best.deadline_probability,
             "deadline_measured": measured, "deadline_ci95": ci,
             "on_demand_cost": None if od is None else od.expected_cost, "saving_vs_on_demand": saving,
-            "price_source": inp.price_source}
+            "price_source": inp.price_source, "ranked_places": list((placement or {}).get("ranked") or [])}

@@ -61,6 +61,13 @@ def choose_place(places: Sequence[Place], start: float) -> PlaceChoice:
     return PlaceChoice(best.zone, best.instance.name, best.spot_price(start), best.speed, best.on_demand_per_hour, start, len(live))
 
 
+def rank_places(places: Sequence[Place], start: float, k: int = 5) -> list[dict[str, Any]]:
+    """The ``k`` places with the lowest spot price per unit of progress in force at ``start``, best first (the
+    order of :func:`choose_place`; ``spotwise plan --emit`` offers them to SkyPilot as ordered fall-backs)."""
+    live = sorted((p for p in places if p.start <= start < p.end), key=lambda p: (p.spot_price(start) / p.speed, p.id))
+    return [{"zone": p.zone, "instance": p.instance.name, "spot_price": p.spot_price(start), "speed": p.speed} for p in live[:k]]
+
+
 def plan_placement(spec: JobSpec, traces: list[str], start: float, *, types: Sequence[str] | None = None,
                    lookback_s: float = 30 * 86400.0, every_s: float = 6 * 3600.0, restart_s: float = 300.0) -> dict[str, Any]:
     """Choose the place at ``start`` and backtest the strategies on the ``lookback_s`` before it."""
@@ -75,6 +82,7 @@ def plan_placement(spec: JobSpec, traces: list[str], start: float, *, types: Seq
     hi = start - job.deadline_s
     out: dict[str, Any] = {"choice": choice.to_dict(), "job": {"work_h": job.work_s / 3600, "deadline_h": job.deadline_s / 3600,
                                                               "workers": job.workers, "restart_s": job.restart_s}}
+    out["ranked"] = rank_places(places, start)
     if hi < lo:
         out["backtest"] = None
         out["note"] = (f"no past window fits before {iso8601(start)} (needs {job.history_s / 86400:.0f} d of history plus "
