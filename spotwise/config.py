@@ -32,6 +32,9 @@ from spotwise.specload import Duration, build, to_plain
 SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
 ClusterKind = Literal["vm", "serverless"]
 DataPlane = Literal["ps", "collective"]
+#: where a worker trains (issue 20 item 4): ``auto`` -- a GPU when the worker has one, else the CPU
+Device = Literal["auto", "cpu", "cuda"]
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 #: sync modes of each cluster kind: the parameter-server modes on VMs, MLLess's on functions
 VM_SYNC_MODES = ("full", "n-sync", "n-batch", "async")
 SERVERLESS_SYNC_MODES = ("bsp", "ssp", "isp")
@@ -142,6 +145,9 @@ class ClusterSpec:
     while workers keep going (paper 000 Sec. III); ``async`` is an asynchronous parameter server
     (paper 002).  ``bids``: one bid for all workers or one per worker ($/h); required by the
     ``bid`` revocation model.  ``max_workers`` caps growth policies (paper 000 Remark 3).
+    ``device``: where workers train -- ``auto`` (a GPU when the instance type has one and the
+    worker sees CUDA, else the CPU), ``cpu``, or ``cuda`` (refused when there is no GPU; see
+    :mod:`spotwise.capacity.placement`).
     """
 
     instance_type: str = ""
@@ -167,8 +173,10 @@ class ClusterSpec:
     local_steps: int = 4
     group_timeout_s: Duration = 5.0
     replica_every: int = 20
+    device: Device = "auto"
 
     def __post_init__(self) -> None:
+        self._check_device()
         self._check_kind()
         self._check_data_plane()
         if not 0.0 <= self.straggler <= 1.0:
@@ -241,6 +249,16 @@ class ClusterSpec:
                              f"use e.g. 5: seconds after which a frozen peer fails a collective; at least {lo:g} "
                              "(it must outlast a step's compute and a gloo rendezvous), at most "
                              f"{hi:g} (a frozen peer stalls the job this long)", "group_timeout_s")
+
+    def _check_device(self) -> None:
+        """``device``: one of :data:`DEVICES`; functions have no GPU, so a serverless job cannot ask for one."""
+        if self.device not in DEVICES:
+            raise InputError(f"unknown device {self.device!r}", "valid values are auto (a GPU when the worker has one, "
+                             "else the CPU), cpu or cuda", "device")
+        if self.device == "cuda" and self.kind == "serverless":
+            raise InputError("serverless functions have no GPU: a serverless cluster trains on CPUs",
+                             "remove cluster.device (or use auto or cpu), or set cluster.kind: vm with a GPU instance "
+                             "type such as p3.2xlarge", "device")
 
     def _check_kind(self) -> None:
         """The fields of the other cluster kind are refused, not silently ignored."""

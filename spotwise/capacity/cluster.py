@@ -44,8 +44,11 @@ class ClusterProvider(Provider):
     clock = "wall"
 
     def __init__(self, worker_args: tuple[Any, ...], resource: str = SPOT_RESOURCE, startup_timeout_s: float = 120.0,
-                 capacity_timeout_s: float = 1800.0) -> None:
+                 capacity_timeout_s: float = 1800.0, num_gpus: float = 0) -> None:
         self.worker_args = worker_args
+        #: GPUs each worker actor asks for (issue 20 item 4: 1 on a GPU instance type, see
+        #: :func:`spotwise.capacity.placement.placement_for`)
+        self.num_gpus = float(num_gpus)
         self.resource = resource
         self.startup_timeout_s = float(startup_timeout_s)
         self.capacity_timeout_s = float(capacity_timeout_s)
@@ -89,7 +92,8 @@ class ClusterProvider(Provider):
             return
         from spotwise.planes.ps.worker import remote_worker_class
 
-        actor = remote_worker_class().options(num_cpus=0, resources={self.resource: 1}).remote(*self.worker_args)
+        actor = remote_worker_class().options(num_cpus=0, num_gpus=self.num_gpus,
+                                              resources={self.resource: 1}).remote(*self.worker_args)
         self._pending[slot] = (actor, actor.ready.remote())
 
     def cancel(self, slot: int) -> None:
@@ -114,7 +118,11 @@ class ClusterProvider(Provider):
             actor, _ = self._pending.pop(slot)
             try:
                 ray.get(ref)
-            except RayActorError:
+            except RayActorError as e:
+                from spotwise.planes.ps.compute import actor_input_error
+
+                if (err := actor_input_error(e)) is not None:
+                    raise err from None  # e.g. device: cuda on a node without CUDA: asking again cannot help
                 self.request(slot)  # its node died while it started: ask again
                 continue
             self._ready[slot] = actor

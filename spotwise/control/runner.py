@@ -17,6 +17,7 @@ from spotwise.control.controller import JobController
 from spotwise.control.progress import NoProgressError, check_progress_possible
 from spotwise.control.rundir_io import load_run_spec
 from spotwise.planes.ps.worker import worker_args_for
+from spotwise.capacity.placement import placement_for
 from spotwise.capacity.raystart import check_local_workers, ensure_ray
 from spotwise.rundir import open_run_dir
 
@@ -111,6 +112,7 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
     market = build_market(spec)
     if not ray_address:  # the emulated market decides capacity: refuse a hopeless one before Ray starts
         check_progress_possible(spec, market)
+        placement_for(spec)  # the workers' device and GPUs (issue 20 item 4): device: cuda without a GPU exits 2
     ensure_ray(ray_address)
     with RunProgress(spec.target.iterations, progress) as bar:
         callback = bar.update if progress else None
@@ -121,7 +123,8 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
             notices = None
             if notice_source != "none":
                 notices = {"cloud": notice_source, **({"base_url": metadata_url} if metadata_url else {})}
-            provider = ClusterProvider(worker_args_for(spec, notices))
+            gpu = placement_for(spec)  # the workers' device and GPUs (issue 20 item 4), before any actor
+            provider = ClusterProvider(worker_args_for(spec, notices, device=gpu.device), num_gpus=gpu.num_gpus)
             coord: JobController = cluster_controller(spec, out, market=market, provider=provider, resume=resume,
                                                       progress=callback)
         else:  # the data plane is the spec's (cluster.data_plane)

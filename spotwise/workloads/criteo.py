@@ -46,6 +46,7 @@ from spotwise.workloads.base import (
     seeded_factory,
     seeded_split,
 )
+from spotwise.workloads.device import to_host
 
 N_NUM = 13
 N_CAT = 26
@@ -224,7 +225,7 @@ def logreg_evaluate(model: nn.Module, dataset: IndexedDataset) -> dict[str, floa
     return {
         "loss": float(nn.functional.binary_cross_entropy_with_logits(z, y)),
         "accuracy": float(((z > 0).float() == y).float().mean()),
-        "auc": auc_score(z.numpy(), y.numpy()),
+        "auc": auc_score(to_host(z), to_host(y)),
     }
 
 

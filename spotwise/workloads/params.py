@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from spotwise.workloads.device import to_host
+
 if TYPE_CHECKING:  # type only: the serverless plane imports this module
     from spotwise.planes.serverless.significance import SparseUpdate
 
@@ -58,7 +60,7 @@ def set_flat_params(model: torch.nn.Module, vec: torch.Tensor) -> None:
 def _dense_grad(p: torch.nn.Parameter) -> torch.Tensor:
     g = p.grad
     if g is None:
-        return torch.zeros(p.numel(), dtype=torch.float32)
+        return torch.zeros(p.numel(), dtype=torch.float32, device=p.device)
     if g.is_sparse:
         g = g.coalesce().to_dense()
     return g.reshape(-1).to(torch.float32)
@@ -67,7 +69,8 @@ def _dense_grad(p: torch.nn.Parameter) -> torch.Tensor:
 def flat_grad(model: torch.nn.Module) -> torch.Tensor:
     """All gradients as one dense flat float32 vector; a missing grad (``None``) counts as zero.
 
-    Sparse gradients are coalesced and densified, so the result equals the dense gradient.
+    Sparse gradients are coalesced and densified, so the result equals the dense gradient.  The
+    vector is on the model's device (:func:`spotwise.workloads.device.to_host` ships it).
     """
     ps = _params(model)
     if not ps:
@@ -127,7 +130,8 @@ def flat_grad_sparse(model: torch.nn.Module) -> "SparseUpdate":
     The same numbers as :func:`flat_grad` without densifying: a dense parameter contributes all
     its entries, a sparse (embedding) gradient only the rows it touches (duplicates summed), and a
     missing gradient nothing.  ``flat_grad_sparse(m).to_dense() == flat_grad(m)``; the payload is
-    what paper 004 ships ("sparse gradients", ``papers/004_9dc2adb66dc8d26e.txt`` Sec. 1).
+    what paper 004 ships ("sparse gradients", ``papers/004_9dc2adb66dc8d26e.txt`` Sec. 1).  Its
+    arrays are on the host, whatever the model's device.
     """
     import numpy as np
 
@@ -142,15 +146,15 @@ def flat_grad_sparse(model: torch.nn.Module) -> "SparseUpdate":
         if g is not None:
             if g.is_sparse:
                 g = g.coalesce()
-                rows = g.indices()[0].numpy().astype(np.int64)
+                rows = to_host(g.indices()[0]).astype(np.int64)
                 width = k // p.shape[0] if p.dim() else 1
                 vals = g.values().reshape(len(rows), -1)
                 cols = np.arange(width, dtype=np.int64)
                 idx_parts.append((off + rows[:, None] * width + cols[None, :]).reshape(-1))
-                val_parts.append(vals.detach().to(torch.float64).numpy().reshape(-1))
+                val_parts.append(to_host(vals.to(torch.float64)).reshape(-1))
             else:
                 idx_parts.append(np.arange(off, off + k, dtype=np.int64))
-                val_parts.append(g.detach().reshape(-1).to(torch.float64).numpy())
+                val_parts.append(to_host(g.reshape(-1).to(torch.float64)))
         off += k
     if not idx_parts:
         return SparseUpdate(np.zeros(0, np.int64), np.zeros(0), off)

@@ -57,7 +57,6 @@ from spotwise.planes.collective.records import GossipRecords
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.round_time import draw_round
 from spotwise.planes.ps.compute import Compute
-from spotwise.planes.ps.worker import worker_args_for
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
 if TYPE_CHECKING:  # type only: the controller holds its plane
@@ -129,7 +128,7 @@ class CollectivePlane:
 
     # ================================================================== the DataPlane interface
     def default_compute(self, spec: JobSpec, standby: int) -> Compute:
-        return CollectiveCompute(worker_args_for(spec), standby=standby)
+        return CollectiveCompute.for_spec(spec, standby)  # on the members' device, with their GPUs (issue 20 item 4)
 
     def attach(self, job: "JobController") -> None:
         self._job = job

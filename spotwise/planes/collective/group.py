@@ -172,8 +172,13 @@ class ElasticGroup:
 
     def __init__(self, address: StoreAddress, member: int, timeout_s: float = 5.0, poll_s: float = 0.005,
                  check_every_s: float = 0.0, rendezvous_timeout_s: float | None = None,
-                 local_host: str | None = None) -> None:
+                 local_host: str | None = None, backend: str = "gloo") -> None:
         self.member = int(member)
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"unknown collective backend {backend!r}: gloo (CPU tensors) or nccl (CUDA tensors)")
+        #: issue 20 item 4: ``nccl`` for members whose buffers are on a GPU, ``gloo`` for CPU buffers
+        #: (:func:`spotwise.workloads.device.collective_backend`); see :meth:`_form_nccl`, :meth:`_wait_nccl`
+        self.backend = backend
         self.timeout_s = float(timeout_s)
         #: the store's fail flag is read before a collective at most this often (0: before every
         #: one); a dead peer is seen by the collective itself, so the flag only carries the
@@ -211,7 +216,9 @@ class ElasticGroup:
         self.abandon()
         self.gen, self.members = gen, members
         prefix = dist.PrefixStore(f"g{gen}/", self.store)
-        if self._device is None:
+        if self.backend == "nccl":
+            self.pg = self._form_nccl(prefix)
+        elif self._device is None:
             self.pg = dist.ProcessGroupGloo(prefix, self.rank, len(members), timedelta(seconds=self.timeout_s))
         else:  # pinned to the store's loopback address (see gloo_device)
             opts = dist.ProcessGroupGloo._Options()
@@ -252,7 +259,45 @@ class ElasticGroup:
     def _failed_flag(self) -> bool:
         return bool(self.store.check([f"fail/{self.gen}"]))
 
+    # ------------------------------------------------------------------ NCCL (issue 20 item 4)
+    def _form_nccl(self, prefix: Any) -> Any:
+        """The generation's NCCL process group (members on GPUs, one GPU each; never on this CPU-only
+        test machine).  Same store, same generations, same fail flag as gloo."""
+        opts = dist.ProcessGroupNCCL.Options()
+        opts.is_high_priority_stream = False
+        opts._timeout = timedelta(seconds=self.timeout_s)
+        return dist.ProcessGroupNCCL(prefix, self.rank, len(self.members), opts)
+
+    def _wait_nccl(self, work: Any) -> None:
+        """Wait for an NCCL collective in poll slices.  An NCCL work's ``wait(timeout)`` aborts the
+        communicator when the timeout passes, so a slice cannot be a wait as with gloo: poll
+        ``is_completed()`` and the fail flag, then ``wait()`` (which raises the collective's error)."""
+        deadline = time.monotonic() + self.timeout_s + 1.0
+        pause = self.poll.total_seconds()
+        try:
+            while not work.is_completed():
+                if self._failed_flag():
+                    self.abandon(work)
+                    raise GroupFailed(self.store.get(f"fail/{self.gen}").decode(errors="replace"))
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"NCCL collective not done after {self.timeout_s:g} s")
+                time.sleep(pause)
+            work.wait()
+        except RuntimeError as e:
+            self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
+            self.abandon(work)
+            raise GroupFailed(str(e)) from None
+
+    def _exchange_nccl(self, send: torch.Tensor, recv: torch.Tensor, peer: int, tag: int) -> None:
+        """A pairwise exchange over NCCL: the lower rank sends first, the higher receives first (two
+        sends first on both sides can deadlock in NCCL, where gloo's would not)."""
+        ops = [lambda: self.pg.send([send], peer, tag), lambda: self.pg.recv([recv], peer, tag)]
+        for op in (ops if self.rank < peer else ops[::-1]):
+            self._wait_nccl(op())
+
     def _wait(self, work: Any) -> None:
+        if self.backend == "nccl":
+            return self._wait_nccl(work)
         deadline = time.monotonic() + self.timeout_s + 1.0  # gloo's own timeout, and a margin over it
         while True:
             try:
@@ -291,6 +336,9 @@ class ElasticGroup:
         only the two members wait for each other); :class:`GroupFailed` on a failure."""
         self._check()
         peer = self.members.index(int(peer_member))
+        if self.backend == "nccl":
+            self._exchange_nccl(send, recv, peer, int(tag))
+            return
         out = self.pg.send([send], peer, int(tag))
         into = self.pg.recv([recv], peer, int(tag))
         # gloo closes a pair whose send/recv wait times out, so these are not waited for in poll

@@ -57,6 +57,7 @@ import torch
 
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.replica import DataCursor, Replica
+from spotwise.workloads.device import collective_backend, resolve_device
 
 #: strategies a member runs (``cluster.sync`` on the collective plane)
 STRATEGIES = ("ssgd", "sma", "adpsgd")
@@ -163,15 +164,18 @@ def decode_replica(data: bytes) -> tuple[dict[str, Any], np.ndarray]:
 class CollectiveMember:
     """Plain-Python member; :func:`remote_member_class` makes it a Ray actor (module docstring)."""
 
-    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1) -> None:
+    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1, device: str = "cpu") -> None:
         from spotwise.config import WorkloadSpec
         from spotwise.specload import build
         from spotwise.workloads.registry import make_workload
 
         torch.set_num_threads(max(1, int(threads)))
+        dev = resolve_device(device)  # first: a worker without the device it was asked for fails at once
         self.spec = build(WorkloadSpec, workload, "workload")
         self.workload = make_workload(self.spec, seed)
-        self.replica = Replica(self.workload)
+        #: the model, the flat parameter and gradient buffers and the batches live on the device;
+        #: every collective runs on them (NCCL for CUDA tensors, gloo for CPU tensors)
+        self.replica = Replica(self.workload, dev)
         self.cursor = DataCursor(len(self.workload.train), int(seed))
         self.step = 0
         self.pid = os.getpid()
@@ -186,7 +190,7 @@ class CollectiveMember:
 
     # ------------------------------------------------------------------ actor plumbing
     def ready(self) -> dict[str, Any]:
-        return {"pid": self.pid, "n_params": self.replica.P, "n_train": self.cursor.n}
+        return {"pid": self.pid, "n_params": self.replica.P, "n_train": self.cursor.n, "device": str(self.replica.device)}
 
     def promote(self) -> int:
         """Leave standby: back to normal CPU priority (see :func:`spotwise.planes.ps.worker.low_priority`)."""
@@ -205,7 +209,8 @@ class CollectiveMember:
         exits at once or freezes itself (SIGSTOP), as a revoked or hung VM would.
         """
         g = ElasticGroup(address, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
-                         rendezvous_timeout_s=timeout_s, local_host=_node_address())
+                         rendezvous_timeout_s=timeout_s, local_host=_node_address(),
+                         backend=collective_backend(self.replica.device))
         self.member = int(member)
         self._fault = dict(fault) if fault else None
         regroups = 0
@@ -280,8 +285,8 @@ class CollectiveMember:
             self.replica.set_params(params)
             self._adopt(int(head["step"]), int(head["epoch"]), int(head["pos"]))
             return
-        vec = self.replica.flat.clone() if self.member == plan.source else torch.empty(self.replica.P)
-        prog = torch.tensor([self.step, self.cursor.epoch, self.cursor.pos], dtype=torch.float64)
+        vec = self.replica.flat.clone() if self.member == plan.source else self.replica.zeros(self.replica.P)
+        prog = self.replica.tensor([self.step, self.cursor.epoch, self.cursor.pos], torch.float64)
         g.broadcast(vec, plan.source)
         g.broadcast(prog, plan.source)
         if self.member != plan.source:
@@ -293,12 +298,12 @@ class CollectiveMember:
         member takes the average of those replicas (joiners, holding none, weigh 0)."""
         rep = self.replica
         snap = self._snaps.get(plan.rollback_to)
-        buf = torch.zeros(rep.P + 1)
+        buf = rep.zeros(rep.P + 1)
         if snap is not None:
             buf[: rep.P].copy_(snap[2])
             buf[rep.P] = 1.0
         g.allreduce(buf)
-        prog = torch.tensor([plan.rollback_to, *(snap[:2] if snap is not None else (0, 0))], dtype=torch.float64)
+        prog = rep.tensor([plan.rollback_to, *(snap[:2] if snap is not None else (0, 0))], torch.float64)
         g.broadcast(prog, plan.source)  # the source is a survivor: it has the barrier's cursor
         rep.flat.copy_(buf[: rep.P]).div_(float(buf[rep.P]))
         self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
@@ -329,7 +334,7 @@ class CollectiveMember:
                 if gossip:
                     self._barrier(g)  # every member sends its own records, after the barrier
                 else:
-                    g.allreduce(torch.ones(1))  # every member reached this step: its records are final
+                    g.allreduce(self.replica.tensor([1.0]))  # every member reached this step: its records are final
                     if leader:
                         self._send_records(g, self._sent, self.step)
                 lease = self._wait_lease(g, plan, leader)
@@ -412,7 +417,7 @@ class CollectiveMember:
         loss, n = rep.gradient(self.cursor.block(r, b))
         partner = gossip_partner(plan.gen, self.step, k, r)
         if partner is not None:
-            peer = torch.empty(rep.P)
+            peer = rep.zeros(rep.P)
             g.exchange(rep.flat.clone(), peer, plan.members[partner], tag=self.step % 32768)
             rep.flat.add_(peer).mul_(0.5)
         if n:
@@ -429,7 +434,7 @@ class CollectiveMember:
         self._snaps[self.step] = (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())
         for s in sorted(self._snaps)[:-2]:
             del self._snaps[s]
-        g.allreduce(torch.ones(1))
+        g.allreduce(self.replica.tensor([1.0]))
         self._barrier_done = self.step
         self._send_records(g, self._sent, self.step)
 
@@ -459,7 +464,7 @@ class CollectiveMember:
     def _push_replica(self, g: ElasticGroup, why: str) -> None:
         head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
                 "member": self.member, "want": self._want_served}
-        g.store.queue_push("replicas", encode_replica(head, self.replica.flat.numpy()))
+        g.store.queue_push("replicas", encode_replica(head, self.replica.host_params()))
 
     def _send_records(self, g: ElasticGroup, after: int, upto: int) -> None:
         recs = [r for r in self._records if after < r["step"] <= upto]

@@ -42,7 +42,8 @@ class CollectiveCompute(RayCompute):
         if self.low_priority_standby:
             opts["runtime_env"] = {"worker_process_setup_hook": "spotwise.planes.ps.worker.low_priority"}
         workload, seed = self.worker_args[0], self.worker_args[1]
-        actor = remote_member_class().options(**opts).remote(workload, seed, 1)
+        device = self.worker_args[4] if len(self.worker_args) > 4 else "cpu"  # worker_args_for's device (issue 20 item 4)
+        actor = remote_member_class().options(**opts).remote(workload, seed, 1, device)
         self.spawned += 1
         return actor, actor.ready.remote()
 

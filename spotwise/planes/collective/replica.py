@@ -6,7 +6,10 @@ vector, and every gradient a view into one flat buffer of ``P + 2`` entries: the
 that buffer, and the all-reduce that combines the members (``papers/001_30a454edd897cf47.txt``
 Sec. 3.3, S-SGD: "updates model replicas using averaged gradients") is one collective on it: the
 sample-weighted mean gradient, the step's mean loss and its sample count come out of the same sum.
-Workloads with sparse gradients (embeddings) are densified into the buffer.
+Workloads with sparse gradients (embeddings) are densified into the buffer.  The model, both flat
+buffers and every mini-batch live on the replica's device (issue 20 item 4,
+:mod:`spotwise.workloads.device`): on a GPU the all-reduce runs on the device buffer (NCCL) and
+nothing is copied to the host during a step.
 
 :class:`DataCursor` is the member side of the sampler guarantee (:mod:`spotwise.control.sampler`):
 an epoch is the permutation ``default_rng([seed, epoch]).permutation(n)`` (the same as
@@ -26,21 +29,25 @@ from typing import Any
 import numpy as np
 import torch
 
+from spotwise.workloads.device import DeviceDataset, to_device, to_host
 from spotwise.workloads.params import flat_grad, flat_params
 
 
 class Replica:
     """The model as one flat parameter vector with a flat gradient buffer (module docstring)."""
 
-    def __init__(self, workload: Any) -> None:
+    def __init__(self, workload: Any, device: torch.device | str = "cpu") -> None:
         self.workload = workload
-        self.model = workload.build_model()
+        self.device = torch.device(device)
+        self.model = to_device(workload.build_model(), self.device)
         self.model.train()
+        self.train = DeviceDataset(workload.train, self.device)
+        self.test = DeviceDataset(workload.test, self.device) if workload.test is not None else None
         params = list(self.model.parameters())
         init = flat_params(self.model)
         self.P = int(init.numel())
         self.flat = init.clone()
-        self.buf = torch.zeros(self.P + 2, dtype=torch.float32)
+        self.buf = self.zeros(self.P + 2)
         self.sparse = bool(getattr(workload, "sparse_grads", False))
         off = 0
         with torch.no_grad():
@@ -52,11 +59,23 @@ class Replica:
                 off += k
         self._params = params
 
+    def zeros(self, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A new zero tensor on the replica's device (what a collective on this replica's buffers takes)."""
+        return torch.zeros(int(n), dtype=dtype, device=self.device)
+
+    def tensor(self, values: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``values`` as a tensor on the replica's device."""
+        return to_device(torch.as_tensor(values, dtype=dtype), self.device)
+
+    def host_params(self) -> np.ndarray:
+        """The parameters as a CPU float32 array (for the wire)."""
+        return to_host(self.flat)
+
     def set_params(self, vec: torch.Tensor | np.ndarray) -> None:
         v = torch.as_tensor(np.asarray(vec, dtype=np.float32)).reshape(-1)
         if v.numel() != self.P:
             raise ValueError(f"a replica of {self.P} parameters cannot take {v.numel()}")
-        self.flat.copy_(v)
+        self.flat.copy_(to_device(v, self.device))
 
     def gradient(self, indices: np.ndarray) -> tuple[float, int]:
         """Fill :attr:`buf` with ``(n * grad of the mean loss over indices, n * loss, n)``; ``(loss, n)``.
@@ -71,7 +90,7 @@ class Replica:
         if self.sparse:
             for p in self._params:
                 p.grad = None
-        loss = self.workload.loss(self.model, self.workload.train.batch(np.asarray(indices)))
+        loss = self.workload.loss(self.model, self.train.batch(np.asarray(indices)))
         loss.backward()
         if self.sparse:
             self.buf[: self.P].copy_(flat_grad(self.model))
@@ -102,11 +121,11 @@ class Replica:
             self.flat.sub_(grad_sum, alpha=float(lr) / float(total))
 
     def evaluate(self) -> dict[str, float]:
-        if self.workload.test is None:
+        if self.test is None:
             return {}
         self.model.eval()
         with torch.no_grad():
-            res = self.workload.evaluate(self.model, self.workload.test)
+            res = self.workload.evaluate(self.model, self.test)
         self.model.train()
         return {k: float(v) for k, v in res.items()}
 

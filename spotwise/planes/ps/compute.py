@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.errors import InputError
 from spotwise.planes.ps.wire import Gradient
 
 Result = tuple[Gradient, float, int, float, "dict[str, Any] | None"]
@@ -38,6 +39,32 @@ Result = tuple[Gradient, float, int, float, "dict[str, Any] | None"]
 #: parameters up to this size travel inline with each call (fastest below Ray's 100 KiB limit);
 #: larger ones go through the object store once per step
 INLINE_PARAM_BYTES = 96 * 1024
+
+
+def actor_input_error(exc: BaseException) -> InputError | None:
+    """The :class:`InputError` a worker actor raised while it started (e.g. ``device: cuda`` on a node
+    without CUDA), from the ``ActorDiedError`` Ray reports it with (which keeps only its text); None
+    for any other failure."""
+    if not getattr(exc, "actor_init_failed", False):
+        return None
+    prefix = f"{InputError.__module__}.{InputError.__name__}: "
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith(prefix)]
+    return InputError(lines[-1][len(prefix):]) if lines else None
+
+
+def _get_ready(refs: Any) -> Any:
+    """``ray.get`` of actors' ``ready`` calls; a worker that could not start because of its input
+    (its device) raises that :class:`InputError` here (exit 2), not a crash."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    try:
+        return ray.get(refs)
+    except RayActorError as e:
+        err = actor_input_error(e)
+        if err is None:
+            raise
+        raise err from None
 
 
 class WorkerLost(Exception):
@@ -111,6 +138,18 @@ class RayCompute(Compute):
         self.killed = 0
         self._fill_standby()
 
+    @classmethod
+    def for_spec(cls, spec: Any, standby: int) -> RayCompute:
+        """``spec``'s workers, on the device and with the GPUs the driver's placement gives them
+        (:func:`spotwise.capacity.placement.placement_for`, issue 20 item 4: ``num_gpus`` in the actor
+        options, the device in the worker arguments, standby actors only on spare GPUs)."""
+        from spotwise.capacity.placement import placement_for
+        from spotwise.planes.ps.worker import worker_args_for
+
+        placement = placement_for(spec)
+        return cls(worker_args_for(spec, device=placement.device), standby=placement.standby(spec, standby),
+                   actor_options=placement.actor_options())
+
     def _start_actor(self) -> tuple[Any, Any]:
         from spotwise.planes.ps.worker import remote_worker_class
 
@@ -129,7 +168,7 @@ class RayCompute(Compute):
         import ray
 
         started = [self._start_actor() for _ in range(n)]
-        ray.get([ready for _, ready in started])
+        _get_ready([ready for _, ready in started])
         if self.low_priority_standby:
             ray.get([a.promote.remote() for a, _ in started])
         return [a for a, _ in started]
@@ -138,7 +177,7 @@ class RayCompute(Compute):
         import ray
 
         actor, ready = self._standby.popleft() if self._standby else self._start_actor()
-        ray.get(ready)
+        _get_ready(ready)
         if self.low_priority_standby:
             ray.get(actor.promote.remote())
         self._fill_standby()

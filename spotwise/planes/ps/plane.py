@@ -48,7 +48,6 @@ from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.ps.compute import Compute, RayCompute, Result, WorkerLost
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, accumulate, grad_size, payload_nbytes
-from spotwise.planes.ps.worker import worker_args_for
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
 if TYPE_CHECKING:  # type only: the controller holds its plane
@@ -94,7 +93,7 @@ class ParameterServerPlane:
 
     # ------------------------------------------------------------------ the DataPlane interface
     def default_compute(self, spec: JobSpec, standby: int) -> Compute:
-        return RayCompute(worker_args_for(spec), standby=standby)
+        return RayCompute.for_spec(spec, standby)  # on the workers' device, with their GPUs (issue 20 item 4)
 
     def attach(self, job: "JobController") -> None:
         self._job = job

@@ -5,6 +5,10 @@ current parameters and a block of sample indices, and returns the gradient of th
 that block.  It holds no training state that matters: when it is revoked, nothing is lost but the
 gradient it was computing (the coordinator owns parameters and data order), so a joiner is simply
 a *new* worker handed the current parameters.
+
+A worker trains on its device (issue 20 item 4, :mod:`spotwise.workloads.device`): the model and
+each mini-batch live there, the parameters arrive once per step and are copied there once, and the
+gradient is computed there and copied to CPU numpy once per step for the wire.
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ import torch
 from spotwise.config import JobSpec, WorkloadSpec
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.specload import build, to_plain
+from spotwise.workloads.device import DeviceDataset, resolve_device, to_device, to_host
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, set_flat_params, zero_grad
 from spotwise.workloads.registry import make_workload
 
 
-def worker_args_for(spec: JobSpec, notices: dict[str, Any] | None = None) -> tuple[Any, ...]:
-    """Constructor arguments of a worker actor for ``spec`` (workload, seed, threads, notice watcher)."""
-    return (to_plain(spec.workload), spec.seed, 1, notices)
+def worker_args_for(spec: JobSpec, notices: dict[str, Any] | None = None, device: str | None = None) -> tuple[Any, ...]:
+    """Constructor arguments of a worker actor for ``spec`` (workload, seed, threads, notice watcher, device).
+
+    ``device``: what the worker resolves on its node (:func:`~spotwise.workloads.device.resolve_device`),
+    the driver's :class:`~spotwise.capacity.placement.Placement` ``device``; default the spec's
+    ``cluster.device``.
+    """
+    return (to_plain(spec.workload), spec.seed, 1, notices, device or spec.cluster.device)
 
 
 class GradientWorker:
@@ -39,12 +49,15 @@ class GradientWorker:
     Sec. 3.2), and is also available from :meth:`poll_notice`.
     """
 
-    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1, notices: dict[str, Any] | None = None) -> None:
+    def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1, notices: dict[str, Any] | None = None,
+                 device: str = "cpu") -> None:
         torch.set_num_threads(max(1, int(threads)))
+        self.device = resolve_device(device)
         self.spec = build(WorkloadSpec, workload, "workload")
         self.workload = make_workload(self.spec, seed)
-        self.model = self.workload.build_model()
+        self.model = to_device(self.workload.build_model(), self.device)
         self.model.train()
+        self.train = DeviceDataset(self.workload.train, self.device)
         self.n_params = num_params(self.model)
         #: ship sparse updates (issue 9): the workload has sparse embedding gradients
         self.sparse = bool(getattr(self.workload, "sparse_grads", False))
@@ -86,7 +99,14 @@ class GradientWorker:
         return os.getpriority(os.PRIO_PROCESS, 0)
 
     def ready(self) -> dict[str, Any]:
-        return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train)}
+        return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train), "device": str(self.device)}
+
+    def placement(self) -> dict[str, Any]:
+        """Where this worker trains: its device, the devices of its model and of a batch, and the
+        GPUs Ray gave its process (``CUDA_VISIBLE_DEVICES``, set by Ray for an actor with ``num_gpus``)."""
+        x = self.train.batch(np.arange(min(1, len(self.train)), dtype=np.int64))[0]
+        return {"device": str(self.device), "model": str(next(self.model.parameters()).device),
+                "batch": str(x.device), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[Gradient, float, int, float, dict[str, Any] | None]:
         """``(flat gradient of the mean loss over indices, loss, len(indices), compute seconds,
@@ -97,9 +117,9 @@ class GradientWorker:
         only the touched embedding rows (see :mod:`spotwise.planes.ps.wire`).
         """
         t0 = time.perf_counter()
-        set_flat_params(self.model, torch.from_numpy(np.asarray(params)))
+        set_flat_params(self.model, to_device(torch.from_numpy(np.asarray(params)), self.device))
         zero_grad(self.model)
-        batch = self.workload.train.batch(np.asarray(indices))
+        batch = self.train.batch(np.asarray(indices))
         loss = self.workload.loss(self.model, batch)
         loss.backward()
         grad = self._gradient()
@@ -107,7 +127,8 @@ class GradientWorker:
         return grad, float(loss.detach()), int(len(indices)), time.perf_counter() - t0, self._notice
 
     def _gradient(self) -> Gradient:
-        """The gradient now on the model in its wire form (:mod:`spotwise.planes.ps.wire`)."""
+        """The gradient now on the model in its wire form (:mod:`spotwise.planes.ps.wire`): computed on
+        the device, copied to the host once."""
         if self.sparse:
             try:
                 update = flat_grad_sparse(self.model)
@@ -115,7 +136,7 @@ class GradientWorker:
                 update = None  # a non-finite gradient: ship it dense, as before, for the controller to see
             if update is not None and update.nbytes < DENSE_ENTRY_BYTES * self.n_params:
                 return update
-        return flat_grad(self.model).numpy()
+        return to_host(flat_grad(self.model))
 
     def memory(self) -> dict[str, float]:
         """Resident set size now and at peak (MiB) of this worker process."""

@@ -1,0 +1,111 @@
+"""Where a worker's tensors live (issue 20 item 4): one device per worker, one place that moves tensors.
+
+A worker (a parameter-server :class:`~spotwise.planes.ps.worker.GradientWorker` or a collective
+:class:`~spotwise.planes.collective.member.CollectiveMember`) resolves its device once, when it
+starts (:func:`resolve_device`), and from then on keeps its model, its mini-batches and its flat
+parameter and gradient buffers there.  Every tensor that enters the worker's training path goes
+through :func:`to_device` (batches through :class:`DeviceDataset`), and a gradient leaves it for
+the wire through :func:`to_host` (one copy to CPU numpy per step).  There is no ``if cuda:``
+anywhere else: the CPU is just the device these functions are handed when there is no GPU, and a
+GPU runs exactly the same code.
+
+Which device a worker is *asked* for is the driver's decision
+(:func:`spotwise.capacity.placement.placement_for`: the spec's ``cluster.device``, the catalog's
+GPUs for the instance type and the Ray cluster's GPU resources); this module only resolves it on
+the worker's own node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from spotwise.errors import InputError
+
+#: the message (what, fix) of a worker asked for CUDA on a node without it
+NO_CUDA = ("cluster.device is cuda but this node has no CUDA device (torch.cuda.is_available() is False)",
+           "use device: auto or cpu, or run on a GPU node")
+
+
+def no_cuda_error(what: str = NO_CUDA[0]) -> InputError:
+    """The InputError (exit 2) of ``device: cuda`` where there is no CUDA device (the message names the field)."""
+    return InputError(what, NO_CUDA[1])
+
+
+def resolve_device(requested: str | torch.device = "auto") -> torch.device:
+    """The device a worker trains on: ``auto`` -> ``cuda`` when ``torch.cuda.is_available()``, else ``cpu``;
+    ``cpu``; ``cuda`` (or ``cuda:N``) -> that CUDA device, :class:`InputError` when this node has none."""
+    name = str(requested)
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda" or name.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise no_cuda_error()
+        dev = torch.device(name)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise InputError(f"cluster.device asks for {name} but this node has {torch.cuda.device_count()} CUDA devices",
+                             "use device: cuda (the worker's own GPU) or auto")
+        torch.cuda.set_device(index)  # NCCL and the default stream of this process use it
+        return torch.device("cuda", index)
+    raise InputError(f"unknown device {name!r}", "valid values are auto, cpu and cuda", "cluster.device")
+
+
+def to_device(x: Any, device: torch.device) -> Any:
+    """``x`` on ``device``: a tensor or a module (``.to``), or a tuple/list of them (element-wise).
+
+    The one place the training path moves tensors.  A tensor already there is returned as it is
+    (no copy: on the CPU this costs nothing).  Anything else (an int, ``None``) is returned unchanged.
+    """
+    if isinstance(x, (torch.Tensor, torch.nn.Module)):
+        return x.to(device)
+    if isinstance(x, tuple):
+        return tuple(to_device(v, device) for v in x)
+    if isinstance(x, list):
+        return [to_device(v, device) for v in x]
+    return x
+
+
+def to_host(t: torch.Tensor) -> np.ndarray:
+    """A tensor as a CPU numpy array (one device-to-host copy; none for a CPU tensor)."""
+    return t.detach().cpu().numpy()
+
+
+def collective_backend(device: torch.device) -> str:
+    """The torch.distributed backend for collectives on tensors of ``device``: ``nccl`` for CUDA, ``gloo`` for the CPU."""
+    return "nccl" if torch.device(device).type == "cuda" else "gloo"
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (``cpu`` for a model without parameters)."""
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+class DeviceDataset:
+    """An :class:`~spotwise.workloads.base.IndexedDataset` whose batches come out on ``device``.
+
+    Wraps the workload's dataset (which stays in host memory: the data is sampled by index on the
+    CPU, then each batch is copied once), so the workload's own ``loss`` and ``evaluate`` --
+    built-ins and ``module:function`` user workloads alike -- see tensors on the model's device.
+    """
+
+    def __init__(self, inner: Any, device: torch.device) -> None:
+        self.inner = inner
+        self.device = device
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, ...]:
+        return to_device(self.inner.batch(indices), self.device)
+
+    def __getattr__(self, name: str) -> Any:  # anything else a workload reads off its dataset
+        if name == "inner":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
