@@ -239,7 +239,8 @@ def _demo_spec_path() -> Path:
 
 
 def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_address: str | None, overwrite: bool,
-                    notice_source: str = "none", metadata_url: str | None = None, compare: bool = False) -> None:
+                    notice_source: str = "none", metadata_url: str | None = None, compare: bool = False,
+                    autoscale: bool = False) -> None:
     from spotwise.control.runner import run_job
 
     if compare and ray_address:
@@ -254,7 +255,7 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
 
     try:
         summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
-                          notice_source=notice_source, metadata_url=metadata_url, after=after)
+                          notice_source=notice_source, metadata_url=metadata_url, after=after, autoscale=autoscale)
     except NoProgressError as e:
         if as_json:  # the run's summary is still the one JSON object; the message goes to stderr, exit 2
             print_json(e.summary.to_dict())
@@ -377,6 +378,8 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Resume the run in this directory from its last checkpoint."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
+    autoscale: bool = typer.Option(False, "--autoscale", help="With --ray-address: the cluster's autoscaler provides the "
+                                   "spot nodes (ray up); ask it for the job's worker slots and replace lost nodes."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing spotwise run in --out (only the files spotwise wrote are removed)."),
     notice_source: str = typer.Option("none", "--notice-source", help="With --ray-address: watch each spot node's "
@@ -411,7 +414,8 @@ def run(
                 Console().print(_serverless_table(summary))
             return
         _run_and_report(None, resume, resume=True, as_json=as_json, ray_address=ray_address, overwrite=False,
-                        notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)
+                        notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand,
+                        autoscale=autoscale)
         return
     if spec is None:
         raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
@@ -427,7 +431,8 @@ def run(
         raise InputError("--redis-url, --lithops-config and --emulate-network-mbps apply to serverless jobs", "set cluster.kind: serverless in the spec, "
                          "or drop the flags", "--redis-url" if redis_url else "--lithops-config")
     _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite,
-                    notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand)
+                    notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand,
+                    autoscale=autoscale)
 
 
 @app.command()

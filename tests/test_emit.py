@@ -85,7 +85,7 @@ def test_ray_aws_config_passes_rays_validator_and_holds_the_plan() -> None:
     assert workers["min_workers"] == 0 and workers["max_workers"] == 4 and cfg["max_workers"] == 4
     assert cfg["file_mounts"] == {emit.REMOTE_SPEC: "/x/planned.yaml"}
     assert any("git+https://example.org/spotwise.git" in c for c in cfg["setup_commands"])
-    assert any("request_resources" in c and "* 4" in c for c in cfg["head_start_ray_commands"])
+    assert not any("request_resources" in c for c in cfg["head_start_ray_commands"])  # spotwise --autoscale asks
     for c in cfg["setup_commands"] + cfg["head_start_ray_commands"] + cfg["worker_start_ray_commands"]:
         _bash_ok(c)
 
@@ -153,7 +153,8 @@ def test_on_demand_and_dynamic_recommendations() -> None:
     assert "InstanceMarketOptions" not in w["node_config"]
     assert cfg["available_node_types"]["head"]["node_config"]["InstanceType"] == emit.DEFAULT_HEAD["aws"][0]
     dyn = emit.ray_cluster_config(_rec(strategy="dynamic", workers=8, bids=[1.0] * 8), _spec())
-    assert any("* 4" in c for c in dyn["head_start_ray_commands"])  # the dynamic strategy starts with half
+    # the dynamic strategy starts with half: spotwise run --autoscale asks for the slots it wants itself
+    assert not any("request_resources" in c for c in dyn["head_start_ray_commands"])
     assert dyn["max_workers"] == 8
 
 
@@ -258,7 +259,7 @@ def test_plan_emit_writes_both_files(cli: Any, tmp_path: Path) -> None:
     assert cfg["file_mounts"][emit.REMOTE_SPEC] == str(planned.resolve())
     assert cfg["provider"]["availability_zone"].startswith("us-east-1b")
     text = cluster.read_text()
-    assert "ray up cluster.yaml" in text and "--ray-address auto --notice-source aws" in text
+    assert "ray up cluster.yaml" in text and "--ray-address auto --notice-source aws --autoscale" in text
     assert yaml.safe_load(task.read_text())["resources"]["zone"] == "us-east-1b"
     # never overwritten: a second run refuses before planning
     code, _, err = cli("plan", str(EXAMPLES / "p3-24h-traces.yaml"), "--emit", f"ray-cluster={cluster}")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -32,6 +32,8 @@ from spotwise.control.controller import JobController
 from spotwise.capacity.provider import Provider
 
 SPOT_RESOURCE = "spot"
+#: how long a fresh run on an autoscaling cluster waits for its first spot node (a cloud VM boots in minutes)
+AUTOSCALE_STARTUP_S = 900.0
 
 
 class ClusterProvider(Provider):
@@ -39,12 +41,19 @@ class ClusterProvider(Provider):
 
     ``startup_timeout_s``: how long a fresh run waits for its first worker before it fails
     (InputError); ``capacity_timeout_s``: how long a run without workers waits for capacity.
+    ``actor_class`` (a function returning the Ray actor class) and ``worker_args`` make a slot's
+    actor: the parameter server's worker by default, the collective plane's member for its specs
+    (:func:`cluster_provider`).  ``autoscale``: the cluster's autoscaler provides the spot nodes;
+    the provider keeps asking it for one ``spot`` unit per wanted slot
+    (``ray.autoscaler.sdk.request_resources``), so a lost node is replaced even before the slot's
+    new actor is pending, and withdraws the request at the end.
     """
 
     clock = "wall"
 
     def __init__(self, worker_args: tuple[Any, ...], resource: str = SPOT_RESOURCE, startup_timeout_s: float = 120.0,
-                 capacity_timeout_s: float = 1800.0, num_gpus: float = 0) -> None:
+                 capacity_timeout_s: float = 1800.0, actor_class: Callable[[], Any] | None = None,
+                 autoscale: bool = False, num_gpus: float = 0) -> None:
         self.worker_args = worker_args
         #: GPUs each worker actor asks for (issue 20 item 4: 1 on a GPU instance type, see
         #: :func:`spotwise.capacity.placement.placement_for`)
@@ -52,8 +61,13 @@ class ClusterProvider(Provider):
         self.resource = resource
         self.startup_timeout_s = float(startup_timeout_s)
         self.capacity_timeout_s = float(capacity_timeout_s)
+        self.actor_class = actor_class
+        self.autoscale = bool(autoscale)
         self._pending: dict[int, tuple[Any, Any]] = {}
         self._ready: dict[int, Any] = {}
+        #: the slots the job wants (acquired, pending or ready): what the autoscaler is asked for
+        self._wanted: set[int] = set()
+        self._asked = -1
         self.killed = 0
 
     @property
@@ -88,17 +102,32 @@ class ClusterProvider(Provider):
 
     def request(self, slot: int) -> None:
         """Ask the cluster for a worker in ``slot`` (it starts when a spot node has room)."""
+        self._wanted.add(slot)
+        self._ask_autoscaler()
         if slot in self._pending or slot in self._ready:
             return
-        from spotwise.planes.ps.worker import remote_worker_class
+        if self.actor_class is None:
+            from spotwise.planes.ps.worker import remote_worker_class
 
-        actor = remote_worker_class().options(num_cpus=0, num_gpus=self.num_gpus,
-                                              resources={self.resource: 1}).remote(*self.worker_args)
+            self.actor_class = remote_worker_class
+        actor = self.actor_class().options(num_cpus=0, num_gpus=self.num_gpus,
+                                           resources={self.resource: 1}).remote(*self.worker_args)
         self._pending[slot] = (actor, actor.ready.remote())
+
+    def _ask_autoscaler(self) -> None:
+        """Ask the autoscaler for one ``spot`` unit per wanted slot (when it changed)."""
+        if not self.autoscale or len(self._wanted) == self._asked:
+            return
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[{self.resource: 1}] * len(self._wanted))
+        self._asked = len(self._wanted)
 
     def cancel(self, slot: int) -> None:
         import ray
 
+        self._wanted.discard(slot)
+        self._ask_autoscaler()
         entry = self._pending.pop(slot, None)
         actor = entry[0] if entry else self._ready.pop(slot, None)
         if actor is not None:
@@ -138,8 +167,11 @@ class ClusterProvider(Provider):
         return actor
 
     def kill(self, slot: int, actor: Any) -> None:
+        """The slot's actor goes (revoked, lost or released); a slot still wanted is requested again
+        by the controller."""
         import ray
 
+        self._wanted.discard(slot)
         try:
             ray.kill(actor, no_restart=True)
         finally:
@@ -151,6 +183,42 @@ class ClusterProvider(Provider):
                 self.cancel(slot)
             except Exception:  # pragma: no cover - best effort
                 pass
+        self._wanted.clear()
+        if self.autoscale and self._asked > 0:
+            try:  # the job is over: withdraw its demand so the autoscaler may let the nodes go
+                from ray.autoscaler.sdk import request_resources
+
+                request_resources(bundles=[])
+            except Exception:  # pragma: no cover - best effort (the cluster may be gone)
+                pass
+            self._asked = 0
+
+
+def cluster_provider(spec: JobSpec, notices: dict[str, Any] | None = None, autoscale: bool = False) -> ClusterProvider:
+    """The capacity of ``spec`` on the connected Ray cluster: parameter-server workers or collective
+    members on ``spot`` nodes.  Without ``autoscale`` the cluster must already hold the job's
+    ``spot`` units (InputError otherwise); with it the autoscaler is asked for them.  Preemption
+    notices (``notices``) are watched by parameter-server workers only: InputError for the
+    collective plane."""
+    from spotwise.capacity.placement import placement_for
+    from spotwise.planes.ps.worker import worker_args_for
+
+    if not autoscale:
+        check_spot_capacity(workers=int(spec.cluster.workers))
+    gpu = placement_for(spec, autoscale=autoscale)  # the workers' device and GPUs (issue 20 item 4), before any actor
+    if spec.cluster.data_plane == "collective":
+        if notices:
+            raise InputError("--notice-source is not supported by the collective data plane yet (its members do not "
+                             "watch the metadata service)", "drop --notice-source, or set cluster.data_plane: ps",
+                             "--notice-source")
+        from spotwise.planes.collective.member import remote_member_class
+
+        wl, seed = worker_args_for(spec)[:2]
+        return ClusterProvider((wl, seed, 1, gpu.device), actor_class=remote_member_class, autoscale=autoscale,
+                               num_gpus=gpu.num_gpus,
+                               startup_timeout_s=AUTOSCALE_STARTUP_S if autoscale else 120.0)
+    return ClusterProvider(worker_args_for(spec, notices, device=gpu.device), autoscale=autoscale, num_gpus=gpu.num_gpus,
+                           startup_timeout_s=AUTOSCALE_STARTUP_S if autoscale else 120.0)
 
 
 def check_spot_capacity(resource: str = SPOT_RESOURCE, workers: int | None = None) -> float:
@@ -191,8 +259,16 @@ def cluster_controller(spec: JobSpec, out_dir: str | Path, *, provider: Provider
     controller runs with ``mode="cluster"``.  First checks (InputError) that the cluster's ``spot``
     units hold ``spec.cluster.workers`` -- before any actor is requested.
     """
-    check_spot_capacity(workers=int(spec.cluster.workers))
+    if not (isinstance(provider, ClusterProvider) and provider.autoscale):
+        check_spot_capacity(workers=int(spec.cluster.workers))
     if isinstance(provider, ClusterProvider):
         provider.startup_timeout_s = float(startup_timeout_s)
         provider.capacity_timeout_s = float(capacity_timeout_s)
+    if spec.cluster.data_plane == "collective" and "plane" not in kw:
+        import ray
+
+        from spotwise.planes.collective.data_plane import CollectivePlane
+
+        # the store listens on this node's cluster address only (members on other nodes reach it)
+        kw["plane"] = CollectivePlane(spec, store_host=str(ray.util.get_node_ip_address()))
     return JobController(spec, out_dir, provider=provider, mode="cluster", clock=clock or WallClock(), **kw)

@@ -16,7 +16,6 @@ from spotwise.control.checkpoint import load_latest_checkpoint, no_valid_checkpo
 from spotwise.control.controller import JobController
 from spotwise.control.progress import NoProgressError, check_progress_possible
 from spotwise.control.rundir_io import load_run_spec
-from spotwise.planes.ps.worker import worker_args_for
 from spotwise.capacity.placement import placement_for
 from spotwise.capacity.raystart import check_local_workers, ensure_ray
 from spotwise.rundir import open_run_dir
@@ -67,6 +66,7 @@ def run_job(
     notice_source: str = "none",
     metadata_url: str | None = None,
     after: Callable[[RunSummary], RunSummary] | None = None,
+    autoscale: bool = False,
 ) -> RunSummary:
     """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary.
 
@@ -80,6 +80,8 @@ def run_job(
     process holds, and -- on resume -- a missing/corrupt ``spec.json`` or manifest or no usable
     checkpoint; :class:`~spotwise.rundir.DiskFullError` (exit 2) when the disk fills up.
     ``overwrite`` removes only the files an earlier run wrote; the user's own files stay.
+    ``autoscale`` (with ``ray_address``): the cluster's autoscaler provides the spot nodes; the
+    run asks it for its worker slots instead of refusing a cluster that has none yet.
     """
     out = Path(out_dir)
     if notice_source not in ("none", "aws", "gcp"):
@@ -89,17 +91,17 @@ def run_job(
                          "--notice-source")
     if not resume and spec is None:
         raise InputError("no spec given", "pass a spec, or resume a run directory", "spotwise run")
-    if ray_address and spec is not None and spec.cluster.data_plane == "collective":
-        raise InputError("the collective data plane runs on the emulated provider only (so far)",
-                         "remove --ray-address, or set cluster.data_plane: ps to train on a Ray cluster", "--ray-address")
+    if autoscale and not ray_address:
+        raise InputError("--autoscale needs --ray-address", "start a Ray cluster with an autoscaler (ray up) and pass "
+                         "--ray-address auto", "--autoscale")
     with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
         summary = _run_locked(spec, out, resume=resume, ray_address=ray_address, progress=progress, plots=plots,
-                              notice_source=notice_source, metadata_url=metadata_url)
+                              notice_source=notice_source, metadata_url=metadata_url, autoscale=autoscale)
         return after(summary) if after is not None else summary
 
 
 def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: str | None, progress: bool,
-                plots: bool | None, notice_source: str, metadata_url: str | None) -> RunSummary:
+                plots: bool | None, notice_source: str, metadata_url: str | None, autoscale: bool = False) -> RunSummary:
     """:func:`run_job` once the run directory is prepared and locked."""
     if resume:
         spec = load_run_spec(out)
@@ -117,14 +119,12 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
     with RunProgress(spec.target.iterations, progress) as bar:
         callback = bar.update if progress else None
         if ray_address:
-            from spotwise.capacity.cluster import ClusterProvider, check_spot_capacity, cluster_controller
+            from spotwise.capacity.cluster import cluster_controller, cluster_provider
 
-            check_spot_capacity(workers=spec.cluster.workers)
             notices = None
             if notice_source != "none":
                 notices = {"cloud": notice_source, **({"base_url": metadata_url} if metadata_url else {})}
-            gpu = placement_for(spec)  # the workers' device and GPUs (issue 20 item 4), before any actor
-            provider = ClusterProvider(worker_args_for(spec, notices, device=gpu.device), num_gpus=gpu.num_gpus)
+            provider = cluster_provider(spec, notices, autoscale=autoscale)
             coord: JobController = cluster_controller(spec, out, market=market, provider=provider, resume=resume,
                                                       progress=callback)
         else:  # the data plane is the spec's (cluster.data_plane)

@@ -10,9 +10,9 @@ turns that recommendation and the spec into the file that brings such a cluster 
   VMs, ``provisioningModel: SPOT``), each carrying ``spot`` units -- one per spotwise worker, the
   resource ``spotwise run --ray-address`` places its workers on (:mod:`spotwise.capacity.cluster`) --
   one worker per node, or one per GPU on a multi-GPU type (then also ``GPU: n``); ``min_workers: 0``,
-  ``max_workers`` = the nodes the plan's workers need.  The head asks the autoscaler for the job's
-  first workers' slots when it starts (``request_resources``), so the spot nodes come up before
-  ``spotwise run`` checks for them and lost ones are replaced.
+  ``max_workers`` = the nodes the plan's workers need.  The run command carries ``--autoscale``:
+  spotwise asks the autoscaler for its worker slots (``request_resources``), so the spot nodes come
+  up for the job and lost ones are replaced (:mod:`spotwise.capacity.cluster`).
 * ``skypilot`` -- a SkyPilot task YAML (``sky launch``): ``resources`` with the cloud, ``use_spot`` and
   the places the plan ranked (best first, ``ordered``), ``num_nodes``, ``setup`` and a ``run`` that
   starts Ray across the nodes and runs spotwise on rank 0.
@@ -297,10 +297,11 @@ def _ray_version() -> str:
         return ""
 
 
-def run_command(t: EmitTarget, address: str) -> str:
-    """The ``spotwise run`` of the job on the cluster: the mounted spec, its run directory, the cloud's notices."""
+def run_command(t: EmitTarget, address: str, autoscale: bool = False) -> str:
+    """The ``spotwise run`` of the job on the cluster: the mounted spec, its run directory, the cloud's
+    notices; ``autoscale``: the cluster's autoscaler provides the spot nodes (Ray's launcher)."""
     return (f"spotwise run {REMOTE_SPEC} --out {REMOTE_RUN} --ray-address {address} "
-            f"--notice-source {t.notice_source}")
+            f"--notice-source {t.notice_source}" + (" --autoscale" if autoscale else ""))
 
 
 def cluster_name(spec: JobSpec) -> str:
@@ -346,8 +347,6 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
         provider["availability_zone"] = t.zone
         provider["project_id"] = GCP_PROJECT_PLACEHOLDER
     ray_v = _ray_version()
-    request = (f"python -c 'import ray; from ray.autoscaler.sdk import request_resources; ray.init(address=\"auto\"); "
-               f"request_resources(bundles=[{{\"spot\": 1}}] * {t.initial_workers})'")
     return {
         "cluster_name": cluster_name(spec),
         "max_workers": nodes,
@@ -369,7 +368,6 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
             "ray stop",
             f"ulimit -n 65536; ray start --head --port={RAY_PORT} --object-manager-port=8076 "
             "--autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=127.0.0.1 --disable-usage-stats",
-            request,  # the job's first worker slots: the autoscaler brings up (and replaces) their spot nodes
         ],
         "worker_start_ray_commands": [
             "ray stop",
@@ -452,8 +450,7 @@ def _header(kind: str, t: EmitTarget, spec: JobSpec, rec: Mapping[str, Any], fil
     if kind == "ray-cluster":
         lines += ["Run it (README, 'Running on AWS or GCP spot'):",
                   f"  ray up {file.name}",
-                  f"  ray exec {file.name} 'ray status'      # until it lists at least {t.initial_workers} spot",
-                  f"  ray exec {file.name} --tmux '{run_command(t, 'auto')}'",
+                  f"  ray exec {file.name} --tmux '{run_command(t, 'auto', autoscale=True)}'",
                   f"  ray attach {file.name} --tmux          # watch it; Ctrl-b d detaches",
                   f"  ray rsync-down {file.name} '{REMOTE_RUN}/' ./spotwise-run && spotwise report ./spotwise-run",
                   f"  ray down {file.name}"]

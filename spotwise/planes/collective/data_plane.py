@@ -53,7 +53,7 @@ from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
-from spotwise.planes.collective.records import GossipRecords
+from spotwise.planes.collective.records import GossipRecords, Replicas
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.round_time import draw_round
 from spotwise.planes.ps.compute import Compute
@@ -72,17 +72,19 @@ class CollectivePlane:
     """The collective data plane of one job; see the module docstring.
 
     ``faults`` (a test hook): member slot -> fault for its first start (``{"step": s, "action":
-    "exit"|"stop"}``).
+    "exit"|"stop"}``).  ``store_host``: where the rendezvous store listens (only there):
+    ``127.0.0.1`` on one machine, the head's cluster address on a Ray cluster.
     """
 
     name = "collective"
 
-    def __init__(self, spec: JobSpec, faults: dict[int, dict[str, Any]] | None = None) -> None:
+    def __init__(self, spec: JobSpec, faults: dict[int, dict[str, Any]] | None = None,
+                 store_host: str = "127.0.0.1") -> None:
         cl = spec.cluster
         if cl.data_plane != "collective":
             raise ValueError("the collective plane runs cluster.data_plane: collective specs")
         self._job: JobController | None = None
-        self.ctl = PlaneControl(timeout_s=float(cl.group_timeout_s))
+        self.ctl = PlaneControl(host=store_host, timeout_s=float(cl.group_timeout_s))
         self.local_steps = int(cl.local_steps)
         self.replica_every = int(cl.replica_every)
         #: member slot -> the ObjectRef of its member loop (done when the member leaves or dies)
@@ -96,13 +98,11 @@ class CollectivePlane:
         #: virtual end of the last logged step and the drawn round times of the next steps
         self._step_end = 0.0
         self._draws: list[tuple[int, float]] = []
-        self._replicas: dict[int, tuple[dict[str, Any], np.ndarray]] = {}
-        self.replica_step = 0
-        self._replica_pos = (0, 0)
+        #: the replicas the leader sent; the newest adopted one is the controller's copy
+        self.replicas = Replicas()
         self._kill_time: float | None = None
         #: a checkpoint asked for between two leases (a notice, a policy): taken at the next lease
         self._pending_ckpt: str | None = None
-        self._cum_samples: dict[int, int] = {}
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
         self._join_ms: list[float] = []
@@ -155,10 +155,8 @@ class CollectivePlane:
         if s["pending"]:
             raise ValueError("a collective run cannot resume a checkpoint with pending sampler blocks")
         self.cursor = DataCursor(job.state.n_train, int(job.spec.seed), int(s["epoch"]), int(s["cursor"]))
-        self.replica_step = job.step
-        self._replica_pos = (self._cursor.epoch, self._cursor.pos)
+        self.replicas.reset(job.step, (self._cursor.epoch, self._cursor.pos), int(job.counters.samples))
         self._step_end = job.T
-        self._cum_samples = {job.step: int(job.counters.samples)}
 
     def sync_strategy(self, sync: str, sync_n: int | None) -> SyncStrategy:
         return make_sync(sync, self.local_steps if sync == "sma" else sync_n)
@@ -341,19 +339,21 @@ class CollectivePlane:
             now = time.monotonic()
             if now >= next_dead_check:
                 next_dead_check = now + 0.02
-                self._check_dead()
+                self._check_membership()
             time.sleep(POLL_S)
 
-    def _check_dead(self) -> None:
-        """Members whose loop ended on its own (a crashed process, a lost node) are lost."""
+    def _check_membership(self) -> None:
+        """Members whose loop ended on its own (a crashed process, a lost node) are lost; on a
+        cluster, requested members whose node has arrived join (both end the generation)."""
         for w in ended_runs(self.runs):
             self.job.drop_member(w, "node-lost")
+        if self.job.provider.requests_capacity:
+            self.job.poll_joins()
 
     # ================================================================== records and replicas
     def _take_records(self) -> bool:
         recs = self._gossip.whole(self.ctl.pop_records(), self.job.step)
-        for head, params in self.ctl.pop_replicas():
-            self._replicas[int(head["step"])] = (head, params)
+        self.replicas.receive(self.ctl.pop_replicas())
         return self._log_records(recs)
 
     def _log_records(self, recs: list[dict[str, Any]]) -> bool:
@@ -364,10 +364,16 @@ class CollectivePlane:
             s = int(rec["step"])
             if s <= job.step:
                 continue  # sent again by a new leader
-            while job.step < s - 1:  # steps whose records died with a leader: counted, loss unknown
-                self._log_step({"step": job.step + 1, "k": rec["k"], "loss": float("nan"), "samples": 0,
-                                "epoch": rec["epoch"], "pos": rec["pos"], "unreported": True,
-                                "strategy": rec.get("strategy", job.sync)})
+            # steps whose records died with a leader: counted, loss unknown; their samples together
+            # are what the data cursor moved by before this record's step (split evenly among them)
+            m = s - 1 - job.step
+            n = self._cursor.n
+            gap = max(0, (int(rec["epoch"]) * n + int(rec["pos"])) - (self._cursor.epoch * n + self._cursor.pos)
+                      - int(rec.get("samples", 0)))
+            for j in range(m):
+                self._log_step({"step": job.step + 1, "k": rec["k"], "loss": float("nan"),
+                                "samples": gap // m + (1 if j < gap % m else 0), "epoch": rec["epoch"],
+                                "pos": rec["pos"], "unreported": True, "strategy": rec.get("strategy", job.sync)})
             # every record taken from the store is logged, whatever a policy decides meanwhile:
             # these steps are committed (a record dropped here would come back as a gap)
             self._log_step(rec)
@@ -389,7 +395,7 @@ class CollectivePlane:
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
         job.counters.samples += samples
-        self._cum_samples[job.step] = int(job.counters.samples)
+        self.replicas.samples[job.step] = int(job.counters.samples)
         self._cursor.epoch, self._cursor.pos = int(rec["epoch"]), int(rec["pos"])
         loss = float(rec["loss"])
         duration = job.T - job.last_commit_T
@@ -428,17 +434,10 @@ class CollectivePlane:
 
     def _adopt_replica_at(self, step: int) -> bool:
         """Take the members' replica of ``step`` as the controller's copy, if one arrived."""
-        job = self.job
-        for s in [s for s in self._replicas if s < step]:
-            del self._replicas[s]
-        got = self._replicas.pop(step, None)
-        if got is None:
+        params = self.replicas.adopt(step)
+        if params is None:
             return False
-        job.params = got[1]
-        self.replica_step = step
-        self._replica_pos = (int(got[0]["epoch"]), int(got[0]["pos"]))
-        for s in [s for s in self._cum_samples if s < step]:
-            del self._cum_samples[s]
+        self.job.params = params
         return True
 
     def _sync_replica(self) -> bool:
@@ -448,15 +447,14 @@ class CollectivePlane:
         request with its replica of exactly this step.
         """
         job = self.job
-        if self.replica_step == job.step or self._adopt_replica_at(job.step):
+        if self.replicas.step == job.step or self._adopt_replica_at(job.step):
             return True
         if not self.gen_members or self._dirty or self.ctl.lease > job.step:
             return False
         self.ctl.request_replica()
         deadline = time.monotonic() + REPLICA_WAIT_S
         while time.monotonic() < deadline:
-            for head, params in self.ctl.pop_replicas():
-                self._replicas[int(head["step"])] = (head, params)
+            self.replicas.receive(self.ctl.pop_replicas())
             if self._adopt_replica_at(job.step):
                 return True
             if self.ctl.failed(self.gen) is not None:
@@ -476,7 +474,8 @@ class CollectivePlane:
         alive: dict[int, int] = {}
         if self.gen >= 0:
             self.ctl.fail(self.gen, why)
-            alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0)
+            # a member whose process or node is gone (its loop's ObjectRef ended) is not waited for
+            alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0, gone=lambda: set(ended_runs(self.runs)))
             t_alive = time.perf_counter()
             for w in survivors:
                 if w not in alive:
@@ -497,7 +496,7 @@ class CollectivePlane:
         if holding:
             top = max(holding.values())
             source = min(w for w, s in holding.items() if s == top)
-        elif self.gen >= 0 and job.step > self.replica_step:
+        elif self.gen >= 0 and job.step > self.replicas.step:
             self._rollback()
         members = sorted(job.members)
         self.gen += 1
@@ -553,17 +552,17 @@ class CollectivePlane:
     def _rollback(self) -> None:
         """Every member was lost at once: continue from the controller's newest replica (logged)."""
         job = self.job
-        lost = job.step - self.replica_step
-        samples = self._cum_samples.get(self.replica_step)
-        job.log.emit("rollback", from_step=job.step, to_step=self.replica_step, lost_steps=lost,
+        lost = job.step - self.replicas.step
+        samples = self.replicas.samples.get(self.replicas.step)
+        job.log.emit("rollback", from_step=job.step, to_step=self.replicas.step, lost_steps=lost,
                       reason="every member was lost at once; the steps after the newest replica are redone")
         self.rolled_back_steps += lost
         self._gossip.clear()
         if samples is not None:
             job.counters.samples = samples
-        job.step = self.replica_step
+        job.step = self.replicas.step
         job.loss_history[:] = [r for r in job.loss_history if r[0] <= job.step]
-        self._cursor.epoch, self._cursor.pos = self._replica_pos
+        self._cursor.epoch, self._cursor.pos = self.replicas.pos
 
     # ================================================================== the end
     def stop(self) -> None:
@@ -593,6 +592,6 @@ class CollectivePlane:
         deadline = time.monotonic() + REPLICA_WAIT_S
         while time.monotonic() < deadline:
             self._take_records()
-            if job.step >= top and (self._adopt_replica_at(job.step) or self.replica_step == job.step):
+            if job.step >= top and (self._adopt_replica_at(job.step) or self.replicas.step == job.step):
                 break
             time.sleep(POLL_S)

@@ -45,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -156,13 +156,23 @@ class GroupCoordinator:
         """Abort generation ``gen`` everywhere (e.g. a revocation notice arrived)."""
         self.store.set(f"fail/{gen}", why)
 
-    def alive(self, gen: int, members: list[int], timeout_s: float, poll_s: float = 0.002) -> dict[int, int]:
-        """Members of ``gen`` that reported alive (``member -> last committed step``) within ``timeout_s``."""
+    def alive(self, gen: int, members: list[int], timeout_s: float, poll_s: float = 0.002,
+              gone: Callable[[], set[int]] | None = None) -> dict[int, int]:
+        """Members of ``gen`` that reported alive (``member -> last committed step``) within ``timeout_s``.
+
+        ``gone`` (optional) names members known dead (their process or node is gone): the wait
+        ends as soon as every member has answered or is known dead, instead of at the timeout.
+        """
         deadline = time.monotonic() + timeout_s
         keys = {m: f"alive/{gen}/{m}" for m in members}
+        next_gone = 0.0
+        dead: set[int] = set()
         while True:
             have = {m: int(self.store.get(k)) for m, k in keys.items() if self.store.check([k])}
-            if len(have) == len(keys) or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if gone is not None and now >= next_gone:
+                dead, next_gone = set(gone()), now + 0.05
+            if len(have) == len(keys) or set(keys) <= set(have) | dead or now >= deadline:
                 return have
             time.sleep(poll_s)
 

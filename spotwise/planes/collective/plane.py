@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -110,8 +110,9 @@ class PlaneControl:
         key = f"fail/{gen}"
         return self.store.get(key).decode(errors="replace") if self.store.check([key]) else None
 
-    def alive(self, gen: int, members: list[int], timeout_s: float) -> dict[int, int]:
-        return self.coord.alive(gen, members, timeout_s)
+    def alive(self, gen: int, members: list[int], timeout_s: float,
+              gone: Callable[[], set[int]] | None = None) -> dict[int, int]:
+        return self.coord.alive(gen, members, timeout_s, gone=gone)
 
     def formed(self, gen: int, n: int, timeout_s: float) -> bool:
         """Whether all ``n`` members of ``gen`` formed the group and took their state in ``timeout_s``."""

@@ -4,12 +4,15 @@ Under AD-PSGD (``papers/001_30a454edd897cf47.txt`` Sec. 3.3) there is no leader 
 step whole: each member sends its own record of a step at its barriers, and a step is whole (and
 logged by the controller) once all of its members' records are in.  :class:`GossipRecords` keeps
 the partial steps; :func:`combine` makes one step's record (loss weighted by the members' samples).
+:class:`Replicas` keeps the parameter replicas the leader sends (every strategy).
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+import numpy as np
 
 
 def combine(parts: dict[int, dict[str, Any]], partial: bool = False) -> dict[str, Any]:
@@ -63,3 +66,39 @@ class GossipRecords:
 
     def clear(self) -> None:
         self.partial.clear()
+
+
+class Replicas:
+    """The controller's copy of the members' state: the replicas the leader sent, by step.
+
+    The newest adopted replica is what a checkpoint holds and what a loss of every member rolls
+    back to (``step`` and the data cursor ``pos`` it was taken at); ``samples`` remembers the
+    committed samples at each step since, so a roll-back restores that count too.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[int, tuple[dict[str, Any], np.ndarray]] = {}
+        self.step = 0
+        self.pos: tuple[int, int] = (0, 0)
+        self.samples: dict[int, int] = {}
+
+    def reset(self, step: int, pos: tuple[int, int], samples: int) -> None:
+        """The job's state at ``step`` (fresh or restored) is the controller's copy."""
+        self.step, self.pos, self.samples = int(step), pos, {int(step): int(samples)}
+
+    def receive(self, replicas: list[tuple[dict[str, Any], np.ndarray]]) -> None:
+        for head, params in replicas:
+            self.pending[int(head["step"])] = (head, params)
+
+    def adopt(self, step: int) -> np.ndarray | None:
+        """The replica of ``step`` if one arrived (it becomes the copy; older ones are dropped)."""
+        for s in [s for s in self.pending if s < step]:
+            del self.pending[s]
+        got = self.pending.pop(step, None)
+        if got is None:
+            return None
+        self.step = step
+        self.pos = (int(got[0]["epoch"]), int(got[0]["pos"]))
+        for s in [s for s in self.samples if s < step]:
+            del self.samples[s]
+        return got[1]
