@@ -205,3 +205,34 @@ def test_a_joiner_whose_first_generation_never_forms_reports_no_state() -> None:
     coord.store.set("plan/1", Plan(gen=1, members=(1,), source=-1).to_json())
     t.join(20.0)
     assert not t.is_alive() and out["left"] and out["step"] == 0
+
+
+def test_steps_whose_records_died_with_a_leader_carry_the_samples_the_cursor_moved(tmp_path) -> None:
+    """A new leader's first record is for step 3 while the controller has logged step 0: steps 1
+    and 2 are logged ``unreported`` (loss unknown) and together hold the samples the data cursor
+    moved over before step 3 (they used to say 0, so the run's sample count fell short)."""
+    from spotwise.control.controller import JobController
+    from spotwise.events import read_events
+    from spotwise.market.world import build_market
+    from spotwise.planes.collective.data_plane import CollectivePlane
+    from spotwise.planes.ps.compute import LocalCompute
+    from spotwise.planes.ps.worker import worker_args_for
+
+    spec = spec_with(BASE, cluster__data_plane="collective", cluster__sync="ssgd", cluster__workers=2,
+                     cluster__standby=0, target__iterations=10)
+    job = JobController(spec, tmp_path / "run", market=build_market(spec, horizon_s=7 * 24 * 3600.0),
+                        compute=LocalCompute(worker_args_for(spec)), plane=CollectivePlane(spec))
+    try:
+        plane = job.plane
+        assert isinstance(plane, CollectivePlane) and job.step == 0 and plane.cursor is not None
+        batch = spec.workload.batch_size
+        rec = {"step": 3, "k": 2, "loss": 0.5, "samples": 2 * batch, "epoch": 0, "pos": 3 * 2 * batch,
+               "wall": 0.0, "strategy": "ssgd"}
+        assert plane._log_records([rec])
+        steps = [e for e in read_events(tmp_path / "run" / "events.jsonl") if e["kind"] == "step"]
+        assert [e["step"] for e in steps] == [1, 2, 3]
+        assert [bool(e.get("unreported")) for e in steps] == [True, True, False]
+        assert [e["samples"] for e in steps] == [2 * batch, 2 * batch, 2 * batch]
+        assert job.counters.samples == 3 * 2 * batch
+    finally:
+        job._shutdown()
