@@ -330,7 +330,6 @@ def min_makespan_under_budget(
         w[problem.job_index(job)] = float(v)
     if not np.any(w > 0):
         raise InputError("no job has work to do", "give at least one job positive work", "min_makespan_under_budget")
-    u = problem.unit
     # Least possible cost at any makespan (M -> inf, quotas never bind): cheapest $ per unit.
     per_unit = np.where(problem.throughput > 0, problem.prices[None, :] / np.where(problem.throughput > 0, problem.throughput, 1), np.inf)
     usable = np.isfinite(per_unit) & (problem.quotas[None, :] > 0)
