@@ -206,6 +206,16 @@ def test_install_sources(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ SkyPilot
+@pytest.fixture(autouse=True)
+def _keep_tracebacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SkyPilot's errors set ``sys.tracebacklimit = 0`` for the whole process; undo it after each test."""
+    import sys
+
+    monkeypatch.setattr(sys, "tracebacklimit", getattr(sys, "tracebacklimit", None), raising=False)
+    if getattr(sys, "tracebacklimit", None) is None:
+        monkeypatch.delattr(sys, "tracebacklimit", raising=False)
+
+
 def _sky_validate(task: dict[str, Any]) -> None:
     pytest.importorskip("sky", reason="SkyPilot is not installed (pip install -e '.[skypilot]'): its schema check is skipped")
     from sky.utils import common_utils, schemas

@@ -433,3 +433,21 @@ def test_item18_run_json_with_16_workers_prints_only_json(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)  # the whole of stdout
     assert doc["steps"] >= 3
+
+
+def test_user_tracebacks_keep_their_frames_whatever_sys_tracebacklimit_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library may set ``sys.tracebacklimit = 0`` for the whole process (SkyPilot does when it
+    raises); the user's traceback spotwise prints must still show the user's frames."""
+    import sys
+
+    from spotwise.workloads.user import user_traceback
+
+    def users_helper() -> None:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(sys, "tracebacklimit", 0, raising=False)
+    try:
+        users_helper()
+    except ValueError as e:
+        text = user_traceback(e)
+    assert "users_helper" in text and "ValueError: boom" in text

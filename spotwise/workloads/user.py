@@ -57,6 +57,8 @@ FIX_IMPORT = (
 
 
 _SPOTWISE_DIR = str(Path(__file__).resolve().parents[1])
+#: an explicit traceback limit: ``None`` would mean ``sys.tracebacklimit``, which other code may set
+_ALL_FRAMES = 1 << 20
 
 
 class UserWorkloadError(InputError):
@@ -80,7 +82,8 @@ def user_traceback(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SPOTWISE_DIR):
         tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+    # every frame, whatever a library left in sys.tracebacklimit (SkyPilot sets it to 0 when it raises)
+    return "".join(traceback.format_exception(type(exc), exc, tb, limit=_ALL_FRAMES))
 
 
 def blame_workload(name: str, during: str, exc: BaseException) -> UserWorkloadError:
