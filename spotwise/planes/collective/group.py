@@ -177,6 +177,24 @@ class GroupCoordinator:
             time.sleep(poll_s)
 
 
+#: groups whose pending work never ended: never destroyed (destroying them would end the process)
+_GRAVEYARD: list[tuple[Any, ...]] = []
+
+
+def _settled(works: list[Any], patience_s: float, pause_s: float = 0.05) -> bool:
+    """Whether every work object in ``works`` has completed (successfully or not) within ``patience_s``."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            if all(w.is_completed() for w in works):
+                return True
+        except Exception:  # pragma: no cover - a work that cannot say is treated as live
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause_s)
+
+
 class ElasticGroup:
     """One member's handle on the regroupable group; see the module docstring."""
 
@@ -258,10 +276,14 @@ class ElasticGroup:
                 holder[0].abort()
             except Exception:  # pragma: no cover - abort of a broken group is best effort
                 pass
-            # destroyed here, off the member's path, once any collective still pending on it has
+            # destroyed here, off the member's path, once every collective still pending on it has
             # ended (gloo's timeout): destroying a group under a live work object terminates the
-            # process, and destroying it on the member's thread costs the regroup tens of ms
+            # process ("terminate called without an active exception", seen once in CI under load
+            # when a fixed linger was used), and destroying it on the member's thread costs the
+            # regroup tens of ms.  A work that never ends keeps its group alive for good.
             time.sleep(linger)
+            if not _settled(holder[1:], patience_s=10.0 * linger):
+                _GRAVEYARD.append(tuple(holder))
             holder.clear()
 
         threading.Thread(target=_abort, daemon=True, name=f"abort-g{self.gen}").start()
