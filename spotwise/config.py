@@ -16,7 +16,6 @@ every 4 s).
 from __future__ import annotations
 
 import math
-from datetime import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,8 +24,10 @@ import yaml
 
 from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
-from spotwise.market.price_points import check_price_points
 from spotwise.policies.schema import validate_policies
+from spotwise.spec_checks import MAX_SEED, _non_negative, _positive, _seed  # noqa: F401  (re-exported)
+from spotwise.spec_market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
+from spotwise.spec_pools import Balance, check_pool_markets, check_pools
 from spotwise.specload import Duration, build, to_plain
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
@@ -42,27 +43,13 @@ SERVERLESS_SYNC_MODES = ("bsp", "ssp", "isp")
 COLLECTIVE_SYNC_MODES = ("ssgd", "sma", "adpsgd")
 SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
 BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10")
-SyntheticKind = Literal["uniform", "gaussian", "markov", "constant"]
-RevocationKind = Literal["none", "bid", "bernoulli", "lifetime", "trace"]
-Billing = Literal["per-second", "per-hour"]
 Cloud = Literal["aws", "gcp", "azure", "ibm", "local"]
-
-
-def _positive(value: float | int | None, name: str, fix: str) -> None:
-    if value is not None and not value > 0:
-        raise InputError(f"must be > 0, got {value!r}", fix, name)
-
-
-def _non_negative(value: float | int | None, name: str, fix: str) -> None:
-    if value is not None and value < 0:
-        raise InputError(f"must be >= 0, got {value!r}", fix, name)
 
 
 #: absolute ceiling on worker counts in a spec (the machine or cluster is checked when a run starts)
 MAX_SPEC_WORKERS = 100_000
 
 #: seeds go to numpy (any non-negative integer) and torch.manual_seed (at most 2**64 - 1)
-MAX_SEED = 2**63 - 1
 
 #: allowed ``cluster.group_timeout_s`` (issue 18 item 10).  It is gloo's collective timeout *and*
 #: the members' rendezvous (store connect) timeout: an S-SGD all-reduce waits for the slowest
@@ -78,13 +65,6 @@ GROUP_TIMEOUT_RANGE_S = (1.0, 3600.0)
 MAX_LOCAL_STEPS = 1000
 
 
-def _seed(value: int, name: str) -> None:
-    """InputError unless ``0 <= value <= MAX_SEED`` (numpy rejects negative seeds, torch huge ones)."""
-    if not 0 <= value <= MAX_SEED:
-        raise InputError(f"must be an integer in [0, 2**63 - 1], got {value!r}", "use a non-negative seed such as 0 or 42", name)
-
-
-#: most price points a synthetic market may hold over its horizon (16 bytes each: 10 M = 160 MB)
 @dataclass
 class WorkloadSpec:
     """What to train.
@@ -102,6 +82,9 @@ class WorkloadSpec:
     params: dict[str, Any] = field(default_factory=dict)
     step_time_s: Duration = 1.0
     eval_every: int = 50
+    #: issue 21: MB on the wire per model copy when the run stands in for a larger model (default:
+    #: the model's own float32 size); an exchange moves it twice
+    model_mb: float | None = None
 
     def __post_init__(self) -> None:
         _positive(self.step_time_s, "step_time_s", "give the virtual seconds one mini-batch takes on an instance of relative throughput 1, e.g. 1.0")
@@ -120,6 +103,9 @@ class WorkloadSpec:
             raise InputError("must not be empty", "name the model family used for throughput profiles, e.g. 'mlp'", "family")
         _positive(self.batch_size, "batch_size", "use a positive mini-batch size per worker, e.g. 32")
         _positive(self.lr, "lr", "use a positive base learning rate, e.g. 0.05")
+        if self.model_mb is not None and not (0 < self.model_mb < 1e6):
+            raise InputError(f"must be in (0, 1e6) MB, got {self.model_mb!r}", "the model's size on the wire, e.g. 14.19 "
+                             "(ResNet-32, paper 002 Table II)", "model_mb")
 
 
 @dataclass
@@ -174,8 +160,18 @@ class ClusterSpec:
     group_timeout_s: Duration = 5.0
     replica_every: int = 20
     device: Device = "auto"
+    #: issue 21: heterogeneous pools (several types / places in one job; the single-type form is one pool)
+    pools: list[PoolSpec] | None = None
+    #: issue 21: barrier modes give each worker an equal batch, or one proportional to its speed
+    balance: Balance = "equal"
+    #: issue 21: parameter-server shards (paper 002 Fig. 6), each an on-demand coordinator
+    ps_shards: int = 1
+    #: issue 21: the parameter server's network in Gbit/s; set, every exchange queues there
+    #: (``spotwise.control.speeds``); unset, exchanges are part of the mini-batch time
+    ps_gbps: float | None = None
 
     def __post_init__(self) -> None:
+        check_pools(self)
         self._check_device()
         self._check_kind()
         self._check_data_plane()
@@ -287,112 +283,15 @@ class ClusterSpec:
             raise InputError(f"sync {self.sync!r} is a serverless mode", "set cluster.kind: serverless, or use full, n-sync, n-batch or async on VMs", "sync")
 
     def bid_list(self) -> list[float] | None:
-        """One bid per worker, or None if no bids were given."""
+        """One bid per worker, or None if no bids were given (pools: every pool's, in pool order)."""
+        if self.pools:
+            per = [p.bid_list() for p in self.pools]
+            return None if all(b is None for b in per) else [x for p, b in zip(self.pools, per) for x in (b or [0.0] * p.workers)]
         if self.bids is None:
             return None
         if isinstance(self.bids, float):
             return [self.bids] * self.workers
         return list(self.bids)
-
-
-@dataclass
-class SyntheticSpec:
-    """A generated market: i.i.d. prices redrawn every ``interval_s`` (paper 000 Sec. VI) or a Markov regime model."""
-
-    kind: SyntheticKind = "uniform"
-    low: float | None = None
-    high: float = 1.0
-    mean: float = 0.6
-    variance: float = 0.175
-    price: float = 1.0
-    interval_s: Duration = 4.0
-    duration_s: Duration = 7 * 24 * 3600.0
-    fit_to: str | None = None
-    regimes: int = 3
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.low is None:
-            # paper 000 Sec. VI: uniform on [0.2, 1]; the Gaussian is truncated to the positive support
-            self.low = 0.2 if self.kind == "uniform" else 0.0
-        _non_negative(self.low, "low", "prices cannot be negative")
-        if self.kind == "uniform" and not self.high > self.low:
-            raise InputError(f"high ({self.high}) must exceed low ({self.low})", "widen the uniform price range", "high")
-        _positive(self.variance, "variance", "use a positive variance")
-        _positive(self.price, "price", "use a positive constant price")
-        _positive(self.interval_s, "interval_s", "redraw the price every few seconds, e.g. 4")
-        _positive(self.duration_s, "duration_s", "generate at least the job's deadline, e.g. '7d'")
-        if self.kind in ("uniform", "gaussian"):
-            check_price_points(float(self.duration_s), float(self.interval_s))
-        _seed(self.seed, "seed")
-        if self.kind == "markov" and self.fit_to is None:
-            raise InputError("a markov market needs fit_to", "set market.synthetic.fit_to to a price trace file to fit the regimes to", "fit_to")
-        _positive(self.regimes, "regimes", "use at least one regime")
-
-
-@dataclass
-class RevocationSpec:
-    """How workers disappear.
-
-    ``bid``: a worker is active iff its bid is at least the spot price (paper 000 Sec. III);
-    ``bernoulli``: each worker is revoked with probability ``q`` per iteration (paper 000 Remark 2);
-    ``lifetime``: lifetimes drawn from ``lifetimes`` (a GCP lifetime CSV; 24 h cap, paper 002) or
-    exponential with ``mttf_s``; ``trace``: replay an availability trace from ``market.traces``.
-    ``notice_s`` defaults to the provider's notice (AWS 120 s, GCP 30 s, Azure 30 s).
-    """
-
-    model: RevocationKind = "none"
-    q: float | None = None
-    rejoin_p: float | None = None
-    lifetimes: str | None = None
-    mttf_s: Duration | None = None
-    mttr_s: Duration | None = None
-    notice_s: Duration | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("q", "rejoin_p"):
-            v = getattr(self, name)
-            if v is not None and not 0.0 <= v <= 1.0:
-                raise InputError(f"must be a probability in [0, 1], got {v}", f"set {name} between 0 and 1", name)
-        if self.model == "bernoulli" and self.q is None:
-            raise InputError("the bernoulli model needs q", "set market.revocation.q, the per-iteration revocation probability, e.g. 0.05", "q")
-        if self.model == "lifetime" and self.lifetimes is None and self.mttf_s is None:
-            raise InputError(
-                "the lifetime model needs lifetimes or mttf_s",
-                "set market.revocation.lifetimes to a GCP lifetime CSV, or mttf_s to a mean time to failure in seconds", "lifetimes",
-            )
-        _positive(self.mttf_s, "mttf_s", "use a positive mean time to failure in seconds")
-        _positive(self.mttr_s, "mttr_s", "use a positive mean time to repair in seconds")
-        _non_negative(self.notice_s, "notice_s", "use a non-negative notice in seconds (AWS gives 120, GCP and Azure 30)")
-
-
-@dataclass
-class MarketSpec:
-    """The world outside: price/availability traces or a synthetic market, revocations, billing.
-
-    Exactly one of ``traces`` (files or folders in any format ``spotwise traces show`` reads) and
-    ``synthetic`` provides prices; ``catalog`` adds user instance types (YAML/CSV).
-    """
-
-    traces: list[str] = field(default_factory=list)
-    synthetic: SyntheticSpec | None = None
-    revocation: RevocationSpec = field(default_factory=RevocationSpec)
-    billing: Billing = "per-second"
-    min_charge_s: Duration = 60.0
-    catalog: list[str] = field(default_factory=list)
-    start: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.traces and self.synthetic is not None:
-            raise InputError("both traces and synthetic are set", "keep one price source: market.traces or market.synthetic", "")
-        if self.revocation.model == "trace" and not self.traces:
-            raise InputError("the trace revocation model needs market.traces", "list an availability trace under market.traces", "revocation.model")
-        _non_negative(self.min_charge_s, "min_charge_s", "use 0 for no minimum charge, or e.g. 60")
-        if self.start is not None:
-            try:
-                datetime.fromisoformat(str(self.start).replace("Z", "+00:00"))
-            except ValueError:
-                raise InputError(f"{self.start!r} is not an ISO 8601 time", "write e.g. 2020-02-25T00:00:00Z", "start") from None
 
 
 @dataclass
@@ -443,7 +342,8 @@ class JobSpec:
         if self.deadline is not None:
             _positive(self.deadline, "deadline", "use a positive deadline such as '2h'")
         _positive(self.budget_usd, "budget_usd", "use a positive budget in USD, or remove it")
-        if self.market.revocation.model == "bid" and self.cluster.bids is None:
+        check_pool_markets(self)
+        if self.market.revocation.model == "bid" and self.cluster.bids is None and not self.cluster.pools:
             raise InputError(
                 "the bid revocation model needs bids",
                 "set cluster.bids (a $/h bid for all workers, or one per worker), or let `spotwise plan` choose them",

@@ -5,6 +5,11 @@
 carried from earlier sessions of a resumed run and the price log, and answers what a worker costs
 on the market in force, the cost so far and its breakdown, and the model estimate of the same work
 on on-demand workers.  It reads the job (clock, market, event log) and never changes it.
+
+Pools (issue 21): every worker is billed at its own pool's prices (``job.pools``), the breakdown
+adds ``by_pool`` (the coordinators under ``coordinator``), and the inter-region egress of the
+pools' exchanges with the parameter server (:meth:`egress`) is a category of its own, by pool.
+With ``cluster.ps_shards: k`` the k parameter-server shards are k on-demand coordinators.
 """
 
 from __future__ import annotations
@@ -54,35 +59,55 @@ class Accounting:
         self.ledger = Ledger(job.market.billing)
         #: settled money of earlier sessions (a resumed run), in :meth:`Ledger.breakdown`'s shape
         self.carried_cost: dict[str, Any] = {"total": 0.0, "by_category": {}, "by_market": {}, "by_instance": {}}
-        #: the on-demand price of the current instance as a series (billing), built when first needed
-        self._od_series: tuple[Any, StepSeries] | None = None
+        #: the on-demand price of each instance type as a series (billing), built when first needed
+        self._od_series: dict[Any, StepSeries] = {}
+        #: inter-region egress of this session by pool (USD) and bytes (issue 21 item 2)
+        self.egress_usd: dict[str, float] = {}
+        self.egress_bytes = 0.0
         #: clock time up to which ``price`` events were logged (-1: none yet)
         self.last_price_T = -1.0
 
-    def worker_price(self, market: str | None = None) -> Any:
-        """What a worker costs on ``market`` (ledger name; default: the one in force): the spot price
-        series, or the instance's on-demand $/h."""
+    def worker_price(self, market: str | None = None, w: int | None = None) -> Any:
+        """What worker ``w`` costs on ``market`` (ledger name; default: the one in force): its pool's
+        spot price series, or its instance's on-demand $/h (``w`` None: the first pool's)."""
         job = self.job
+        place = job.market if w is None or not job.speeds.pools.multi else job.speeds.pools.pool_of(w).market
         if (market or job.worker_market) == "on_demand":
-            inst = job.market.instance
-            if self._od_series is None or self._od_series[0] != inst:
+            inst = place.instance
+            if inst not in self._od_series:
                 meta = SeriesMeta(id=f"on-demand:{inst.name}", kind="price", instance=inst.name, source="catalog/on-demand")
-                series = StepSeries(np.array([0.0]), np.array([job.market.on_demand_price]), job.market.horizon_s, meta)
-                self._od_series = (inst, series)
-            return self._od_series[1]
-        return job.market.prices
+                self._od_series[inst] = StepSeries(np.array([0.0]), np.array([place.on_demand_price]), place.horizon_s, meta)
+            return self._od_series[inst]
+        return place.prices
 
     def start_coordinator(self, t: float) -> None:
-        """The coordinator (on-demand, the controller's own machine) is billed from ``t``."""
-        self.ledger.start("coordinator", t, self.job.market.coordinator, category="coordinator", market="on_demand")
+        """The coordinator (on-demand, the controller's own machine) is billed from ``t``; with
+        ``ps_shards: k`` the other k - 1 parameter-server shards too (``coordinator-1`` ...)."""
+        for iid in self.coordinator_ids():
+            self.ledger.start(iid, t, self.job.market.coordinator, category="coordinator", market="on_demand")
+
+    def coordinator_ids(self) -> list[str]:
+        return ["coordinator"] + [f"coordinator-{k}" for k in range(1, int(self.job.spec.cluster.ps_shards))]
+
+    def egress(self, w: int, usd: float, nbytes: float) -> None:
+        """Worker ``w``'s exchange of ``nbytes`` left its region: ``usd`` of egress, on its pool."""
+        pool = self.job.speeds.pools.pool_of(w).name
+        self.egress_usd[pool] = self.egress_usd.get(pool, 0.0) + float(usd)
+        self.egress_bytes += float(nbytes)
+
+    def pool_of_instance(self, iid: str) -> str:
+        """The pool an instance id of this job belongs to (``coordinator`` for the coordinators)."""
+        if iid.startswith("coordinator"):
+            return "coordinator"
+        return self.job.speeds.pools.pool_of(int(iid.rsplit("-", 1)[-1])).name
 
     def member_started(self, w: int, t: float, reopen: dict[str, Any] | None) -> None:
         """Worker ``w`` is billed from ``t`` on the market in force (``reopen``: its interval from a
         checkpoint, continued -- a resume charges no second minimum)."""
         if reopen is not None:
-            self.ledger.reopen(reopen, self.worker_price(str(reopen.get("market", self.job.worker_market))))
+            self.ledger.reopen(reopen, self.worker_price(str(reopen.get("market", self.job.worker_market)), w))
         else:
-            self.ledger.start(f"worker-{w}", t, self.worker_price(), category="worker", market=self.job.worker_market)
+            self.ledger.start(f"worker-{w}", t, self.worker_price(w=w), category="worker", market=self.job.worker_market)
 
     def member_stopped(self, w: int, t: float, reason: str) -> None:
         """Worker ``w``'s billing stops at ``t`` (revoked by the market or a node loss, else released)."""
@@ -102,7 +127,7 @@ class Accounting:
         returns how many."""
         job = self.job
         for iid, entry in sorted(entries.items()):
-            self.ledger.reopen(entry, self.worker_price(str(entry.get("market", job.worker_market))))
+            self.ledger.reopen(entry, self.worker_price(str(entry.get("market", job.worker_market)), int(iid.split("-")[-1])))
             self.ledger.stop(iid, job.T, reason="revoked")
             job.log.emit("revoke", worker=int(iid.split("-")[-1]), reason="market", active=len(job.members))
         return len(entries)
@@ -130,42 +155,52 @@ class Accounting:
             return {}
         self.carried_cost = led["settled"]
         entries = {str(e["instance_id"]): e for e in led["open"]}
-        coord = entries.pop("coordinator", None)
-        if coord is None:
-            self.start_coordinator(self.job.T)
-        else:
-            self.ledger.reopen(coord, self.job.market.coordinator)
+        coords = [entries.pop(iid, None) for iid in self.coordinator_ids()]
+        for iid, coord in zip(self.coordinator_ids(), coords):
+            if coord is None:
+                self.ledger.start(iid, self.job.T, self.job.market.coordinator, category="coordinator", market="on_demand")
+            else:
+                self.ledger.reopen(coord, self.job.market.coordinator)
         return entries
 
     def ledger_state(self) -> dict[str, Any]:
         """The ledger at ``T`` for a checkpoint: settled money (this and earlier sessions) and open intervals."""
         snap = self.ledger.snapshot(self.job.T)
-        return {"settled": _merge_costs(self.carried_cost, snap["settled"]), "open": snap["open"]}
+        settled = _merge_costs(self.carried_cost, snap["settled"])
+        return {"settled": _merge_costs(settled, self._egress_costs()), "open": snap["open"]}
+
+    def _egress_costs(self) -> dict[str, Any]:
+        """This session's egress in the breakdown's shape."""
+        usd = sum(self.egress_usd.values())
+        return {"total": usd, "by_category": {"egress": usd} if usd else {}, "by_pool": dict(self.egress_usd)}
 
     def emit_prices(self) -> None:
-        """Log the ``price`` events of the market's price changes up to now."""
+        """Log the ``price`` events of the market's price changes up to now (every pool's, by pool)."""
         job = self.job
-        prices = job.market.prices
         lo = self.last_price_T
-        if lo < 0:
-            job.log.emit("price", t=0.0, instance=job.market.instance.name, price=float(prices.value_at(0.0)))
-            lo = 0.0
-        for t in prices.change_points(lo, job.T + 1e-9):
-            job.log.emit("price", t=float(t), instance=job.market.instance.name, price=float(prices.value_at(t)))
+        markets = [(None, job.market)] if not job.speeds.pools.multi else [(p.name, p.market) for p in job.speeds.pools.pools]
+        for pool, m in markets:
+            extra = {} if pool is None else {"pool": pool}
+            if lo < 0:
+                job.log.emit("price", t=0.0, instance=m.instance.name, price=float(m.prices.value_at(0.0)), **extra)
+            for t in m.prices.change_points(max(lo, 0.0), job.T + 1e-9):
+                job.log.emit("price", t=float(t), instance=m.instance.name, price=float(m.prices.value_at(t)), **extra)
         self.last_price_T = job.T
 
     def cost_so_far(self) -> float:
-        return float(self.carried_cost.get("total", 0.0)) + self.ledger.cost_until(self.job.T)
+        return float(self.carried_cost.get("total", 0.0)) + self.ledger.cost_until(self.job.T) + sum(self.egress_usd.values())
 
     def cost_breakdown(self, final: bool) -> dict[str, Any]:
+        """Total and ``by_category`` / ``by_market`` / ``by_instance`` / ``by_pool`` (USD); ``by_pool``
+        and ``by_category`` each add up to the total."""
         bd = self.ledger.breakdown(self.job.T) if not final else self.ledger.breakdown()
-        out: dict[str, Any] = {"total": float(self.carried_cost.get("total", 0.0)) + sum(bd["by_category"].values())}
-        for key in ("by_category", "by_market", "by_instance"):
-            merged = dict(self.carried_cost.get(key, {}))
-            for k, v in bd.get(key, {}).items():
-                merged[k] = merged.get(k, 0.0) + float(v)
-            out[key] = merged
-        return out
+        by_pool: dict[str, float] = {}
+        for iid, usd in bd.get("by_instance", {}).items():
+            name = self.pool_of_instance(iid)
+            by_pool[name] = by_pool.get(name, 0.0) + float(usd)
+        bd = {**bd, "by_pool": by_pool}
+        return _merge_costs(_merge_costs(self.carried_cost, {"total": sum(bd["by_category"].values()), **bd}),
+                            self._egress_costs())
 
     def on_demand_estimate(self) -> dict[str, Any]:
         """Expected time and cost of the *same work* on ``cluster.workers`` on-demand workers.
@@ -186,9 +221,12 @@ class Accounting:
         samples = int(job.counters.samples)
         steps = math.ceil(samples / strategy.samples_per_step(n, job.batch))
         t = float(per * steps)
-        od = job.market.on_demand_price
         bill = self.ledger.on_demand_policy
-        cost = n * bill.charge(od, 0.0, t) + bill.charge(float(job.market.coordinator.on_demand_per_hour or 0.0), 0.0, t)
+        # every pool's workers at their own on-demand price (one pool: the instance's); every shard
+        fleet = [(len(p.slots), p.market.on_demand_price) for p in job.speeds.pools.pools] if job.speeds.pools.multi else [(n, job.market.on_demand_price)]
+        coord = float(job.market.coordinator.on_demand_per_hour or 0.0)
+        cost = sum(k * bill.charge(od, 0.0, t) for k, od in fleet) + len(self.coordinator_ids()) * bill.charge(coord, 0.0, t)
+        od = sum(k * od for k, od in fleet) / max(1, sum(k for k, _ in fleet))
         return {"basis": "model", "workers": n, "samples": samples, "steps": steps, "time_s": t, "cost_usd": float(cost),
                 "worker_price_per_hour": od, "metric": None}
 
@@ -196,7 +234,7 @@ class Accounting:
 def _merge_costs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     """Sum two cost breakdowns (``total`` plus the ``by_*`` maps)."""
     out: dict[str, Any] = {"total": float(a.get("total", 0.0)) + float(b.get("total", 0.0))}
-    for key in ("by_category", "by_market", "by_instance"):
+    for key in ("by_category", "by_market", "by_instance", "by_pool"):
         merged = {k: float(v) for k, v in a.get(key, {}).items()}
         for k, v in b.get(key, {}).items():
             merged[k] = merged.get(k, 0.0) + float(v)

@@ -78,7 +78,7 @@ from spotwise.planes.ps.compute import Compute
 from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
 from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket, consult
-from spotwise.theory.runtime import MiniBatchTimeLaw
+from spotwise.control.speeds import WorkerSpeeds
 from spotwise.workloads.registry import make_workload
 
 
@@ -166,16 +166,17 @@ class JobController:
         self.delta = float(cl.sync_overhead_s)
         #: virtual time a commit adds (Delta of eq. 14-15); a wall clock ignores it (time is measured)
         self.commit_overhead_s = self.delta
-        self.mean_step_s = self.market.step_seconds(spec.workload.family, float(spec.workload.step_time_s))
         self.straggler = float(cl.straggler)
-        #: the law of one worker mini-batch's virtual time (:mod:`spotwise.planes.ps.plane`)
-        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
         self.policies: list[Policy] = make_policies(spec.policies)
         self.base_lr = float(spec.workload.lr)
 
         #: the model side: parameters, update, evaluation, dataset size (the real PyTorch workload
         #: unless the caller models it, as the simulator does)
         self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed))
+        #: per-worker mini-batch times, batch shares and exchanges: pools, places, the PS network (issue 21);
+        #: ``time_law`` stands for the fleet in closed-form estimates (:mod:`spotwise.control.speeds`)
+        self.speeds = WorkerSpeeds(self)
+        self.mean_step_s, self.time_law = self.speeds.mean_step_s, self.speeds.effective_law()
         #: what a step is (see the module docstring)
         self.plane: DataPlane = plane if plane is not None else plane_for(spec)
         standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
@@ -253,8 +254,8 @@ class JobController:
         """The job's market is ``place``'s from now on (prices, instance, throughput); the coordinator stays."""
         self.market = dataclasses.replace(place, coordinator=self.market.coordinator)
         self.region = region
-        self.mean_step_s = self.market.step_seconds(self.spec.workload.family, float(self.spec.workload.step_time_s))
-        self.time_law = MiniBatchTimeLaw(self.mean_step_s, self.straggler)
+        self.speeds = WorkerSpeeds(self)
+        self.mean_step_s, self.time_law = self.speeds.mean_step_s, self.speeds.effective_law()
 
     # ================================================================== membership
     def add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,

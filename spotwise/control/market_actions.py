@@ -71,6 +71,8 @@ class MarketActions:
         move's cost.
         """
         job = self.job
+        if job.speeds.pools.multi:
+            return "a job of several pools does not migrate: each pool keeps its own place (issue 21)"
         if not job.provider.supports_migration:
             return "the provider cannot move the job to another place"
         if d.cloud is not None and d.cloud != job.market.instance.cloud:

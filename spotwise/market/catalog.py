@@ -47,6 +47,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
+from spotwise.market.network import NetworkLink
+
 from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
 from spotwise.market.catalog_records import (INSTANCE_COLUMNS, REQUIRED_INSTANCE_COLUMNS, FunctionPricing,  # noqa: F401
@@ -83,7 +85,10 @@ class Catalog:
         functions: Iterable[FunctionPricing] = (),
         storage: Iterable[StoragePricing] = (),
         accelerators: Mapping[str, Mapping[str, float]] | None = None,
+        networks: Iterable[NetworkLink] = (),
     ) -> None:
+        #: inter-region links per cloud (issue 21 item 2; :mod:`spotwise.market.network`)
+        self._networks: dict[str, NetworkLink] = {n.cloud: n for n in networks}
         self._instances: dict[tuple[str, str, str], InstanceType] = {}
         for it in instances:
             if not isinstance(it, InstanceType):
@@ -129,7 +134,7 @@ class Catalog:
         """Build from the YAML structure ``{instances: [...], functions: [...], storage: [...], accelerators: {...}}``."""
         if not isinstance(data, Mapping):
             raise InputError("a catalog must be a mapping with keys instances/functions/storage/accelerators", "see spotwise/market/data/catalog.yaml for the format", where)
-        known = {"instances", "functions", "storage", "accelerators"}
+        known = {"instances", "functions", "storage", "accelerators", "networks"}
         unknown = set(data) - known
         if unknown:
             raise InputError(f"unknown top-level key(s) {sorted(unknown)}", f"valid keys are {sorted(known)}", where)
@@ -147,7 +152,25 @@ class Catalog:
         acc = data.get("accelerators") or {}
         if not isinstance(acc, Mapping):
             raise InputError("accelerators must map accelerator -> {family: throughput}", "see the packaged catalog.yaml", where)
-        return cls(instances, functions, storage, acc)  # type: ignore[arg-type]
+        nets = data.get("networks") or {}
+        if not isinstance(nets, Mapping) or not all(isinstance(v, Mapping) for v in nets.values()):
+            raise InputError("networks must map cloud -> {rtt_s, gbps, egress_per_gb, source}", "see the packaged catalog.yaml", where)
+        networks = []
+        for cloud, e in nets.items():
+            extra = set(e) - {"rtt_s", "gbps", "egress_per_gb", "source"}
+            if extra or not {"rtt_s", "gbps", "egress_per_gb"} <= set(e):
+                raise InputError(f"networks[{cloud!r}] needs rtt_s, gbps and egress_per_gb (and optionally source)",
+                                 "see the packaged catalog.yaml", where)
+            networks.append(NetworkLink(str(cloud).lower(), e["rtt_s"], e["gbps"], e["egress_per_gb"], str(e.get("source", ""))))
+        return cls(instances, functions, storage, acc, networks)  # type: ignore[arg-type]
+
+    def network(self, cloud: str) -> NetworkLink:
+        """The inter-region link of ``cloud`` (InputError naming the fix when the catalog has none)."""
+        link = self._networks.get(str(cloud).lower())
+        if link is None:
+            raise InputError(f"the catalog has no inter-region network figures for cloud {cloud!r}",
+                             "add a networks: entry for it in a catalog file (market.catalog)", "catalog networks")
+        return link
 
     @classmethod
     def from_csv_text(cls, text: str, where: str = "catalog.csv") -> "Catalog":
@@ -195,6 +218,7 @@ class Catalog:
             {**self._functions, **other._functions}.values(),
             {**self._storage, **other._storage}.values(),
             acc,
+            {**self._networks, **other._networks}.values(),
         )
 
     def extend(self, path: str | Path) -> "Catalog":

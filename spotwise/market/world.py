@@ -15,9 +15,11 @@ the executors (simulator, emulated runtime) and the planner share:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +52,9 @@ class Market:
     billing: BillingPolicy
     catalog: Catalog
     horizon_s: float
+    #: the job's pools when the spec has ``cluster.pools`` (issue 21); the fields above are then the
+    #: first pool's, except ``revocation`` (every pool's, :class:`~spotwise.market.pools.PooledRevocation`)
+    pools: Any = None
 
     def spot_price(self, t: float) -> float:
         return float(self.prices.value_at(t))
@@ -219,6 +224,14 @@ def build_revocation(spec: JobSpec, prices: StepSeries, loaded: list[StepSeries]
 def build_market(spec: JobSpec, horizon_s: float | None = None, catalog: Catalog | None = None) -> Market:
     """The market of ``spec`` over ``[0, horizon_s)`` virtual seconds (default: deadline x 4, at least a week)."""
     catalog = catalog or load_catalog(spec)
+    if spec.cluster.pools:
+        from spotwise.market.pools import PooledRevocation, build_pools
+
+        pools = build_pools(spec, lambda one: build_market(one, horizon_s, catalog))
+        first = pools.pools[0].market
+        revocation = first.revocation if len(pools.pools) == 1 else PooledRevocation(
+            [(p.market.revocation, len(p.slots)) for p in pools.pools])
+        return dataclasses.replace(first, revocation=revocation, pools=pools)
     instance = catalog.instance(spec.cluster.instance_type, cloud=spec.cluster.cloud, region=spec.cluster.region)
     coord_name = spec.cluster.coordinator_instance or spec.cluster.instance_type
     coordinator = catalog.instance(coord_name, cloud=spec.cluster.cloud, region=spec.cluster.region)

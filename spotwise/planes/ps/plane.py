@@ -166,13 +166,12 @@ class ParameterServerPlane:
         return None
 
     # ------------------------------------------------------------------ drawn and measured time
-    def _draw(self) -> float:
-        return float(self.job.time_law.draw(self.job.dur_rng))
-
-    def _finish_time(self, start: float) -> float | None:
-        """When a mini-batch started at ``start`` completes: drawn (virtual clock) or ``None`` (measured)."""
-        d = self.job.clock.duration(self._draw)
-        return None if d is None else start + d
+    def _finish_time(self, start: float, w: int, samples: int | None = None) -> float | None:
+        """When slot ``w``'s mini-batch of ``samples`` started at ``start`` completes: drawn from its
+        pool's law, its exchange included (virtual clock), or ``None`` (measured); see
+        :mod:`spotwise.control.speeds`."""
+        speeds = self.job.speeds
+        return speeds.finish(start, self.job.clock.duration(speeds.draw(w, samples, self.job.dur_rng)), w)
 
     def _ready(self, refs: dict[int, Any]) -> ReadyFn:
         """``ready(slots, k, timeout)`` over ``refs`` for :meth:`Clock.next_done` (the data plane waits)."""
@@ -242,7 +241,7 @@ class ParameterServerPlane:
         if not blocks:
             return
         params = self._params_arg()
-        finish = {w: self._finish_time(t0) for w in blocks}
+        finish = {w: self._finish_time(t0, w, blocks[w].indices.size) for w in blocks}
         refs = {w: self.compute.submit(job.members[w], params, blocks[w].indices) for w in blocks}
         ready = self._ready(refs)
         results: dict[int, Result] = {}
@@ -305,8 +304,9 @@ class ParameterServerPlane:
     def _reserve_round(self) -> dict[int, Block]:
         job = self.job
         blocks: dict[int, Block] = {}
-        for w in sorted(job.members):
-            b = job.sampler.reserve(job.batch)
+        members = sorted(job.members)
+        for w in members:
+            b = job.sampler.reserve(job.speeds.batch(w, members))  # cluster.balance: a share by speed
             if b is None:
                 break
             blocks[w] = b
@@ -371,7 +371,7 @@ class ParameterServerPlane:
             return
         self.waiting.discard(w)
         ref = self.compute.submit(job.members[w], self._params_ref(), b.indices)  # one shared copy per step
-        self.tasks[w] = Task(w, b, job.step, job.T, self._finish_time(job.T), ref)
+        self.tasks[w] = Task(w, b, job.step, job.T, self._finish_time(job.T, w, b.indices.size), ref)
 
     def _params_ref(self) -> Any:
         job = self.job
