@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
@@ -227,6 +229,8 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
     if not series:
         raise InputError("the traces hold no records", "pass non-empty trace files (spotwise traces show)", "--trace")
     catalog = load_catalog(spec)
+    if spec.cluster.pools:
+        return _run_pool_sweep(spec, req, series, catalog, progress)
     places, skipped = build_places(series, catalog, spec.workload.family, spec.cluster.instance_type, req.types or None,
                                    spot_price=req.spot_price)
     job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=req.history_s, deadline_h=req.deadline_h,
@@ -241,3 +245,60 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
     starts = window_starts(home_places, job, req.every_s)
     result = sweep(job, places, homes, strategies, starts, tick_s=req.tick_s, progress=progress)
     return result, places, homes, skipped
+
+
+def _run_pool_sweep(spec: JobSpec, req: SweepRequest, series: list[StepSeries], catalog: Any,
+                    progress: Callable[[int, int], None] | None) -> tuple[SweepResult, list[Place], list[tuple[str, str]], list[str]]:
+    """A spec with ``cluster.pools``: every pool at its own place of the traces (:mod:`spotwise.sim.pool_sweep`)."""
+    from spotwise.sim.pool_sweep import POOL_STRATEGIES, PoolPlace, pool_sweep
+
+    pools_spec = spec.cluster.pools or []
+    types = sorted({p.instance_type for p in pools_spec})
+    places, skipped = build_places(series, catalog, spec.workload.family, pools_spec[0].instance_type, types,
+                                   spot_price=req.spot_price)
+    pools: list[PoolPlace] = []
+    for i, p in enumerate(pools_spec):
+        mine = sorted((pl for pl in places if pl.instance.name == p.instance_type
+                       and (not p.place or pl.zone == p.place or pl.zone.startswith(p.place))), key=lambda pl: pl.zone)
+        if not mine:
+            zones = sorted({pl.zone for pl in places if pl.instance.name == p.instance_type})
+            raise InputError(f"pool {p.name!r}: the traces hold no {p.instance_type} series in {p.place or 'any zone'}",
+                             f"place the pool in one of {', '.join(zones[:8]) or '(none: no series of that type)'}",
+                             f"cluster.pools[{i}]")
+        place = mine[0]
+        bids = p.bid_list()
+        speed = catalog.throughput(place.instance, spec.workload.family)
+        pools.append(PoolPlace(str(p.name), place, p.workers, float(speed), bids[0] if bids else place.on_demand_per_hour))
+    if spec.target.iterations is None and req.work_hours is None:
+        raise InputError("a trace sweep needs the job's size: target.iterations (or --work-hours)",
+                         "set target.iterations, or pass --work-hours H", "target.iterations")
+    n = sum(p.workers for p in pools)
+    if req.work_hours is not None:
+        full = req.work_hours * 3600.0
+    else:
+        law = MiniBatchTimeLaw(float(spec.workload.step_time_s) * n / sum(p.rate for p in pools), float(spec.cluster.straggler))
+        sync = make_sync(spec.cluster.sync, spec.cluster.sync_n)
+        full = float(spec.target.iterations or 0) * sync.expected_round_s(law, n, float(spec.cluster.sync_overhead_s))
+    base = sweep_job(spec, work_hours=max(full, 1.0) / 3600.0, restart_s=req.restart_s, history_s=req.history_s,
+                     deadline_h=req.deadline_h)
+    job = SweepJob(work_s=full, deadline_s=base.deadline_s, workers=n, restart_s=base.restart_s,
+                   coordinator_per_hour=base.coordinator_per_hour * int(spec.cluster.ps_shards),
+                   iterations=int(spec.target.iterations or base.iterations), history_s=base.history_s, billing=base.billing,
+                   name=spec.name)
+    wanted = [s.strip() for s in (req.strategies or ",".join(POOL_STRATEGIES)).split(",") if s.strip()]
+    for s in wanted:
+        if s not in POOL_STRATEGIES:
+            raise InputError(f"strategy {s!r} does not run a job of several pools",
+                             f"use {', '.join(POOL_STRATEGIES)} (each pool stays at its place)", "--strategies")
+    lo = max(p.place.start for p in pools)
+    hi = min(p.place.end for p in pools) - job.deadline_s
+    if hi < lo:
+        raise InputError("the pools' traces do not overlap for one whole deadline", "use traces covering the same period, "
+                         "or a shorter deadline", "--trace")
+    starts = list(np.arange(lo, hi + 1e-9, req.every_s)) if req.every_s > 0 else [lo]
+    check = len(starts) * len(wanted)
+    if check > req.max_runs:
+        raise InputError(f"{check:,} window runs is more than --max-runs {req.max_runs:,}",
+                         f"use --starts {math.ceil((hi - lo) / max(1, req.max_runs // len(wanted)))}s or more", "--starts")
+    result = pool_sweep(job, pools, starts, full_rate_s=full, strategies=wanted, tick_s=req.tick_s, progress=progress)
+    return result, [p.place for p in pools], [p.place.key for p in pools], skipped
