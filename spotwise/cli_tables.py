@@ -32,6 +32,11 @@ def _summary_table(summary: Any, out: Path) -> Any:
     t.add_row("cost (coordinator included)", f"${summary.cost_usd:.4f}", f"${od.get('cost_usd', 0):.4f}" if od else "-")
     if od and od.get("cost_usd"):
         t.add_row("saving", f"{100 * (1 - summary.cost_usd / od['cost_usd']):.0f}%", "")
+    pools = summary.cost_breakdown.get("by_pool") or {}
+    if len(pools) > 2:  # several pools (issue 21): what each cost, the coordinator(s) and egress apart
+        egress = summary.cost_breakdown.get("by_category", {}).get("egress")
+        t.add_row("cost by pool", ", ".join(f"{k} ${v:.4f}" for k, v in pools.items())
+                  + (f" (egress ${egress:.4f} included)" if egress else ""), "")
     t.add_row("revocations / joins", f"{summary.revocations} / {summary.joins}", "0 / 0")
     t.add_row("idle (no worker)", f"{ex.get('idle_s', 0) / 60:.1f} min", "0")
     rec = ex.get("recovery_ms") or {}
