@@ -264,3 +264,24 @@ def test_more_shards_than_parameters_are_refused() -> None:
     with pytest.raises(InputError) as e:
         WorkerSpeeds(job)  # type: ignore[arg-type]
     assert "more shards than the model has parameters (10)" in str(e.value) and "at most 10" in e.value.fix
+
+
+def test_a_resumed_pooled_run_keeps_each_pools_billing_and_every_shard(tmp_path: Path) -> None:
+    """Stopped half-way and resumed: the same total as one uninterrupted run, by pool, shards included."""
+    spec = make_spec(**{"target__iterations": 30, "cluster__ps_shards": 2, "cluster__ps_gbps": 8.0,
+                        "cluster__pools": [K80, {**V100, "region": "us-west1"}], "workload__model_mb": 2.0})
+    out = tmp_path / "run"
+    first = JobController(spec, out, compute=LocalCompute(worker_args_for(spec)), stop_after_steps=12)
+    assert first.run().status == "stopped"
+    again = JobController(spec, out, compute=LocalCompute(worker_args_for(spec)), resume=True)
+    summary = again.run()
+    assert summary.status == "completed" and summary.steps == 30
+    bd = summary.cost_breakdown
+    assert set(bd["by_pool"]) == {"coordinator", "gce-k80@us-east1", "gce-v100@us-west1"}
+    assert math.isclose(sum(bd["by_pool"].values()), bd["total"], rel_tol=1e-9)
+    assert math.isclose(summary.cost_usd, bd["total"], rel_tol=1e-9) and bd["by_category"]["egress"] > 0
+    coords = [iv for iv in again.ledger.to_dict()["intervals"] if iv["category"] == "coordinator"]
+    assert {iv["instance_id"] for iv in coords} == {"coordinator", "coordinator-1"}
+    assert all(iv["start"] == 0.0 for iv in coords), "the shards' intervals were reopened, not restarted"
+    steps = [e["step"] for e in read_events(out / "events.jsonl", kinds=["step"])]
+    assert steps == list(range(1, 31))
