@@ -178,13 +178,17 @@ def test_a_mixed_pool_run_equals_the_single_pool_run_when_the_pools_are_identica
     assert set(bp) == {"a", "b", "coordinator"}
 
 
-def test_per_pool_revocations_at_random_keep_every_sample_once_per_epoch(tmp_path: Path) -> None:
-    spec = make_spec(**{"target__iterations": 260, "workload__batch_size": 16,
+@pytest.mark.parametrize(("sync", "balance"), [("async", "equal"), ("full", "throughput"), ("n-batch", "equal")])
+def test_per_pool_revocations_at_random_keep_every_sample_once_per_epoch(tmp_path: Path, sync: str, balance: str) -> None:
+    over: dict[str, Any] = {"cluster__sync": sync, "cluster__balance": balance}
+    if sync == "n-batch":
+        over["cluster__sync_n"] = 2
+    spec = make_spec(**over, **{"target__iterations": 260 if sync != "full" else 80, "workload__batch_size": 16,
                         "cluster__pools": [{**K80, "revocation": {"model": "lifetime", "mttf_s": 4.0, "mttr_s": 2.0}},
                                            {**V100, "revocation": {"model": "lifetime", "mttf_s": 9.0, "mttr_s": 1.0}}]})
     record: list = []
     coord, summary = run_local(spec, tmp_path / "run", record)
-    assert summary.status == "completed" and summary.steps == 260
+    assert summary.status == "completed" and summary.steps == spec.target.iterations
     revoked = {e["worker"] for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["revoke"])}
     assert revoked & {0, 1} and revoked & {2, 3}, "both pools lost workers"
     assert_every_sample_once_per_epoch(record, coord.state.n_train)
