@@ -13,6 +13,12 @@ and every policy shares the base constraints (Sec. 4.1)
     X >= 0,     sum_j X[m, j] <= 1  (each job is not over-allocated),
                 sum_m X[m, j] <= quota[j]  (at most ``quota[j]`` instances of type j at a time).
 
+A data-parallel job uses several instances at once (issue 21): with ``AllocationProblem(...,
+gang=True)`` ``X[m, j]`` is the number of instances of type ``j`` job ``m`` uses at once and the
+row constraint ``sum_j X[m, j] <= 1`` is dropped (the quota rows stay); the objectives and the SLO
+and budget constraints below are the paper's, unchanged.  :mod:`spotwise.planner.pool_mix` uses
+it to mix a job's pools and rounds the fractional counts to workers.
+
 Each policy below is a small cvxpy program solved with HiGHS, a pure function of literal inputs
 (in the style of Gavel's ``scheduler/policies``, whose ``ThroughputNormalizedByCostSum*``
 policies are the reference implementation of Sec. 4.2/4.3 by the same authors):
@@ -93,7 +99,7 @@ def _base(problem: AllocationProblem):
 
     m, n = problem.shape
     X = cp.Variable((m, n), nonneg=True, name="X")
-    cons = [cp.sum(X, axis=1) <= 1]
+    cons = [] if problem.gang else [cp.sum(X, axis=1) <= 1]  # gang: X counts instances, no row limit
     finite = np.isfinite(problem.quotas)
     quota_con = None
     if np.any(finite):
@@ -109,8 +115,9 @@ def _base(problem: AllocationProblem):
 def _check(problem: AllocationProblem, alloc: Allocation) -> Allocation:
     """Assert the invariants of every allocation (cheap; catches solver or modelling bugs)."""
     X = alloc.X
-    assert np.all(X >= 0) and np.all(X <= 1 + TOL)
-    assert np.all(X.sum(axis=1) <= 1 + 1e-6)
+    assert np.all(X >= 0)
+    if not problem.gang:
+        assert np.all(X <= 1 + TOL) and np.all(X.sum(axis=1) <= 1 + 1e-6)
     assert np.all(X.sum(axis=0) <= problem.quotas + 1e-6)
     return alloc
 
@@ -170,7 +177,7 @@ def _slo_rates(problem: AllocationProblem, slos: Mapping[str, SLO]) -> np.ndarra
 def _best_alone(problem: AllocationProblem, m: int) -> tuple[float, list[int]]:
     """The most throughput job ``m`` can get alone: fill fastest types first up to their quota."""
     T = problem.throughput[m]
-    left, total, used = 1.0, 0.0, []
+    left, total, used = (math.inf if problem.gang else 1.0), 0.0, []
     for j in np.argsort(-T, kind="stable"):
         if T[j] <= 0 or left <= 0:
             break
@@ -224,7 +231,7 @@ def _diagnose_slos(problem: AllocationProblem, rates: np.ndarray, slos: Mapping[
         duals = np.atleast_1d(quota_con.dual_value)
         tight = [int(finite_idx[k]) for k in np.nonzero(duals > 1e-9)[0]]
     jobs_with = [problem.jobs[m] for m in np.nonzero(rates > 0)[0]]
-    binding = _quota_words(problem, tight) if tight else "the one-instance-per-job limit (row sums <= 1)"
+    binding = _quota_words(problem, tight) if tight else ("the quotas" if problem.gang else "the one-instance-per-job limit (row sums <= 1)")
     return InfeasibleError(
         f"the SLOs of jobs {jobs_with} cannot all be met together: at most {frac:.1%} of the required "
         f"throughput is reachable; binding: {binding}",

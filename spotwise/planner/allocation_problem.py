@@ -38,6 +38,14 @@ class AllocationProblem:
     ``quotas[j]``: the most instances of type ``j`` usable at once (``inf`` = unlimited).
     ``accelerators`` (optional, one per type) only improves error messages ("quota of 4 V100").
     ``unit`` names the work unit in messages (e.g. ``"iterations"``).
+
+    ``gang=True`` (issue 21, a data-parallel job on several instances at once; not in paper 003,
+    whose Sec. 4.1 jobs each use at most ONE instance at a time): ``X[m, j]`` is the *number of
+    instances* of type ``j`` job ``m`` uses at once, ``0 <= X[m, j]`` with ``sum_m X[m, j] <=
+    quota[j]`` and WITHOUT the row constraint ``sum_j X[m, j] <= 1``.  ``throughput_T`` and
+    ``cost`` keep the paper's formulas (throughputs add over the instances a job uses), so every
+    Sec. 4.2/4.3 policy applies unchanged.  Every quota must then be finite (else the
+    throughput LPs are unbounded).
     """
 
     jobs: tuple[str, ...]
@@ -47,6 +55,7 @@ class AllocationProblem:
     quotas: np.ndarray | None = None
     accelerators: tuple[str, ...] | None = None
     unit: str = "units"
+    gang: bool = False
 
     def __post_init__(self) -> None:
         where = "allocation problem"
@@ -71,6 +80,9 @@ class AllocationProblem:
             raise InputError(f"price of {bad!r} must be a finite number > 0, got {c.tolist()}", "give every instance type a positive $/h", where)
         if np.any(np.isnan(q)) or np.any(q < 0):
             raise InputError(f"quotas must be >= 0 (inf = unlimited), got {q.tolist()}", "give each type a non-negative instance count", where)
+        if self.gang and not np.all(np.isfinite(q)):
+            raise InputError("a gang allocation (X = instances used at once) needs a finite quota per type",
+                             "give every instance type a quota (the most instances the job may use)", where)
         for m_i, job in enumerate(jobs):
             if not np.any(T[m_i] > 0):
                 raise InputError(f"job {job!r} has zero throughput on every instance type", "give it a positive throughput on at least one type", where)
@@ -212,12 +224,14 @@ class Allocation:
     makespan_h: float | None = None
     total_cost: float | None = None
     notes: tuple[str, ...] = field(default=())
+    #: ``X`` counts instances used at once (:attr:`AllocationProblem.gang`): no row-sum limit
+    gang: bool = False
 
     def __post_init__(self) -> None:
         X = np.asarray(self.X, dtype=float)
         if X.shape != (len(self.jobs), len(self.instance_types)):
             raise ValueError(f"X has shape {X.shape}, expected {(len(self.jobs), len(self.instance_types))}")
-        if np.any(X < -TOL) or np.any(X.sum(axis=1) > 1 + 1e-6):
+        if np.any(X < -TOL) or (not self.gang and np.any(X.sum(axis=1) > 1 + 1e-6)):
             raise ValueError("X must be >= 0 with row sums <= 1")
         object.__setattr__(self, "X", X)
 
@@ -240,12 +254,17 @@ class Allocation:
 
 
 def _result(problem: AllocationProblem, policy: str, X: np.ndarray, objective: float, status: str, **kw: Any) -> Allocation:
-    X = np.clip(np.asarray(X, dtype=float), 0.0, 1.0)
-    X[X < 1e-10] = 0.0
-    rows = X.sum(axis=1)
-    over = rows > 1.0
-    if np.any(over):  # solver round-off only (checked below with a tolerance)
-        X[over] /= rows[over, None]
+    if problem.gang:  # instance counts: clip solver round-off to [0, quota]
+        X = np.clip(np.asarray(X, dtype=float), 0.0, problem.quotas[None, :])
+        X[X < 1e-10] = 0.0
+        kw.setdefault("gang", True)
+    else:
+        X = np.clip(np.asarray(X, dtype=float), 0.0, 1.0)
+        X[X < 1e-10] = 0.0
+        rows = X.sum(axis=1)
+        over = rows > 1.0
+        if np.any(over):  # solver round-off only (checked below with a tolerance)
+            X[over] /= rows[over, None]
     tput = (problem.throughput * X).sum(axis=1)
     cjob = X @ problem.prices
     return Allocation(policy, problem.jobs, problem.instance_types, X, float(objective), tput, cjob, float(cjob.sum()),

@@ -64,7 +64,9 @@ the names of the others):
 * :mod:`spotwise.planner.plan_inputs` -- the error model from a pilot and :func:`gather_inputs`;
 * :mod:`spotwise.planner.plan_rounds` -- sync modes, mean step time, iterations and the churn estimate;
 * :mod:`spotwise.planner.plan_strategies` -- the alternatives above, priced like a run, and :func:`compare`;
-* :mod:`spotwise.planner.plan_place` -- the plan at the trace placement's place, and its recommendation.
+* :mod:`spotwise.planner.plan_place` -- the plan at the trace placement's place, and its recommendation;
+* :mod:`spotwise.planner.pool_mix` -- a spec with ``cluster.pools``: how many workers (and bids) from each pool
+  (paper 003 Sec. 4.3's LP over the pools, rounded by exact evaluation).
 """
 
 from __future__ import annotations
@@ -152,6 +154,11 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     region, or no strategy meeting the deadline, budget and error target."""
     if objective not in ("cost", "time"):
         raise InputError(f"unknown objective {objective!r}", "use cost or time", "--objective")
+    if spec.cluster.pools is not None:  # issue 21 item 4: the pool mix (spotwise.planner.pool_mix)
+        from spotwise.planner.pool_mix import check_pool_plan_args, plan_pool_mix
+
+        check_pool_plan_args(traces, types)
+        return plan_pool_mix(spec, gather_inputs(spec, None, pilot_dir, pilot_steps, error_model), objective)
     if types:
         from spotwise.market.world import load_catalog
         from spotwise.sim.places import check_instance_types
@@ -233,6 +240,10 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     """
     if plan.strategy == "serverless":
         return _apply_serverless(spec, plan)
+    if plan.strategy == "pool-mix":
+        from spotwise.planner.pool_mix import apply_pool_mix
+
+        return apply_pool_mix(spec, plan)
     if spec.cluster.kind == "serverless":
         inst = str(plan.extra.get("instance", ""))
         if plan.extra.get("vm_throughput_derived"):
