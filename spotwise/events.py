@@ -266,6 +266,12 @@ class RunSummary:
             if not getattr(self, name) >= 0:
                 raise ValueError(f"RunSummary.{name} must be >= 0")
 
+    def __repr__(self) -> str:
+        metric = "" if self.final_metric is None else f", {self.metric_name or 'metric'} {self.final_metric:.4g}"
+        return (f"RunSummary({self.spec.get('name', '?')!r}: {self.mode} {self.status}, {self.steps} steps, "
+                f"loss {self.final_loss if self.final_loss is None else format(self.final_loss, '.4g')}{metric}, "
+                f"${self.cost_usd:.4g}, {self.virtual_s / 3600:.3g} h virtual, {self.revocations} revocations)")
+
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
 

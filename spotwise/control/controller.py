@@ -75,10 +75,12 @@ from spotwise.market.billing import Ledger
 from spotwise.market.preemption import MarketEvent
 from spotwise.market.world import Market, build_market
 from spotwise.planes.ps.compute import Compute
-from spotwise.policies import Observation, Rebid, Resize, SetLearningRate, SwitchSync, make_policies
+from spotwise.policies import Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
 from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket, consult
+from spotwise.control.observation import observe
 from spotwise.control.speeds import WorkerSpeeds
+from spotwise.policies.user import UserPolicyError
 from spotwise.workloads.registry import make_workload
 
 
@@ -471,23 +473,6 @@ class JobController:
                 "provisioned": self.provisioned, "t": self.T, "cost": self.cost_so_far(), "status": self.status}
 
     # ================================================================== policies
-    def _observation(self) -> Observation:
-        step_s = self.expected_step_s()
-        return Observation(
-            step=self.step, t=self.T, active=len(self.members), provisioned=self.provisioned,
-            max_workers=self.max_workers, reference_workers=self.spec.cluster.workers, base_lr=self.base_lr, lr=self.lr,
-            sync=self.sync, sync_n=self.sync_n, loss=self.last_loss, price=self.market.spot_price(self.T),
-            cost_so_far=self.cost_so_far(), deadline_s=self.spec.deadline_s, budget_usd=self.spec.budget_usd,
-            target_iterations=self.spec.target.iterations, market=self.market_name,
-            spot_available=self.provider.spot_available(self.T), step_s=step_s, restart_s=self.restart_s,
-            place=(self.region or self.market.instance.region or "", self.market.instance.name),
-            on_demand_price=self.market.instance.on_demand_per_hour,
-            next_decision_s=self.outage.decision_s if not self.members else step_s,
-            # shared, not copied (a copy per step would cost O(steps) each); policies only read it
-            extra={"loss_history": self.loss_history, "last_resize_t": self.last_resize_t,
-                   "last_switch_t": self.last_switch_t},
-        )
-
     @property
     def market_name(self) -> str:
         """What the workers run on now, as policies name it: ``"spot"`` or ``"on-demand"``."""
@@ -500,8 +485,13 @@ class JobController:
         return float(self.sync_strategy.expected_round_s(self.time_law, n, self.delta))
 
     def apply_policies(self) -> None:
-        """Consult every policy on the current observation and act on its decisions."""
-        consult(self.policies, self._observation, self._act)
+        """Consult every policy on the current observation and act on its decisions.  A user policy
+        that fails (:class:`UserPolicyError`, exit 2) leaves a checkpoint of the step just committed."""
+        try:
+            consult(self.policies, lambda: observe(self), self._act)
+        except UserPolicyError:
+            self.checkpoint("policy-error")
+            raise
 
     def _act(self, policy: Policy, d: Decision) -> None:
         acted = True

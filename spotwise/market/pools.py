@@ -29,7 +29,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.network import NetworkLink, region_of
-from spotwise.market.revocation_base import Interval, MarketEvent, RevocationModel, _spawn, events_from_intervals
+from spotwise.market.revocation_base import Interval, MarketEvent, RevocationModel, events_from_intervals
 
 if TYPE_CHECKING:  # type only: world builds the pools' markets
     from spotwise.config import JobSpec

@@ -27,7 +27,12 @@ assert tuple(POLICIES) == POLICY_NAMES, "spotwise.policies.schema and the regist
 
 
 def make_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
-    """The policy ``name`` built with ``params``; the same :class:`InputError` as the spec's validation."""
+    """The policy ``name`` built with ``params``; the same :class:`InputError` as the spec's validation.
+    A ``package.module:ClassName`` name is a user policy (:mod:`spotwise.policies.user`)."""
+    if ":" in str(name):
+        from spotwise.policies.user import make_user_policy
+
+        return make_user_policy(name, params)
     schema_for(name)  # unknown name: "unknown policy ..., valid names are ..."
     cls = POLICIES[name]
     try:

@@ -160,6 +160,13 @@ def validate_policy(name: str, params: Mapping[str, Any] | None = None) -> None:
     Unknown name, unknown parameter or a value of the wrong type -> :class:`InputError` at
     ``policies``; a value out of range -> :class:`InputError` at ``policies.<name>``.
     """
+    if ":" in str(name):  # a user policy (issue 22): syntax only; imported where policies are built
+        from spotwise.policies.user import check_reference
+
+        check_reference(name)
+        if params is not None and not isinstance(params, Mapping):
+            raise InputError(f"params of policy {name} must be a mapping", "write params: {key: value}", "policies")
+        return
     schema = schema_for(name)
     given = dict(params or {})
     for key in given:

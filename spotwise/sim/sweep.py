@@ -49,6 +49,7 @@ from spotwise.market.series import iso8601
 from spotwise.planner.bidding import thm3_bid
 from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy, SwitchMarket
 from spotwise.policies.registry import make_policy
+from spotwise.policies.user import guard
 from spotwise.sim.oracle import hindsight_oracle
 from spotwise.sim.places import Place
 from spotwise.sim.sweep_types import (DEFAULT_STRATEGIES, STRATEGIES, BidRule, OracleResult, StartRule, Strategy,  # noqa: F401
@@ -257,7 +258,8 @@ def run_window(job: SweepJob, places: Sequence[Place], home: Place, start: float
     if horizon is None:  # a home-free strategy (cheapest place) may run wherever the data lasts
         data_end = home.end if strategy.start == "home" else max(p.end for p in places)
         horizon = min(data_end, start + 3 * job.deadline_s)
-    policies = [make_policy(n) if isinstance(n, str) else make_policy(n[0], n[1]) for n in strategy.policies]
+    policies = [make_policy(n) if isinstance(n, str) else guard(n) if isinstance(n, Policy) else make_policy(n[0], n[1])
+                for n in strategy.policies]
     return _Run(job, places, home, start, strategy, policies, tick_s, horizon).run()
 
 

@@ -76,7 +76,8 @@ class Strategy:
     bid: BidRule | float = "on-demand"
     market: Literal["spot", "on-demand"] = "spot"
     #: policy names, or ``(name, params)`` pairs, from :data:`spotwise.policies.registry.POLICIES`
-    policies: tuple[str | tuple[str, dict[str, Any]], ...] = ()
+    #: or ``package.module:ClassName``; or Policy objects (the Python API, issue 22)
+    policies: tuple[Any, ...] = ()
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -109,10 +110,35 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
 DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise")
 
 
-def parse_strategies(text: str | Sequence[str] | None) -> list[Strategy]:
+def user_strategy(policy: Any) -> Strategy:
+    """A user policy as a sweep strategy (issue 22): spot at the home place up to the on-demand
+    price, the policy deciding; ``policy`` is a ``package.module:ClassName`` name or a Policy object."""
+    if isinstance(policy, str):
+        from spotwise.policies.user import check_reference
+
+        check_reference(policy)
+        return Strategy(policy, "home", "on-demand", "spot", (policy,), f"user policy {policy}")
+    from spotwise.policies.user import guard
+
+    g = guard(policy)
+    name = str(getattr(g, "name", "") or type(policy).__name__)
+    return Strategy(name, "home", "on-demand", "spot", (g,), f"user policy {type(policy).__module__}:{type(policy).__qualname__}")
+
+
+def parse_strategies(text: str | Sequence[Any] | None) -> list[Strategy]:
+    """Strategies from names (built-in, or ``package.module:ClassName`` user policies), or, from the
+    Python API, :class:`Strategy` and :class:`~spotwise.policies.base.Policy` objects."""
+    from spotwise.policies.base import Policy
+
     names = DEFAULT_STRATEGIES if not text else ([p.strip() for p in text.split(",")] if isinstance(text, str) else list(text))
     out = []
     for n in names:
+        if isinstance(n, Strategy):
+            out.append(n)
+            continue
+        if isinstance(n, Policy) or (isinstance(n, str) and ":" in n):
+            out.append(user_strategy(n))
+            continue
         if n not in STRATEGIES:
             import difflib
 
@@ -196,6 +222,15 @@ class SweepResult:
     worker_iterations: float
     wall_s: float
     places: int
+    #: the home places swept (``zone/type``), trace series skipped, files written (filled by the API)
+    homes: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        best = min(self.summaries, key=lambda s: s.mean_cost, default=None)
+        head = f"SweepResult({len(self.starts)} windows, {len(self.summaries)} strategies"
+        return head + (f"; cheapest: {best.strategy} ${best.mean_cost:.4g}, P(deadline) {best.deadline_met:.1%})" if best else ")")
 
     def to_dict(self, rows: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {

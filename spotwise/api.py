@@ -1,0 +1,265 @@
+"""The Python API (issue 22): what the ``spotwise`` command does, as functions that return results.
+
+Every command of the CLI is a thin layer over one function here (``spotwise plan`` over
+:func:`plan`, ``run`` over :func:`run`, ``simulate`` over :func:`simulate` and :func:`sweep`,
+``report`` over :func:`report`); nothing is reachable only from the CLI.  The functions take a spec
+as a :class:`~spotwise.config.JobSpec`, a YAML path or a plain ``dict``; results are dataclasses
+with ``to_dict()``.  Errors a user can cause raise :class:`~spotwise.errors.InputError` (the CLI
+maps it to exit 2); nothing here calls ``sys.exit`` or prints (progress bars only when asked).
+
+    import spotwise
+    spec = spotwise.load_spec("examples/demo.yaml")
+    p = spotwise.plan(spec)                      # Plan: strategy, bids, expected cost and time
+    s = spotwise.simulate(spec)                  # RunSummary of a modelled run (no Ray)
+    r = spotwise.run(spec, "runs/demo")          # RunSummary of real training on the emulated market
+    spotwise.report(["runs/demo", "runs/other"]) # one HTML page comparing runs
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+
+from spotwise.errors import InputError
+
+if TYPE_CHECKING:  # types only: each function imports what it runs
+    from spotwise.config import JobSpec
+    from spotwise.events import RunSummary
+    from spotwise.planner.plan_types import Plan
+    from spotwise.report.compare import Report
+    from spotwise.sim.sweep_types import SweepResult
+
+SpecLike = Union["JobSpec", str, "os.PathLike[str]", Mapping[str, Any]]
+
+
+def load_spec(source: SpecLike) -> "JobSpec":
+    """A validated job spec from a YAML file, a ``dict`` (parsed YAML/JSON) or a JobSpec (returned as is).
+    Never imports a user workload or policy module."""
+    from spotwise.config import JobSpec, spec_from_dict
+    from spotwise.config import load_spec as _load
+
+    if isinstance(source, JobSpec):
+        return source
+    if isinstance(source, Mapping):
+        return spec_from_dict(dict(source), "spec")
+    if isinstance(source, (str, os.PathLike)):
+        return _load(source)
+    raise InputError(f"cannot make a job spec of {type(source).__name__}", "pass a YAML path, a dict or a JobSpec", "spec")
+
+
+def check_spec(spec: SpecLike, *, import_user_code: bool = False, local_workers: bool = False) -> "JobSpec":
+    """Load the spec and build its market: bad fields, unknown instance types, bad traces and missing
+    datasets raise InputError.  A ``module:function`` workload is imported and called only with
+    ``import_user_code`` (commands about to run it anyway); ``local_workers``: the job will run on the
+    local emulated provider, so its worker actors must fit this machine's memory."""
+    from spotwise.market.world import build_market
+    from spotwise.workloads.registry import make_workload
+
+    job = load_spec(spec)
+    if job.cluster.kind == "serverless":
+        from spotwise.planes.serverless.runner import check_serverless_spec
+
+        check_serverless_spec(job)  # no spot market: function pricing, Redis node, policies
+    else:
+        if local_workers:
+            from spotwise.capacity.raystart import check_local_workers
+
+            check_local_workers(job.cluster)
+        build_market(job)
+    if import_user_code or ":" not in job.workload.name:
+        make_workload(job.workload, job.seed)  # import errors, missing datasets: before anything starts
+    return job
+
+
+def _check_pilot_steps(pilot_steps: int) -> None:
+    if pilot_steps < 10:
+        raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
+
+
+def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objective: str = "cost",
+         pilot: str | os.PathLike[str] | None = None, pilot_steps: int = 200, types: Sequence[str] | None = None,
+         plot: str | os.PathLike[str] | None = None, write_spec: str | os.PathLike[str] | None = None,
+         emit: Sequence[str] = (), install: str | None = None, notes: list[str] | None = None) -> "Plan":
+    """Recommend a plan for ``spec`` (``spotwise plan``): strategy, workers, bids, iterations, expected cost
+    and time, P(deadline), the alternatives compared.  ``plot`` writes expected cost against the deadline
+    (PNG), ``write_spec`` the spec with the plan applied, ``emit`` ``KIND=FILE`` cluster files
+    (``ray-cluster=...``, ``skypilot=...``); a line per file written is appended to ``notes``."""
+    from spotwise.outputfiles import check_output_file
+    from spotwise.planner.emit import prepare_emits, write_emits
+    from spotwise.planner.plan import gather_inputs, make_plan, plot_cost_vs_deadline, write_planned_spec
+
+    if objective not in ("cost", "time"):
+        raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
+    if plot is not None and Path(plot).suffix.lower() != ".png":
+        raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot cost.png", "--plot")
+    _check_pilot_steps(pilot_steps)
+    if plot is not None:
+        check_output_file(Path(plot), "--plot")
+    if write_spec is not None:
+        check_output_file(Path(write_spec), "--write-spec")
+    spec_file = spec if isinstance(spec, (str, os.PathLike)) else None
+    job = check_spec(spec)
+    trace_list = [str(t) for t in traces]
+    type_list = list(types) if types else None
+    emits = prepare_emits(list(emit), job, install=install, spec_file=spec_file or "spec.yaml",
+                          planned_spec=write_spec, traces=trace_list, types=type_list)
+    pilot_dir = str(pilot) if pilot else None
+    result = make_plan(job, traces=trace_list, objective=objective, pilot_dir=pilot_dir,  # type: ignore[arg-type]
+                       pilot_steps=pilot_steps, types=type_list)
+    written: list[str] = []
+    if plot is not None:
+        plot_cost_vs_deadline(job, result, gather_inputs(job, trace_list, pilot_dir, pilot_steps), str(plot))
+        written.append(f"plot written to {plot}")
+    if write_spec is not None:
+        written.append(write_planned_spec(job, result, write_spec))
+    written += write_emits(emits, job, result)
+    if notes is not None:
+        notes.extend(written)
+    return result
+
+
+def run(spec: SpecLike | None, out: str | os.PathLike[str], *, resume: bool = False, overwrite: bool = False,
+        ray_address: str | None = None, autoscale: bool = False, notice_source: str = "none", metadata_url: str | None = None,
+        compare_on_demand: bool = False, redis_url: str | None = None, lithops_config: str | os.PathLike[str] | None = None,
+        emulate_network_mbps: float = 0.0, progress: bool = False) -> "RunSummary":
+    """Train ``spec`` for real into the run directory ``out`` (``spotwise run``): PyTorch workers on Ray on
+    the emulated spot market (a private local Ray unless ``ray_address``), or Lithops functions for
+    ``cluster.kind: serverless``.  ``resume=True`` (``spec`` None) continues the run in ``out`` from its
+    last checkpoint.  ``compare_on_demand`` then trains the same samples on on-demand workers and puts
+    both in the summary.  A run that makes no progress raises
+    :class:`~spotwise.control.progress.NoProgressError` (an InputError) holding its summary."""
+    from spotwise.control.runner import run_job
+
+    out = Path(out)
+    if resume:
+        if spec is not None:
+            raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
+        from spotwise.control.rundir_io import load_run_spec
+
+        if load_run_spec(out).cluster.kind == "serverless":
+            from spotwise.planes.serverless.runner import run_serverless
+
+            return run_serverless(None, out, resume=True, redis_url=redis_url,
+                                  lithops_config=Path(lithops_config) if lithops_config else None, progress=progress)
+        job = None
+    else:
+        if spec is None:
+            raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
+        job = check_spec(spec, import_user_code=True, local_workers=not ray_address)
+        if job.cluster.kind == "serverless":
+            if ray_address or compare_on_demand:
+                raise InputError("--ray-address and --compare-on-demand apply to VM jobs",
+                                 "drop them for a serverless job (compare with `spotwise plan`, or run the VM spec separately)",
+                                 "--ray-address" if ray_address else "--compare-on-demand")
+            from spotwise.planes.serverless.runner import run_serverless
+
+            return run_serverless(job, out, redis_url=redis_url, lithops_config=Path(lithops_config) if lithops_config else None,
+                                  progress=progress, overwrite=overwrite, network_mbps=emulate_network_mbps)
+        if redis_url or lithops_config or emulate_network_mbps:
+            raise InputError("--redis-url, --lithops-config and --emulate-network-mbps apply to serverless jobs",
+                             "set cluster.kind: serverless in the spec, or drop the flags",
+                             "--redis-url" if redis_url else "--lithops-config")
+    if compare_on_demand and ray_address:
+        raise InputError("--compare-on-demand needs the emulated provider", "drop --ray-address (a baseline on a real "
+                         "cluster would spend real money), or drop --compare-on-demand", "--compare-on-demand")
+    after: Callable[[Any], Any] | None = None  # runs while run_job still holds the run directory's lock
+    if compare_on_demand:
+        import functools
+
+        from spotwise.control.baseline import compare_on_demand as baseline
+
+        after = functools.partial(baseline, out_dir=out, progress=progress)
+    return run_job(job, out, resume=resume, ray_address=ray_address, progress=progress, overwrite=overwrite,
+                   notice_source=notice_source, metadata_url=metadata_url, after=after, autoscale=autoscale)
+
+
+def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot: str | os.PathLike[str] | None = None,
+             pilot_steps: int = 200, train_size: int | None = None, overwrite: bool = False, progress: bool = False,
+             plots: bool | None = None) -> "RunSummary":
+    """One modelled run of ``spec`` in virtual time, no Ray (``spotwise simulate SPEC --out DIR``): the run's
+    control logic with modelled compute and the Thm 1 loss recursion.  ``out`` None: into a temporary
+    directory, removed afterwards (only the summary is kept).  The loss model's notes are in
+    ``summary.extra["loss_model"]``."""
+    from spotwise.control.runner import RunProgress
+    from spotwise.rundir import open_run_dir
+    from spotwise.sim.simulate import check_simulable, simulate_job
+
+    _check_pilot_steps(pilot_steps)
+    job = check_spec(spec)  # the spec's own errors first
+    pilot_dir = str(pilot) if pilot else None
+    check_simulable(job, pilot_dir)
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="spotwise-simulate-") as tmp:
+            return simulate(job, Path(tmp) / "run", pilot=pilot, pilot_steps=pilot_steps, train_size=train_size,
+                            progress=progress, plots=False)
+    out = Path(out)
+    with open_run_dir(out, "overwrite" if overwrite else "new"):
+        with RunProgress(job.target.iterations, progress) as bar:
+            summary, _, _ = simulate_job(job, out, pilot_dir=pilot_dir, pilot_steps=pilot_steps, train_size=train_size,
+                                         progress=bar.update if progress else None)
+        if job.outputs.plots if plots is None else plots:
+            from spotwise.report.run_report import write_report
+
+            write_report(out)
+    return summary
+
+
+def sweep(spec: SpecLike, traces: Sequence[str | os.PathLike[str]] = (), *, strategies: str | Sequence[Any] | None = None,
+          starts: str | float = "6h", all_zones: bool = False, types: Sequence[str] | None = None,
+          work_hours: float | None = None, deadline_hours: float | None = None, restart: str | float = "300s",
+          history: str | float = "7d", spot_price: float | None = None, spec_market: bool = False,
+          horizon: str | float = "30d", pilot: str | os.PathLike[str] | None = None, max_runs: int | None = None,
+          out: str | os.PathLike[str] | None = None, overwrite: bool = False, plots: bool = True,
+          progress: Callable[[int, int], None] | None = None) -> "SweepResult":
+    """Replay ``spec``'s job from many start times over real traces (``spotwise simulate SPEC --trace ...``)
+    or over its own market (``spec_market``), for each strategy: cost, time, P(deadline) with its 95%
+    interval, against the hindsight oracle and on-demand.  ``strategies``: built-in names, user policies
+    as ``package.module:ClassName``, :class:`~spotwise.policies.base.Policy` objects or sweep
+    :class:`~spotwise.sim.sweep_types.Strategy` objects.  ``out``: sweep.json, windows.csv and plots."""
+    from spotwise.rundir import open_run_dir
+    from spotwise.sim.sweep import MAX_RUNS
+    from spotwise.sim.sweep_spec import SweepRequest, run_trace_sweep
+    from spotwise.specload import parse_duration
+
+    job = load_spec(spec)  # never imports a module:function workload
+    strat: Any = strategies
+    if strategies is not None and not isinstance(strategies, str):
+        strat = list(strategies)
+    req = SweepRequest(
+        traces=[str(t) for t in traces], strategies=strat, every_s=parse_duration(starts, "--starts"),
+        types=list(types or []), all_zones=all_zones, work_hours=work_hours, deadline_h=deadline_hours,
+        restart_s=parse_duration(restart, "--restart"), history_s=parse_duration(history, "--history"),
+        spot_price=spot_price, spec_market=spec_market, horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed,
+        pilot_dir=str(pilot) if pilot else None, max_runs=MAX_RUNS if max_runs is None else max_runs)
+
+    def go() -> "SweepResult":
+        result, _, homes, skipped = run_trace_sweep(job, req, progress)
+        result.homes = [f"{z}/{i}" for z, i in homes]
+        result.skipped = list(skipped)
+        return result
+
+    if out is None:
+        return go()
+    from spotwise.report.sweep_view import write_sweep
+
+    with open_run_dir(Path(out), "overwrite" if overwrite else "new"):
+        result = go()
+        result.written = [str(p) for p in write_sweep(result, Path(out), plots=plots)]
+    return result
+
+
+def report(runs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None = None,
+           *, plots: bool = True) -> "Report":
+    """Report runs (``spotwise report DIR ...``): one run directory gets its own report (``DIR/report/``);
+    several -- runs or sweeps -- one HTML page comparing them side by side (``out``, default
+    ``spotwise-compare.html``), flagging runs that did different work."""
+    from spotwise.report.compare import compare_runs, single_report
+
+    dirs = [Path(runs)] if isinstance(runs, (str, os.PathLike)) else [Path(r) for r in runs]
+    if not dirs:
+        raise InputError("no run directory given", "pass one run directory, or several to compare", "spotwise report")
+    if len(dirs) == 1 and out is None:
+        return single_report(dirs[0], plots=plots)
+    return compare_runs(dirs, Path(out) if out is not None else Path("spotwise-compare.html"))
