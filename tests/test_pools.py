@@ -289,3 +289,21 @@ def test_a_resumed_pooled_run_keeps_each_pools_billing_and_every_shard(tmp_path:
     assert all(iv["start"] == 0.0 for iv in coords), "the shards' intervals were reopened, not restarted"
     steps = [e["step"] for e in read_events(out / "events.jsonl", kinds=["step"])]
     assert steps == list(range(1, 31))
+
+
+def test_a_fast_parameter_server_costs_nothing_and_exchanges_are_served_when_they_arrive(tmp_path: Path) -> None:
+    """With a server far faster than the workers the queue must not slow anything (an exchange is served
+    when it arrives, not behind slower workers' exchanges handed out before it)."""
+    mix = {"cluster__sync_overhead_s": 0.0, "target__iterations": 120, "workload__model_mb": 14.19}
+    _, free = run_local(make_spec(**mix), tmp_path / "free")
+    _, fast = run_local(make_spec(**mix, cluster__ps_gbps=1000.0), tmp_path / "fast")
+    assert fast.virtual_s == pytest.approx(free.virtual_s, rel=0.02)
+    from spotwise.control.speeds import WorkerSpeeds
+
+    job = type("Job", (), {"spec": make_spec(cluster__ps_gbps=8.0), "params": np.zeros(100, dtype=np.float32),
+                           "market": build_market(make_spec()), "max_workers": 4, "batch": 8, "T": 0.0})()
+    sp = WorkerSpeeds(job)  # type: ignore[arg-type]
+    assert sp._serve(10.0, 1.0) == 11.0          # booked first, arrives late
+    assert sp._serve(2.0, 1.0) == 3.0            # arrives earlier: served at once, in the gap
+    assert sp._serve(10.5, 1.0) == 12.0          # behind the exchange already being served
+    assert sp._serve(3.5, 6.0) == 9.5 and sp._serve(9.6, 1.0) == 13.0

@@ -16,8 +16,8 @@ single-type job) and answers, per worker slot:
   (:mod:`spotwise.market.network`, Fig. 8); with ``cluster.ps_gbps`` set, every exchange also
   queues at the server, whose network carries ``bytes / (ps_gbps * ps_shards)`` seconds of it
   (``cluster.ps_shards`` splits the parameters, hence the bytes, over k servers working in
-  parallel: Fig. 6's bottleneck and its relief).  The server serves exchanges in the order their
-  mini-batches are handed out (a FIFO approximation of its queue).
+  parallel: Fig. 6's bottleneck and its relief).  The server serves each exchange in the first
+  idle stretch after it arrives (:meth:`WorkerSpeeds._serve`).
 
 The exchange moves the parameters one way and the gradient the other: ``2 * model bytes``, the
 model's float32 size or ``workload.model_mb`` when the run stands in for a larger model (paper 002
@@ -60,8 +60,8 @@ class WorkerSpeeds:
         mb = spec.workload.model_mb
         #: bytes one exchange moves: the parameters down and the gradient up
         self.exchange_bytes = 2.0 * (float(mb) * 1e6 if mb is not None else FLOAT32_BYTES * n_params)
-        #: virtual time at which the parameter server's network is free again
-        self.ps_free = 0.0
+        #: the parameter server's booked network time: sorted, disjoint ``(start, end)`` (virtual seconds)
+        self._busy: list[tuple[float, float]] = []
         self._laws: dict[tuple[int, int], MiniBatchTimeLaw] = {}
 
     # ------------------------------------------------------------------ time
@@ -110,7 +110,27 @@ class WorkerSpeeds:
         done = start + duration
         if self.ps_gbps is None:
             return done
-        service = 8.0 * self.exchange_bytes / (float(self.ps_gbps) * 1e9 * self.shards)
-        served = max(done, self.ps_free) + service
-        self.ps_free = served
-        return served
+        return self._serve(done, 8.0 * self.exchange_bytes / (float(self.ps_gbps) * 1e9 * self.shards))
+
+    def _serve(self, arrive: float, service: float) -> float:
+        """When an exchange arriving at ``arrive`` has been served: the server's first idle stretch of
+        ``service`` seconds at or after ``arrive``.  Mini-batches are drawn when handed out, not in
+        the order they arrive, so an exchange may arrive before ones already booked: it takes the
+        earliest gap, leaving booked ones where they are (a non-preemptive server in arrival order,
+        up to the bookings already made)."""
+        busy = self._busy
+        now = self.job.T
+        stale = 0
+        while stale < len(busy) and busy[stale][1] <= now:  # nothing arrives before now
+            stale += 1
+        del busy[:stale]
+        t = arrive
+        for k, (start, end) in enumerate(busy):
+            if end <= t:
+                continue
+            if start >= t + service:
+                busy.insert(k, (t, t + service))
+                return t + service
+            t = end
+        busy.append((t, t + service))
+        return t + service
