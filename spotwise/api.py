@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # types only: each function imports what it runs
     from spotwise.config import JobSpec
     from spotwise.events import RunSummary
     from spotwise.planner.plan_types import Plan
-    from spotwise.report.compare import Report
+    from spotwise.reports.compare import Report
     from spotwise.sim.sweep_types import SweepResult
 
 SpecLike = Union["JobSpec", str, "os.PathLike[str]", Mapping[str, Any]]
@@ -200,7 +200,7 @@ def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot
             summary, _, _ = simulate_job(job, out, pilot_dir=pilot_dir, pilot_steps=pilot_steps, train_size=train_size,
                                          progress=bar.update if progress else None)
         if job.outputs.plots if plots is None else plots:
-            from spotwise.report.run_report import write_report
+            from spotwise.reports.run_report import write_report
 
             write_report(out)
     return summary
@@ -242,7 +242,7 @@ def sweep(spec: SpecLike, traces: Sequence[str | os.PathLike[str]] = (), *, stra
 
     if out is None:
         return go()
-    from spotwise.report.sweep_view import write_sweep
+    from spotwise.reports.sweep_view import write_sweep
 
     with open_run_dir(Path(out), "overwrite" if overwrite else "new"):
         result = go()
@@ -255,7 +255,7 @@ def report(runs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out:
     """Report runs (``spotwise report DIR ...``): one run directory gets its own report (``DIR/report/``);
     several -- runs or sweeps -- one HTML page comparing them side by side (``out``, default
     ``spotwise-compare.html``), flagging runs that did different work."""
-    from spotwise.report.compare import compare_runs, single_report
+    from spotwise.reports.compare import compare_runs, single_report
 
     dirs = [Path(runs)] if isinstance(runs, (str, os.PathLike)) else [Path(r) for r in runs]
     if not dirs:

@@ -145,7 +145,7 @@ def _ray_running() -> bool:
 
 def print_json(obj: Any) -> None:
     """The one JSON object of a ``--json`` command, on stdout (the real one, see :func:`json_stdout`)."""
-    from spotwise.report.finite_json import dumps_finite
+    from spotwise.reports.finite_json import dumps_finite
 
     text = dumps_finite(obj, what="--json output", indent=2, default=str)  # NaN/Infinity: an internal error, never printed
     stream = _json_out[0] if _json_out else sys.stdout
@@ -176,7 +176,7 @@ def traces_show(
 ) -> None:
     """Statistics of every series in the given traces (one per zone x instance type for AWS)."""
     from spotwise.market.traces import load_traces
-    from spotwise.report.traces_view import plot_series, render_table, series_row
+    from spotwise.reports.traces_view import plot_series, render_table, series_row
 
     if plot is not None and plot.suffix.lower() != ".png":
         raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot prices.png", "--plot")
@@ -201,34 +201,10 @@ def traces_show(
 
 # ------------------------------------------------------------------- commands of later issues
 def _check_spec(spec: Path, *, import_user_code: bool = False, local_workers: bool = False) -> Any:
-    """Load the spec and build its market: catches bad fields, unknown instance types and bad traces.
+    """:func:`spotwise.api.check_spec` (the spec loaded, its market built; InputError exits 2)."""
+    from spotwise.api import check_spec
 
-    Built-in workloads are built (missing or malformed datasets exit 2 here).  A user workload
-    (``module:function``) is code: it is imported and called only with ``import_user_code`` --
-    by commands about to run it anyway (``run``); validation-only commands leave it alone.
-    ``local_workers``: the job will run on the local emulated provider, so its worker actors must
-    fit this machine's memory (:func:`spotwise.capacity.raystart.check_local_workers`).  Every
-    problem raises :class:`InputError` (exit 2).
-    """
-    from spotwise.config import load_spec
-    from spotwise.market.world import build_market
-
-    from spotwise.workloads.registry import make_workload
-
-    job = load_spec(spec)
-    if job.cluster.kind == "serverless":
-        from spotwise.planes.serverless.runner import check_serverless_spec
-
-        check_serverless_spec(job)  # no spot market: function pricing, Redis node, policies
-    else:
-        if local_workers:
-            from spotwise.capacity.raystart import check_local_workers
-
-            check_local_workers(job.cluster)
-        build_market(job)
-    if import_user_code or ":" not in job.workload.name:
-        make_workload(job.workload, job.seed)  # import errors, missing datasets: exit 2 before anything starts
-    return job
+    return check_spec(spec, import_user_code=import_user_code, local_workers=local_workers)
 
 
 def _demo_spec_path() -> Path:
@@ -238,24 +214,13 @@ def _demo_spec_path() -> Path:
     return Path(str(resources.files("spotwise") / "data" / "demo.yaml"))
 
 
-def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_address: str | None, overwrite: bool,
-                    notice_source: str = "none", metadata_url: str | None = None, compare: bool = False,
-                    autoscale: bool = False) -> None:
-    from spotwise.control.runner import run_job
-
-    if compare and ray_address:
-        raise InputError("--compare-on-demand needs the emulated provider", "drop --ray-address (a baseline on a real "
-                         "cluster would spend real money), or drop --compare-on-demand", "--compare-on-demand")
-    after: Callable[[Any], Any] | None = None  # runs while run_job still holds the run directory's lock
-    if compare:
-        from spotwise.control.baseline import compare_on_demand
-
-        after = functools.partial(compare_on_demand, out_dir=out, progress=not as_json)
+def _run_and_report(job: Any, out: Path, *, as_json: bool, **kw: Any) -> None:
+    """:func:`spotwise.api.run`, then its summary: one JSON object, or the tables."""
+    from spotwise.api import run as api_run
     from spotwise.control.progress import NoProgressError
 
     try:
-        summary = run_job(job, out, resume=resume, ray_address=ray_address, progress=not as_json, overwrite=overwrite,
-                          notice_source=notice_source, metadata_url=metadata_url, after=after, autoscale=autoscale)
+        summary = api_run(job, out, progress=not as_json, **kw)
     except NoProgressError as e:
         if as_json:  # the run's summary is still the one JSON object; the message goes to stderr, exit 2
             print_json(e.summary.to_dict())
@@ -264,28 +229,13 @@ def _run_and_report(job: Any, out: Path, resume: bool, as_json: bool, ray_addres
         print_json(summary.to_dict())
         return
     console = Console()
+    if summary.mode == "serverless":
+        console.print(_serverless_table(summary))
+        console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}; report: {out / 'report' / 'index.html'}")
+        return
     console.print(_summary_table(summary, out))
     console.print(f"report: {out / 'report' / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png "
                   f"beside it); events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
-
-
-def _run_serverless_and_report(job: Any, out: Path, *, as_json: bool, overwrite: bool, redis_url: str | None,
-                               lithops_config: Path | None, ray_address: str | None, compare: bool,
-                               network_mbps: float = 0.0) -> None:
-    from spotwise.planes.serverless.runner import run_serverless
-
-    if ray_address or compare:
-        raise InputError("--ray-address and --compare-on-demand apply to VM jobs",
-                         "drop them for a serverless job (compare with `spotwise plan`, or run the VM spec separately)",
-                         "--ray-address" if ray_address else "--compare-on-demand")
-    summary = run_serverless(job, out, redis_url=redis_url, lithops_config=lithops_config, progress=not as_json,
-                             overwrite=overwrite, network_mbps=network_mbps)
-    if as_json:
-        print_json(summary.to_dict())
-        return
-    console = Console()
-    console.print(_serverless_table(summary))
-    console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}; report: {out / 'report' / 'index.html'}")
 
 
 @app.command()
@@ -298,7 +248,7 @@ def demo(
     from spotwise.config import load_spec
 
     job = load_spec(_demo_spec_path())
-    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=None, overwrite=True, compare=True)
+    _run_and_report(job, out, as_json=as_json, overwrite=True, compare_on_demand=True)
 
 
 @app.command()
@@ -323,28 +273,13 @@ def plan(
     With price traces: also the place (zone, type) cheapest at the start, and how often the job met
     its deadline on the traces' past windows (a measured probability, with its 95% interval).
     """
-    from spotwise.planner.emit import prepare_emits, write_emits
-    from spotwise.planner.plan import gather_inputs, make_plan, plot_cost_vs_deadline, write_planned_spec
+    from spotwise.api import plan as api_plan
 
-    if objective not in ("cost", "time"):
-        raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
-    if plot is not None and plot.suffix.lower() != ".png":
-        raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot cost.png", "--plot")
-    if pilot_steps < 10:
-        raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
-    if plot is not None:
-        check_output_file(plot, "--plot")
-    if write_spec is not None:
-        check_output_file(write_spec, "--write-spec")
-    job, traces, type_list = _check_spec(spec), [str(p) for p in trace], [t.strip() for t in types.split(",") if t.strip()] if types else None
-    emits = prepare_emits(emit, job, install=install, spec_file=spec, planned_spec=write_spec, traces=traces, types=type_list)
-    result = make_plan(job, traces=traces, objective=objective, pilot_dir=str(pilot) if pilot else None,  # type: ignore[arg-type]
-                       pilot_steps=pilot_steps, types=type_list)
-    if plot is not None:
-        inp = gather_inputs(job, traces, str(pilot) if pilot else None, pilot_steps)
-        plot_cost_vs_deadline(job, result, inp, str(plot))
-        err_console.print(f"plot written to {plot}")
-    for line in ([write_planned_spec(job, result, write_spec)] if write_spec is not None else []) + write_emits(emits, job, result):
+    notes: list[str] = []
+    result = api_plan(spec, traces=trace, objective=objective, pilot=pilot, pilot_steps=pilot_steps,
+                      types=[t.strip() for t in types.split(",") if t.strip()] if types else None, plot=plot,
+                      write_spec=write_spec, emit=emit, install=install, notes=notes)
+    for line in notes:
         err_console.print(line)
     if as_json:
         d = result.to_dict()
@@ -398,41 +333,15 @@ def run(
 ) -> None:
     """Train for real: PyTorch workers on Ray on the emulated spot market, or (cluster.kind: serverless) Lithops functions
     exchanging updates through Redis; writes OUT/summary.json, events.jsonl, plots."""
-    if resume is not None:
-        if spec is not None:
-            raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
-        from spotwise.control.rundir_io import load_run_spec
-
-        if load_run_spec(resume).cluster.kind == "serverless":
-            from spotwise.planes.serverless.runner import run_serverless
-
-            summary = run_serverless(None, resume, resume=True, redis_url=redis_url, lithops_config=lithops_config,
-                                     progress=not as_json)
-            if as_json:
-                print_json(summary.to_dict())
-            else:
-                Console().print(_serverless_table(summary))
-            return
-        _run_and_report(None, resume, resume=True, as_json=as_json, ray_address=ray_address, overwrite=False,
-                        notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand,
-                        autoscale=autoscale)
-        return
-    if spec is None:
-        raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
-    if out is None:
+    target = resume if resume is not None else out
+    if target is None:
+        if spec is None:
+            raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
-    job = _check_spec(spec, import_user_code=True, local_workers=not ray_address)
-    if job.cluster.kind == "serverless":
-        _run_serverless_and_report(job, out, as_json=as_json, overwrite=overwrite, redis_url=redis_url,
-                                   lithops_config=lithops_config, ray_address=ray_address, compare=compare_on_demand,
-                                   network_mbps=emulate_network_mbps)
-        return
-    if redis_url or lithops_config or emulate_network_mbps:
-        raise InputError("--redis-url, --lithops-config and --emulate-network-mbps apply to serverless jobs", "set cluster.kind: serverless in the spec, "
-                         "or drop the flags", "--redis-url" if redis_url else "--lithops-config")
-    _run_and_report(job, out, resume=False, as_json=as_json, ray_address=ray_address, overwrite=overwrite,
-                    notice_source=notice_source, metadata_url=metadata_url, compare=compare_on_demand,
-                    autoscale=autoscale)
+    _run_and_report(spec, target, as_json=as_json, resume=resume is not None, overwrite=overwrite, ray_address=ray_address,
+                    autoscale=autoscale, notice_source=notice_source, metadata_url=metadata_url,
+                    compare_on_demand=compare_on_demand, redis_url=redis_url, lithops_config=lithops_config,
+                    emulate_network_mbps=emulate_network_mbps)
 
 
 @app.command()
@@ -477,40 +386,29 @@ def simulate(
     (probability, 95% CI), cost vs the hindsight oracle and vs on-demand; --out gets sweep.json,
     windows.csv and CDF plots.
     """
-    from spotwise.rundir import open_run_dir
-    from spotwise.control.runner import RunProgress
-    from spotwise.sim.simulate import check_simulable, simulate_job
+    from spotwise.api import simulate as api_simulate
 
     if trace or spec_market:
         _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
                         deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot, max_runs)
         return
-    if pilot_steps < 10:
-        raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
-    job = _check_spec(spec)  # the spec's own errors first
-    check_simulable(job, str(pilot) if pilot else None)
     if out is None:
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
-    with open_run_dir(out, "overwrite" if overwrite else "new"):
-        with RunProgress(job.target.iterations, not as_json) as bar:
-            summary, measured, assumed = simulate_job(job, out, pilot_dir=str(pilot) if pilot else None,
-                                                      pilot_steps=pilot_steps, train_size=train_size,
-                                                      progress=bar.update if not as_json else None)
-        if job.outputs.plots:
-            from spotwise.report.run_report import write_report
-
-            write_report(out)
+    summary = api_simulate(spec, out, pilot=pilot, pilot_steps=pilot_steps, train_size=train_size, overwrite=overwrite,
+                           progress=not as_json)
     if as_json:
         print_json(summary.to_dict())
         return
     console = Console()
     console.print(_summary_table(summary, out))
-    for m in measured:
+    notes = summary.extra.get("loss_model") or {}
+    for m in notes.get("measured", []):
         console.print(f"loss model, measured: {m}")
-    for a in assumed:
+    for a in notes.get("assumed", []):
         console.print(f"loss model, assumed: {a}")
+    plots = (out / "report" / "index.html").is_file()
     console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}"
-                  + (f"; report: {out / 'report' / 'index.html'}" if job.outputs.plots else ""))
+                  + (f"; report: {out / 'report' / 'index.html'}" if plots else ""))
 
 
 def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: bool, trace: list[Path],
@@ -520,68 +418,64 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
                     pilot: Optional[Path] = None, max_runs: Optional[int] = None) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from spotwise.config import load_spec
-    from spotwise.report.sweep_view import sweep_table, write_sweep
-    from spotwise.rundir import open_run_dir
-    from spotwise.sim.sweep import MAX_RUNS
-    from spotwise.sim.sweep_spec import SweepRequest, TextProgress, run_trace_sweep
-    from spotwise.specload import parse_duration
+    from spotwise.api import sweep as api_sweep
+    from spotwise.reports.sweep_view import sweep_table
+    from spotwise.sim.sweep_spec import TextProgress
 
-    job = load_spec(spec)  # never imports a module:function workload
-    req = SweepRequest(
-        traces=[str(t) for t in trace], strategies=strategies, every_s=parse_duration(starts, "--starts"),
-        types=[t.strip() for t in types.split(",") if t.strip()] if types else [], all_zones=all_zones,
-        work_hours=work_hours, deadline_h=deadline_hours, restart_s=parse_duration(restart, "--restart"),
-        history_s=parse_duration(history, "--history"), spot_price=spot_price, spec_market=spec_market,
-        horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed, pilot_dir=str(pilot) if pilot else None,
-        max_runs=MAX_RUNS if max_runs is None else max_runs)
+    def go(progress: Any) -> Any:
+        return api_sweep(spec, trace, strategies=strategies, starts=starts, all_zones=all_zones,
+                         types=[t.strip() for t in types.split(",") if t.strip()] if types else None, work_hours=work_hours,
+                         deadline_hours=deadline_hours, restart=restart, history=history, spot_price=spot_price,
+                         spec_market=spec_market, horizon=horizon, pilot=pilot, max_runs=max_runs, out=out,
+                         overwrite=overwrite, plots=plot, progress=progress)
 
-    def go() -> Any:
-        if as_json or not err_console.is_terminal:  # no live bar: a line on stderr every 10 s of a long sweep
-            return run_trace_sweep(job, req, TextProgress(sys.stderr))
-        with Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} starts"),
-                      TimeRemainingColumn(), console=err_console, disable=as_json, transient=True) as bar:
-            task = bar.add_task("sweep", total=None)
-            return run_trace_sweep(job, req, lambda d, n: bar.update(task, completed=d, total=n))
-
-    if out is not None:
-        with open_run_dir(out, "overwrite" if overwrite else "new"):
-            result, places, homes, skipped = go()
-            written = write_sweep(result, out, plots=plot)
+    if as_json or not err_console.is_terminal:  # no live bar: a line on stderr every 10 s of a long sweep
+        result = go(TextProgress(sys.stderr))
     else:
-        result, places, homes, skipped = go()
-        written = []
+        with Progress(TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} starts"),
+                      TimeRemainingColumn(), console=err_console, transient=True) as bar:
+            task = bar.add_task("sweep", total=None)
+            result = go(lambda d, n: bar.update(task, completed=d, total=n))
     if as_json:
         d = result.to_dict()
-        d["homes"] = [f"{z}/{i}" for z, i in homes]
-        d["skipped_series"] = skipped
-        d["written"] = [str(p) for p in written]
+        d["homes"], d["skipped_series"], d["written"] = result.homes, result.skipped, result.written
         print_json(d)
         return
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(sweep_table(result))
-    console.print(f"{len(homes)} home place(s), {len(places)} place(s) in all; {result.worker_iterations / 1e6:.1f} M simulated "
-                  f"worker-iterations in {result.wall_s:.1f} s")
-    if written:
-        console.print("written: " + ", ".join(str(p) for p in written))
+    console.print(f"{len(result.homes)} home place(s), {result.places} place(s) in all; {result.worker_iterations / 1e6:.1f} M "
+                  f"simulated worker-iterations in {result.wall_s:.1f} s")
+    if result.written:
+        console.print("written: " + ", ".join(result.written))
 
 
 @app.command()
 @guarded
 def report(
-    run_dir: Path = typer.Argument(..., help="A run directory (with summary.json and events.jsonl)."),
+    run_dirs: list[Path] = typer.Argument(..., help="A run directory, or several run or sweep directories to compare."),
+    out: Optional[Path] = typer.Option(None, "--out", help="With several directories: the comparison page to write "
+                                       "(default spotwise-compare.html)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object on stdout."),
 ) -> None:
-    """Tables and plots of a finished run (writes RUN_DIR/report/index.html and PNGs)."""
-    from spotwise.report.run_report import load_run, report_json, summary_table, write_report
+    """Tables and plots of a finished run (RUN_DIR/report/index.html and PNGs); with several run or sweep
+    directories, one HTML page comparing them side by side (loss vs time and cost, cost and deadline table)."""
+    from spotwise.api import report as api_report
 
-    run_data = load_run(run_dir)
-    paths = write_report(run_dir)
+    rep = api_report(run_dirs if len(run_dirs) > 1 else run_dirs[0], out)
     if as_json:
-        print_json(report_json(run_data))
+        print_json(rep.entries[0] if rep.kind == "run" else rep.to_dict())
         return
-    Console().print(summary_table(run_data))
-    Console().print("written: " + ", ".join(str(p) for p in paths))
+    if rep.kind == "run":
+        from spotwise.reports.run_report import load_run, summary_table
+
+        Console().print(summary_table(load_run(run_dirs[0])))
+    else:
+        from spotwise.cli_tables import comparison_table
+
+        Console().print(comparison_table(rep))
+        for f in rep.flags:
+            err_console.print(f"not like for like: {f}")
+    Console().print("written: " + ", ".join(str(p) for p in rep.files))
 
 
 def main(argv: list[str] | None = None) -> None:

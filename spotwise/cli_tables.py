@@ -124,3 +124,23 @@ def _recommendation_lines(rec: dict[str, Any]) -> list[str]:
             f"  expected cost ${rec['expected_cost']:.4g}, expected time {rec['expected_time_s'] / 3600:.2f} h; "
             f"P(deadline) = {p_txt}",
             f"  saving: {save_txt}"]
+
+
+def comparison_table(rep: Any) -> Any:
+    """``spotwise report DIR1 DIR2 ...``: the runs and sweep strategies compared, one row each."""
+    from rich.table import Table
+
+    def f(v: Any, spec: str = ".4g") -> str:
+        return "-" if v is None else format(v, spec) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+    t = Table(title=f"{len(rep.runs)} directories compared" + (" (NOT like for like: see the flags)" if rep.flags else ""))
+    for col in ("run / strategy", "samples or windows", "final metric", "time (h)", "cost ($)", "deadline met"):
+        t.add_column(col, justify="right")
+    for e in rep.entries:
+        if e["kind"] == "run":
+            t.add_row(e["name"], f(e["samples"], ","), f(e["final_metric"]), f(e["virtual_h"]), f(e["cost_usd"]),
+                      f(e["deadline_met"]))
+        else:
+            t.add_row(e["name"], f(e["windows"]), "-", f(e["p95_finish_h"]) + " (p95)", f(e["mean_cost"]) + " (mean)",
+                      f(e["deadline_met"], ".1%"))
+    return t

@@ -133,7 +133,7 @@ def test_item7_zero_priced_trace_sweep_exits_2_not_zero_division(cli, tmp_path: 
 
 def test_item7_non_finite_json_output_is_an_internal_error_naming_the_field(tmp_path: Path) -> None:
     from spotwise.cli import print_json
-    from spotwise.report.finite_json import NonFiniteOutputError, dumps_finite, non_finite_fields
+    from spotwise.reports.finite_json import NonFiniteOutputError, dumps_finite, non_finite_fields
 
     doc = {"strategies": [{"name": "a", "mean_cost": 1.0}, {"name": "b", "mean_cost": math.nan}], "x": math.inf}
     assert non_finite_fields(doc) == ["$.strategies[1].mean_cost = nan", "$.x = inf"]
@@ -161,8 +161,8 @@ def test_item7_guarded_command_with_nan_result_exits_1_and_prints_no_json(capsys
 
 
 def test_item7_sweep_json_refuses_non_finite(tmp_path: Path) -> None:
-    from spotwise.report.finite_json import NonFiniteOutputError
-    from spotwise.report.sweep_view import write_sweep
+    from spotwise.reports.finite_json import NonFiniteOutputError
+    from spotwise.reports.sweep_view import write_sweep
     from spotwise.sim.sweep import SweepJob, SweepResult
 
     res = SweepResult(SweepJob(work_s=3600, deadline_s=7200), [0.0], [], [], [], math.nan, 1.0, 1)

@@ -49,7 +49,7 @@ class Report:
 
 def single_report(run_dir: Path, plots: bool = True) -> Report:
     """One run's report (``RUN_DIR/report/index.html`` and its PNGs; ``plots=False``: nothing written)."""
-    from spotwise.report.run_report import load_run, report_json, write_report
+    from spotwise.reports.run_report import load_run, report_json, write_report
 
     run = load_run(run_dir)
     files = write_report(run_dir) if plots else []
@@ -62,7 +62,7 @@ def _finite(v: Any) -> float | None:
 
 
 def _run_entry(d: Path) -> tuple[dict[str, Any], Any]:
-    from spotwise.report.run_report import load_run
+    from spotwise.reports.run_report import load_run
 
     run = load_run(d)
     s = run.summary

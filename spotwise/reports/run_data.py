@@ -1,5 +1,5 @@
 """A run directory read into arrays: :func:`load_run` -> :class:`RunData` (the conventions for reading
-``step`` and ``idle`` events are in :mod:`spotwise.report.run_report`).
+``step`` and ``idle`` events are in :mod:`spotwise.reports.run_report`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.events import EVENTS_FILE, SUMMARY_FILE, RunSummary, read_events, read_summary
-from spotwise.report import fmt_duration
+from spotwise.reports import fmt_duration
 
 
 PLOT_FILES = ("loss_vs_time.png", "loss_vs_cost.png", "workers_price.png")

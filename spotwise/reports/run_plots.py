@@ -1,5 +1,5 @@
 """The three PNGs of a run report (``loss_vs_time.png``, ``loss_vs_cost.png``, ``workers_price.png``),
-drawn from a :class:`~spotwise.report.run_data.RunData` by :func:`plot_run`.
+drawn from a :class:`~spotwise.reports.run_data.RunData` by :func:`plot_run`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.report.run_data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _fmt_s
+from spotwise.reports.run_data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _fmt_s
 
 
 # -------------------------------------------------------------------------------------------- plots

@@ -12,7 +12,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from spotwise.report.finite_json import dumps_finite
+from spotwise.reports.finite_json import dumps_finite
 from spotwise.sim.sweep import SweepResult
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.market.series import StepSeries, iso8601
-from spotwise.report import fmt_duration
+from spotwise.reports import fmt_duration
 
 
 def series_row(s: StepSeries) -> dict[str, Any]:

@@ -320,8 +320,8 @@ def sweep_runs(n_starts: int, n_homes: int, strategies: Sequence[Strategy]) -> i
 
 
 def _span(seconds: float) -> str:
-    """A duration for a message: years beyond one, else :func:`~spotwise.report.fmt_duration`."""
-    from spotwise.report import fmt_duration
+    """A duration for a message: years beyond one, else :func:`~spotwise.reports.fmt_duration`."""
+    from spotwise.reports import fmt_duration
 
     year = 365.25 * 86400.0
     if seconds < 1:
