@@ -505,17 +505,21 @@ def plan_pool_mix(spec: JobSpec, inp: Inputs, objective: str) -> Plan:
     assumed = inp.assumed + (
         ("pool mix: throughputs from the catalog speeds (mini-batch time step_time_s / speed), the parameter server "
         "serialising commits (Delta each), revocations as each pool's expected availability (fluid approximation; "
-        "restarts and per-interval minimum charges not counted), no P(deadline) for mixes"),
+        "restarts and per-interval minimum charges not counted)"),
         f"pool mix LP: paper 003 Sec. 4.3 with X = instances used at once (gang, 0 <= X <= pool size), work "
         f"{inp.J * job.contributions(inp.n)} mini-batches; "
         + ("exact for continuous modes" if job.mode == "continuous" else
            "a relaxation for barrier modes (a round waits for its slowest member: about n x min speed with balance: "
            "equal), whose integer neighbours are evaluated exactly")) \
         + (("cross-region exchanges not modelled: set workload.model_mb",) if job.link is not None and not job.exchange_bytes else ())
+    from spotwise.planner.pool_deadline import mix_deadline_probability
+
+    p_deadline, p_how = mix_deadline_probability(job, best, inp.deadline, seed=spec.seed)
+    assumed = assumed + (f"P(deadline) of the mix: {p_how}",)
     chosen = [o for n, o in zip(best.counts, best.options) if n > 0]
     price_source = "; ".join(f"{opts[0].name}: {', '.join(o.source for o in opts)}" for opts in options)
     rec = {"strategy": "pool-mix", "place": None, "instance": best.describe(), "workers": best.workers,
-           "bids": list(_bids(best)), "expected_cost": best.cost, "expected_time_s": best.time_s, "deadline_probability": None,
+           "bids": list(_bids(best)), "expected_cost": best.cost, "expected_time_s": best.time_s, "deadline_probability": p_deadline,
            "deadline_measured": None, "deadline_ci95": None, "on_demand_cost": od_cost,
            "saving_vs_on_demand": None if not od_cost else 1.0 - float(best.cost) / od_cost,  # type: ignore[arg-type]
            "price_source": price_source, "ranked_places": []}
@@ -529,7 +533,7 @@ def plan_pool_mix(spec: JobSpec, inp: Inputs, objective: str) -> Plan:
         "mixes_evaluated": res["evaluated"], "recommendation": rec}
     return Plan("pool-mix", _bids(best), best.workers, best.iterations, float(best.cost), float(best.time_s),  # type: ignore[arg-type]
                 float(best.error if best.error is not None else inp.eps), objective, inp.deadline, why, tuple(alts),
-                inp.measured, assumed, price_source, (), extra, deadline_probability=None)
+                inp.measured, assumed, price_source, (), extra, deadline_probability=p_deadline)
 
 
 def apply_pool_mix(spec: JobSpec, plan: Plan) -> dict[str, Any]:
