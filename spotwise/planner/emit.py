@@ -566,6 +566,10 @@ def write_emits(ep: EmitPlan | None, spec: JobSpec, plan: Any) -> list[str]:
         return []
     rec = plan.extra.get("recommendation")
     out: list[str] = []
+    if spec.cluster.pools:  # a pool mix: the one pool it uses (planner/emit_pools.py)
+        from spotwise.planner.emit_pools import pool_emit_view
+
+        rec, spec = pool_emit_view(rec, spec, plan.extra)
     t = emit_target(rec, spec)
     if not ep.planned and t.initial_workers != spec.cluster.workers:
         out.append(f"note: {ep.spec_file} asks for {spec.cluster.workers} workers, the plan for {t.workers}: add "
