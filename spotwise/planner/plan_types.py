@@ -82,6 +82,13 @@ class Plan:
         if self.deadline_probability is not None and not 0.0 <= self.deadline_probability <= 1.0:
             raise ValueError(f"deadline_probability must lie in [0, 1], got {self.deadline_probability!r}")
 
+    def __repr__(self) -> str:
+        p = "?" if self.deadline_probability is None else f"{self.deadline_probability:.2f}"
+        bids = "" if not self.bids else f", bids {', '.join(f'{b:.4g}' for b in sorted(set(self.bids)))} $/h"
+        return (f"Plan({self.strategy}: {self.workers} workers{bids}, {self.iterations} iterations, "
+                f"${self.expected_cost:.4g} in {self.expected_time_s / 3600:.3g} h expected, P(deadline) {p}; "
+                f"{len(self.alternatives)} alternatives)")
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["bids"] = list(self.bids)
