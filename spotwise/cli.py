@@ -337,6 +337,7 @@ def run(
     if target is None:
         if spec is None:
             raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
+        _check_spec(spec)  # the spec's own errors first, then the missing flag
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
     _run_and_report(spec, target, as_json=as_json, resume=resume is not None, overwrite=overwrite, ray_address=ray_address,
                     autoscale=autoscale, notice_source=notice_source, metadata_url=metadata_url,
@@ -392,7 +393,11 @@ def simulate(
         _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
                         deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot, max_runs)
         return
-    if out is None:
+    if out is None:  # the spec's own errors first, then the missing flag
+        from spotwise.api import check_spec
+        from spotwise.sim.simulate import check_simulable
+
+        check_simulable(check_spec(spec), str(pilot) if pilot else None)
         raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
     summary = api_simulate(spec, out, pilot=pilot, pilot_steps=pilot_steps, train_size=train_size, overwrite=overwrite,
                            progress=not as_json)
