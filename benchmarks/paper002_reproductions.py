@@ -19,22 +19,23 @@ real, in-process spotwise job (``JobController`` + ``LocalCompute``, no Ray) tha
   uniformly random times (``ScriptedRevocation``), permanent as in the paper, and, beside it,
   replaced 60 s later as spotwise does;
 * **network** -- ``workload.model_mb: 14.19`` (ResNet-32, Table II) on the wire per exchange each
-  way; Fig. 6: ``cluster.ps_gbps`` (the parameter server's network; ``ps_shards`` divide its
-  service time); Fig. 8: the catalog's ``networks: gcp`` link for workers outside the parameter
-  server's region (rtt + bytes / bandwidth per exchange, egress $/GB).  Figs. 7-8 run *without*
-  ``ps_gbps``: spotwise's parameter-server queue serves exchanges in hand-out order, which
-  blocks fast workers behind slow ones (see ``HOL_NOTE``; a spotwise issue, not worked around).
+  way; Figs. 6-7: ``cluster.ps_gbps`` models the parameter server's network as a queue: each
+  exchange is served in the server's first idle stretch after it arrives, taking
+  ``bytes / (ps_gbps * ps_shards)`` seconds (k shards divide the service time); Fig. 8: the
+  catalog's ``networks: gcp`` link for workers outside the parameter server's region (rtt + bytes /
+  bandwidth per exchange, egress $/GB).  Fig. 7 runs with and without ``ps_gbps`` (one server, as
+  the paper's), Fig. 8 without (its effect is the link's).
 
-Two time scales.  Tables I, III, IV and Fig. 7 *dilate* the step: ``--steps`` steps of
+Two time scales.  Tables I, III and IV *dilate* the step: ``--steps`` steps of
 ``0.22 * 64000 / steps`` s each on a K80, so a run lasts as long on the virtual clock as the
 paper's 64K steps and meets the real lifetimes at the real times; the times and costs printed are
-then directly 64K-step figures.  Figs. 6 and 8 (exchanges of 14.19 MB with fixed latencies) run
+then directly 64K-step figures.  Figs. 6-8 (exchanges of 14.19 MB with fixed latencies) run
 undilated ``0.22`` s steps and extrapolate time and cost to 64K steps by the measured per-step
 rate (x ``64000 / steps``).  Accuracy is always mlp-digits' after ``--steps`` steps (real
 training), never ResNet-32's: only its *differences* between configurations mean anything.
 Every number is the median over seeds; ratios are against a baseline measured in the same run.
 
-    .venv/bin/python benchmarks/paper002_reproductions.py                  # all six, ~5 min
+    .venv/bin/python benchmarks/paper002_reproductions.py                  # all six, ~7 min
     .venv/bin/python benchmarks/paper002_reproductions.py --only fig8 --quick
 """
 
@@ -73,13 +74,6 @@ MODEL_MB = 14.19  # ResNet-32 (paper 002 Table II)
 BUDGET = 2.83  # one K80 on demand for 64K steps (Table I): the budget of Table III
 TYPES = {"K80": "gce-k80", "P100": "gce-p100", "V100": "gce-v100"}
 REGIONS = ("us-east1", "us-central1", "us-west1")
-#: spotwise/control/speeds.py WorkerSpeeds.finish() queues exchanges at the parameter server in the order
-#: their mini-batches were *handed out* (ps_free), so a fast worker's exchange waits for every slower,
-#: earlier-handed-out one: head-of-line blocking that slows a cluster even at ps_gbps -> infinity
-#: (reported with issue 21; not worked around here).  Figs. 7-8 therefore run without ps_gbps.
-HOL_NOTE = ("  CAVEAT: with ps_gbps set, spotwise serves exchanges in hand-out order (speeds.py finish), so a fast worker "
-            "waits behind slower, earlier-handed-out ones (head-of-line blocking, present even at ps_gbps -> inf: compare "
-            "'no PS model'); the 1 PS / 2 PS columns include that artefact.")
 ONLY = ("table1", "table3", "table4", "fig6", "fig7", "fig8")
 
 
@@ -317,7 +311,6 @@ def fig6(a: argparse.Namespace) -> dict[str, Any]:
     print("  paper: 'up to 1.75X training speed using 2 PS in V100 clusters'; 'for K80 clusters, the number of PS has "
           "little impact'. Single K80 baseline here: "
           f"{med(one, 'h'):.2f} h, ${med(one, 'usd'):.2f} (paper 3.91 h).")
-    print(HOL_NOTE)
     return out
 
 
@@ -325,20 +318,31 @@ def fig6(a: argparse.Namespace) -> dict[str, Any]:
 def fig7(a: argparse.Namespace) -> dict[str, Any]:
     confs = [(4, 0, 0), (0, 4, 0), (0, 0, 4), (2, 1, 1), (1, 1, 2), (1, 2, 1)]
     scale = PAPER_STEPS / a.net_steps
-    res = {}
-    for c in confs:
-        mix = [(g, n, "us-east1") for g, n in zip(("K80", "P100", "V100"), c)]
-        res[c] = many(lambda s, mix=mix: job(mix, steps=a.net_steps, seed=s, dilate=False), a.net_seeds, scale=scale)
-    k, v = res[(4, 0, 0)], res[(0, 0, 4)]
+    models = {"no_ps_model": {}, "1ps": {"ps_gbps": a.ps_gbps, "ps_shards": 1}}
+    res: dict[str, dict] = {m: {} for m in models}
+    for m, cl in models.items():
+        for c in confs:
+            mix = [(g, n, "us-east1") for g, n in zip(("K80", "P100", "V100"), c)]
+            res[m][c] = many(lambda s, mix=mix, cl=cl: job(mix, steps=a.net_steps, seed=s, dilate=False, **cl), a.net_seeds,
+                             scale=scale)
     rows, out = [], {}
-    for c, rs in res.items():
-        h, u = med(rs, "h"), med(rs, "usd")
-        out[str(c)] = {"h": h, "usd": u, "acc": med(rs, "acc"), "time_vs_4k80": h / med(k, "h"), "cost_vs_4k80": u / med(k, "usd"),
-                       "time_vs_4v100": h / med(v, "h"), "cost_vs_4v100": u / med(v, "usd")}
-        rows.append([str(c), f"{h:.2f}", f"{u:.2f}", f"{100 * (h / med(k, 'h') - 1):+.0f}%", f"{100 * (u / med(k, 'usd') - 1):+.0f}%",
-                     f"{100 * (h / med(v, 'h') - 1):+.0f}%", f"{100 * (u / med(v, 'usd') - 1):+.0f}%", f"{med(rs, 'acc'):.2f}"])
-    print(f"\nFig. 7 -- heterogeneous hardware, 4 workers (N_K80, N_P100, N_V100), no PS network model (see Fig. 6's "
-          f"caveat), 64K-step figures extrapolated from {a.net_steps} steps")
+    pct = lambda x: f"{100 * (x - 1):+.0f}%"
+    for c in confs:
+        out[str(c)] = {}
+        cells = {}
+        for m, r in res.items():
+            rs, k, v = r[c], r[(4, 0, 0)], r[(0, 0, 4)]
+            h, u = med(rs, "h"), med(rs, "usd")
+            out[str(c)][m] = {"h": h, "usd": u, "acc": med(rs, "acc"), "steps_per_s": med(rs, "steps_per_s"),
+                              "time_vs_4k80": h / med(k, "h"), "cost_vs_4k80": u / med(k, "usd"),
+                              "time_vs_4v100": h / med(v, "h"), "cost_vs_4v100": u / med(v, "usd")}
+            cells[m] = out[str(c)][m]
+        n, p = cells["no_ps_model"], cells["1ps"]
+        fmts = (("h", "{:.2f}".format), ("usd", "{:.2f}".format), ("time_vs_4k80", pct), ("cost_vs_4k80", pct),
+                ("time_vs_4v100", pct), ("cost_vs_4v100", pct))
+        rows.append([str(c), *(f"{f(n[key])} / {f(p[key])}" for key, f in fmts), f"{n['acc']:.2f}"])
+    print(f"\nFig. 7 -- heterogeneous hardware, 4 workers (N_K80, N_P100, N_V100); each cell: no PS network model / "
+          f"1 PS at ps_gbps {a.ps_gbps:g}; 64K-step figures extrapolated from {a.net_steps} steps")
     print(table(["config", "time h", "cost $", "time vs 4 K80", "cost vs 4 K80", "time vs 4 V100", "cost vs 4 V100",
                  "accuracy %*"], rows))
     print("  paper: swapping 2-3 K80 for faster GPUs 'up to a 50% speedup' vs 4 K80, (1,1,2) '+17% cost'; swapping 2-3 V100 "
@@ -384,7 +388,7 @@ def main() -> None:
     ap.add_argument("--net-seeds", type=int, default=5, help="seeds per configuration in Figs. 6-8")
     ap.add_argument("--steps", type=int, default=1000, help="steps per run standing for 64K (dilated runs)")
     ap.add_argument("--net-steps", type=int, default=2000, help="steps per run in Figs. 6-8 (undilated, extrapolated)")
-    ap.add_argument("--ps-gbps", type=float, default=8.0, help="the parameter server's network, Gbps (Fig. 6)")
+    ap.add_argument("--ps-gbps", type=float, default=8.0, help="the parameter server's network, Gbps (Figs. 6-7)")
     a = ap.parse_args()
     only = [x.strip() for x in a.only.split(",") if x.strip()]
     bad = [x for x in only if x not in ONLY]

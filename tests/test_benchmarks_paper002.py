@@ -32,3 +32,20 @@ def test_fig8_quick_prints_the_table_and_cross_region_is_slower() -> None:
     assert same[2] == "+0.0%" and float(same[4]) == 0.0, "one region: no slowdown, no egress"
     assert float(split[2].rstrip("%")) > 10.0, "workers outside the parameter server's region slow training"
     assert float(split[1]) > float(same[1]) and float(split[4]) > 0.0, "slower, and the crossing bytes pay egress"
+
+
+def test_fig7_quick_the_parameter_server_limits_4_v100() -> None:
+    """With the PS network model (ps_gbps 8, one server) 4 V100 are PS-bound: slower than without it, and the
+    mixes' slowdown against them shrinks (the paper's observation; without the model every mix is the sum of
+    its catalog speeds)."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "paper002_reproductions.py"), "--only", "fig7", "--quick"],
+                          capture_output=True, text=True, timeout=110, cwd=REPO, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "Fig. 7 -- heterogeneous hardware" in out and "no PS network model / 1 PS at ps_gbps 8" in out
+    pair = lambda cell: [float(x.strip().rstrip("%")) for x in cell.split("/")]
+    v100, mix = _row(out, "(0, 0, 4)"), _row(out, "(2, 1, 1)")
+    no_ps, one_ps = pair(v100[1])
+    assert one_ps > 1.3 * no_ps, "one 8 Gbps parameter server slows 4 V100 markedly"
+    slow_no_ps, slow_one_ps = pair(mix[5])
+    assert slow_one_ps < slow_no_ps, "a PS-bound 4 V100 loses less to a slower mix"
