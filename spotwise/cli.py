@@ -379,6 +379,8 @@ def simulate(
     horizon: str = typer.Option("30d", "--horizon", help="With --spec-market: how long a market to generate."),
     max_runs: Optional[int] = typer.Option(None, "--max-runs", help="Sweep: the most window runs (starts x homes x "
                                            "strategies, 1-3 ms each) before the sweep is refused (default 60000)."),
+    breakdown: bool = typer.Option(False, "--breakdown", help="Sweep: also show where the hours went per strategy (spot, "
+                                   "on-demand, restarts/moves billed without progress, idle)."),
 ) -> None:
     """Simulate a job in virtual time (no Ray): one run on its market, or with --trace a sweep over real traces.
 
@@ -391,7 +393,7 @@ def simulate(
 
     if trace or spec_market:
         _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
-                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot, max_runs)
+                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot, max_runs, breakdown)
         return
     if out is None:  # the spec's own errors first, then the missing flag
         from spotwise.api import check_spec
@@ -420,7 +422,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
                     strategies: Optional[str], starts: str, all_zones: bool, types: Optional[str],
                     work_hours: Optional[float], deadline_hours: Optional[float], restart: str, history: str, plot: bool,
                     spot_price: Optional[float] = None, spec_market: bool = False, horizon: str = "30d",
-                    pilot: Optional[Path] = None, max_runs: Optional[int] = None) -> None:
+                    pilot: Optional[Path] = None, max_runs: Optional[int] = None, breakdown: bool = False) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from spotwise.api import sweep as api_sweep
@@ -447,7 +449,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
         print_json(d)
         return
     console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(sweep_table(result))
+    console.print(sweep_table(result, breakdown=breakdown))
     console.print(f"{len(result.homes)} home place(s), {result.places} place(s) in all; {result.worker_iterations / 1e6:.1f} M "
                   f"simulated worker-iterations in {result.wall_s:.1f} s")
     if result.written:

@@ -9,9 +9,17 @@ cheapest stretches first until ``work / speed`` hours are bought (fractional kna
 weights: greedy is optimal).  The oracle is the cheapest place.
 
 It pays the coordinator only while it computes and pays no restart, no billing minimum and no
-move: it is a *lower bound* no online strategy can beat, which is what the sweep's
-"cost vs oracle" column is measured against (issue 8's "hindsight oracle: cheapest zone/type and
-slots").  It never moves between places: ``min`` over places of a single-place schedule.
+move.  It never moves between places: ``min`` over places of a single-place schedule -- so it is a
+lower bound only for strategies that stay where they start.  A strategy that migrates can beat it
+(issue 23 item 0).
+
+:func:`free_move_bound` is the true lower bound: at every instant the job may run at whichever
+place is cheapest per unit of progress then (spot where that place has capacity, else on-demand),
+moving for free, and it buys the cheapest such instants first until the work is done (the LP of a
+fractional multiple-choice knapsack: per stretch of constant prices and capacity, at most the
+stretch's length of compute at one place; greedy over the stretches' convex-hull segments is
+optimal).  No online strategy -- migrating or not -- can pay less; the sweep reports both columns
+and the goal is stated against this one.
 """
 
 from __future__ import annotations
@@ -49,6 +57,73 @@ def place_oracle(job: SweepJob, place: Place, start: float) -> tuple[float, floa
     cost = float(np.sum(take * unit[order]))
     sp = float(np.sum(take[use_spot[order]]))
     return cost, sp, float(need - sp)
+
+
+def _unit_rates(job: SweepJob, p: Place, mids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stretch (``mids``): ``$ per wall-second`` at ``p`` (spot where it has capacity and is cheaper
+    than on-demand, else on-demand; the coordinator included) and whether that is spot."""
+    spot = np.asarray(p.price.value_at(mids), dtype=float)
+    has = np.ones_like(spot, dtype=bool) if p.capacity is None else np.asarray(p.capacity.value_at(mids)) >= 1
+    use_spot = has & (spot < p.on_demand_per_hour)
+    per_h = np.where(use_spot, spot, p.on_demand_per_hour) * job.workers + job.coordinator_per_hour
+    return per_h / 3600.0, use_spot
+
+
+def free_move_bound(job: SweepJob, places: Sequence[Place], start: float) -> OracleResult:
+    """The cheapest schedule over ``places`` that may move at any instant for free (module docstring)."""
+    end = start + job.deadline_s
+    live = [p for p in places if p.covers(start, end)]
+    if not live:
+        raise InfeasibleError(f"no place covers the window from t={start:.0f} for {end - start:.0f} s",
+                              "pick start times inside the traces")
+    cuts = np.unique(np.concatenate([[start, end]] + [p.change_points(start, end) for p in live]))
+    cuts = cuts[(cuts >= start) & (cuts <= end)]
+    lengths = np.diff(cuts)
+    mids = cuts[:-1]
+    rates = np.empty((len(live), mids.size))
+    spots = np.empty((len(live), mids.size), dtype=bool)
+    speeds = np.array([p.speed for p in live], dtype=float)
+    for i, p in enumerate(live):
+        rates[i], spots[i] = _unit_rates(job, p, mids)
+    unit = rates / speeds[:, None]  # $ per second of work (at home speed)
+    if np.all(speeds == speeds[0]):
+        # one speed: each stretch at its cheapest place; cheapest stretches first
+        best = np.argmin(unit, axis=0)
+        cols = np.arange(mids.size)
+        seg_unit, seg_work = unit[best, cols], lengths * speeds[best]
+        seg_spot = spots[best, cols]
+    else:
+        # several speeds: the convex hull of (work, cost) per stretch, its segments by marginal cost
+        su, sw, ss = [], [], []
+        for k in range(mids.size):
+            w, c = lengths[k] * speeds, lengths[k] * rates[:, k]
+            order = np.argsort(w)
+            hull_w, hull_c = 0.0, 0.0
+            cand = list(order)
+            while cand:
+                j = min(cand, key=lambda i: ((c[i] - hull_c) / (w[i] - hull_w), -w[i]) if w[i] > hull_w else (np.inf, 0))
+                if w[j] <= hull_w:
+                    break
+                su.append((c[j] - hull_c) / (w[j] - hull_w))
+                sw.append(w[j] - hull_w)
+                ss.append(bool(spots[j, k]))
+                hull_w, hull_c = w[j], c[j]
+                cand = [i for i in cand if w[i] > hull_w]
+        seg_unit, seg_work, seg_spot = np.array(su), np.array(sw), np.array(ss, dtype=bool)
+    order = np.argsort(seg_unit, kind="stable")
+    cum = np.cumsum(seg_work[order])
+    need = float(job.work_s)
+    k = int(np.searchsorted(cum, need - 1e-9))
+    if k >= order.size:
+        raise InfeasibleError(f"no schedule fits {need / 3600:.2f} h of compute in the window", "extend the deadline")
+    take = seg_work[order].copy()
+    take[k] = need - (cum[k - 1] if k > 0 else 0.0)
+    take[k + 1:] = 0.0
+    cost = float(np.sum(take * seg_unit[order]))
+    spot_h = float(np.sum(take[seg_spot[order]])) / 3600.0
+    if not math.isfinite(cost):
+        raise InfeasibleError("the free-move bound's cost is not finite", "check the traces' prices")
+    return OracleResult(start, cost, "free moves", spot_h, need / 3600.0 - spot_h)
 
 
 def hindsight_oracle(job: SweepJob, places: Sequence[Place], start: float) -> OracleResult:

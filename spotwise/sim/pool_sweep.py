@@ -38,8 +38,8 @@ import numpy as np
 from spotwise.errors import InputError
 from spotwise.market.billing import Ledger
 from spotwise.sim.places import Place
-from spotwise.sim.sweep import wilson
-from spotwise.sim.sweep_types import OracleResult, StrategySummary, SweepJob, SweepResult, WindowResult
+from spotwise.sim.sweep import summarise
+from spotwise.sim.sweep_types import OracleResult, SweepJob, SweepResult, WindowResult
 
 POOL_STRATEGIES = ("pools", "pools+guard", "on-demand")
 
@@ -194,16 +194,6 @@ def pool_sweep(job: SweepJob, pools: Sequence[PoolPlace], starts: Sequence[float
     by = {s: [r for r in rows if r.strategy == s] for s in strategies}
     od_mean = float(np.mean([r.cost for r in by["on-demand"]])) if "on-demand" in by else None
     orc_mean = float(np.mean([o.cost for o in oracle]))
-    summaries = []
-    for s in strategies:
-        rs = by[s]
-        met = sum(r.deadline_met for r in rs)
-        costs = np.array([r.cost for r in rs])
-        fin = [r.finish_s / 3600 for r in rs if r.finish_s is not None]
-        summaries.append(StrategySummary(
-            s, len(rs), met / len(rs), wilson(met, len(rs)), float(costs.mean()), float(np.median(costs)),
-            float(np.mean([r.cost / r.oracle_cost for r in rs])), float(costs.mean() / orc_mean),
-            None if od_mean is None else float(costs.mean() / od_mean), float(np.quantile(fin, 0.95)) if fin else None,
-            sum(r.finish_s is None for r in rs), 0.0, float(np.mean([r.on_demand_s for r in rs]) / 3600)))
+    summaries = [summarise(s, by[s], od_mean, orc_mean, None) for s in strategies]
     wi = float(sum(r.work_done for r in rows)) * job.iterations * job.workers
     return SweepResult(job, used, rows, oracle, summaries, wi, time.perf_counter() - t0, len(pools))

@@ -50,7 +50,7 @@ from spotwise.planner.bidding import thm3_bid
 from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy, SwitchMarket
 from spotwise.policies.registry import make_policy
 from spotwise.policies.user import guard
-from spotwise.sim.oracle import hindsight_oracle
+from spotwise.sim.oracle import free_move_bound, hindsight_oracle
 from spotwise.sim.places import Place
 from spotwise.sim.sweep_types import (DEFAULT_STRATEGIES, STRATEGIES, BidRule, OracleResult, StartRule, Strategy,  # noqa: F401
                                       StrategySummary, SweepJob, SweepResult, WindowResult, parse_strategies)
@@ -86,6 +86,7 @@ class _Run:
         self.gen = 0
         self.moves = self.switches = self.revocations = 0
         self.od_s = self.spot_s = 0.0
+        self.restart_spot_s = self.restart_od_s = self.idle_s = 0.0
         self.egress = 0.0
         self._bids: dict[int, float] = {}
         self.uses_places = any(getattr(p, "uses_places", False) for p in self.policies)
@@ -215,10 +216,15 @@ class _Run:
             t_next = max(min(cands), self.t)
             dt = t_next - self.t
             if self.held:
+                warming = not self.running  # billed while restarting or moving: no progress
                 if self.market == "spot":
                     self.spot_s += dt
+                    self.restart_spot_s += dt if warming else 0.0
                 else:
                     self.od_s += dt
+                    self.restart_od_s += dt if warming else 0.0
+            else:
+                self.idle_s += dt
             if self.running:
                 self.left -= dt * speed
             self.t = t_next
@@ -247,7 +253,8 @@ class _Run:
         return WindowResult(self.strategy.name, self.t0, spent + finish_usd, finish, met, place0, 1.0 - self.left / job.work_s,
                             self.moves, self.switches, self.revocations, self.od_s, self.spot_s,
                             None if self.strategy.market == "on-demand" else self.bid(self.place0),
-                            spent=spent)
+                            spent=spent, restart_spot_s=self.restart_spot_s, restart_od_s=self.restart_od_s,
+                            idle_s=self.idle_s)
 
 
 def run_window(job: SweepJob, places: Sequence[Place], home: Place, start: float, strategy: Strategy, *,
@@ -381,6 +388,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
     t_wall = time.perf_counter()
     rows: list[WindowResult] = []
     oracle: list[OracleResult] = []
+    free: list[OracleResult] = []
     used: list[float] = []
     total = len(starts)
     for i, st in enumerate(starts):
@@ -393,15 +401,17 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
                              "price spot capacity at $0/h over the whole window and the job has no coordinator",
                              "check the trace's prices (no cloud sells spot capacity for $0/h), or use another trace",
                              "--trace")
+        bound = free_move_bound(job, places, st)
         shared: dict[str, WindowResult] = {}
         for home in live:
             oracle.append(orc)
+            free.append(bound)
             for s in strategies:
                 if s.start == "cheapest" and s.name in shared:
                     r = shared[s.name]
                 else:
                     r = run_window(job, places, home, st, s, tick_s=tick_s)
-                    r.oracle_cost = orc.cost
+                    r.oracle_cost, r.free_cost = orc.cost, bound.cost
                     if s.start == "cheapest":
                         shared[s.name] = r
                 rows.append(r)
@@ -417,18 +427,8 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
     if "on-demand" in by:
         od_mean = float(np.mean([r.cost for r in by["on-demand"]]))
     orc_mean = float(np.mean([o.cost for o in oracle]))
-    summaries = []
-    for s in strategies:
-        rs = by[s.name]
-        k = sum(r.deadline_met for r in rs)
-        costs = np.array([r.cost for r in rs])
-        fin = [r.finish_s / 3600 for r in rs if r.finish_s is not None]
-        summaries.append(StrategySummary(
-            s.name, len(rs), k / len(rs), wilson(k, len(rs)), float(costs.mean()), float(np.median(costs)),
-            float(np.mean([r.cost / r.oracle_cost for r in rs])), float(costs.mean() / orc_mean),
-            None if od_mean is None else float(costs.mean() / od_mean),
-            float(np.quantile(fin, 0.95)) if fin else None, sum(r.finish_s is None for r in rs),
-            float(np.mean([r.moves for r in rs])), float(np.mean([r.on_demand_s for r in rs]) / 3600), s.description))
+    summaries = [summarise(s.name, by[s.name], od_mean, orc_mean, float(np.mean([o.cost for o in free])), s.description)
+                 for s in strategies]
     # worker-iterations the sweep simulated: each run's completed work in the job's steps (a
     # shared cheapest-start run is simulated once and counted once)
     seen: set[int] = set()
@@ -437,4 +437,30 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
         if id(r) not in seen:
             seen.add(id(r))
             wi += r.work_done * job.iterations * job.workers
-    return SweepResult(job, used, rows, oracle, summaries, wi, wall, len(places))
+    return SweepResult(job, used, rows, oracle, summaries, wi, wall, len(places), free)
+
+
+def breakdown_hours(rows: Sequence[WindowResult]) -> dict[str, float]:
+    """Mean hours per window: spot computing, on-demand computing, restarts/moves billed, idle (issue 23 item 1)."""
+    n = max(1, len(rows))
+    return {"spot": sum(r.spot_s - r.restart_spot_s for r in rows) / n / 3600,
+            "on_demand": sum(r.on_demand_s - r.restart_od_s for r in rows) / n / 3600,
+            "restart": sum(r.restart_spot_s + r.restart_od_s for r in rows) / n / 3600,
+            "idle": sum(r.idle_s for r in rows) / n / 3600}
+
+
+def summarise(name: str, rs: Sequence[WindowResult], od_mean: float | None, orc_mean: float, free_mean: float | None,
+              description: str = "") -> StrategySummary:
+    """One strategy's row of the sweep table from its windows."""
+    k = sum(r.deadline_met for r in rs)
+    costs = np.array([r.cost for r in rs])
+    fin = [r.finish_s / 3600 for r in rs if r.finish_s is not None]
+    frees = [r.cost / r.free_cost for r in rs if r.free_cost]
+    return StrategySummary(
+        name, len(rs), k / len(rs), wilson(k, len(rs)), float(costs.mean()), float(np.median(costs)),
+        float(np.mean([r.cost / r.oracle_cost for r in rs])), float(costs.mean() / orc_mean),
+        None if od_mean is None else float(costs.mean() / od_mean),
+        float(np.quantile(fin, 0.95)) if fin else None, sum(r.finish_s is None for r in rs),
+        float(np.mean([r.moves for r in rs])), float(np.mean([r.on_demand_s for r in rs]) / 3600), description,
+        None if not free_mean else float(costs.mean() / free_mean), float(np.mean(frees)) if frees else None,
+        breakdown_hours(rs))

@@ -172,6 +172,13 @@ class WindowResult:
     #: what the run paid by its end; ``cost`` adds, for a run the data ended first, the work left
     #: on on-demand (``cost == spent`` for a finished run)
     spent: float | None = None
+    #: the free-move lower bound of the window (:func:`spotwise.sim.oracle.free_move_bound`)
+    free_cost: float | None = None
+    #: where the time went (issue 23 item 1): instances billed while restarting or moving (no
+    #: progress), on spot and on on-demand; no instance held before the job finished (waiting)
+    restart_spot_s: float = 0.0
+    restart_od_s: float = 0.0
+    idle_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "start": iso8601(self.start), "cost": self.cost, "finish_h": None if self.finish_s is None else self.finish_s / 3600,
@@ -179,7 +186,10 @@ class WindowResult:
                 "moves": self.moves, "market_switches": self.market_switches, "revocations": self.revocations,
                 "on_demand_h": self.on_demand_s / 3600, "spot_h": self.spot_s / 3600, "bid": self.bid,
                 "spent": self.spent, "oracle_cost": self.oracle_cost,
-                "vs_oracle": None if not self.oracle_cost else self.cost / self.oracle_cost}
+                "vs_oracle": None if not self.oracle_cost else self.cost / self.oracle_cost,
+                "free_move_cost": self.free_cost, "vs_free_move": None if not self.free_cost else self.cost / self.free_cost,
+                "spot_compute_h": (self.spot_s - self.restart_spot_s) / 3600, "on_demand_compute_h": (self.on_demand_s - self.restart_od_s) / 3600,
+                "restart_h": (self.restart_spot_s + self.restart_od_s) / 3600, "idle_h": self.idle_s / 3600}
 
 
 @dataclass(frozen=True)
@@ -207,6 +217,11 @@ class StrategySummary:
     mean_moves: float
     mean_on_demand_h: float
     description: str = ""
+    #: against the free-move lower bound (issue 23): mean cost / mean bound, and the mean per-window ratio
+    cost_ratio_free: float | None = None
+    mean_vs_free: float | None = None
+    #: mean hours per window: spot computing, on-demand computing, restarts/moves billed, idle
+    breakdown_h: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -222,6 +237,8 @@ class SweepResult:
     worker_iterations: float
     wall_s: float
     places: int
+    #: the free-move lower bound per window (issue 23 item 0)
+    free: list[OracleResult] = field(default_factory=list)
     #: the home places swept (``zone/type``), trace series skipped, files written (filled by the API)
     homes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -239,6 +256,9 @@ class SweepResult:
             "job": {"work_h": self.job.work_s / 3600, "deadline_h": self.job.deadline_s / 3600, "workers": self.job.workers,
                     "restart_s": self.job.restart_s},
             "oracle_mean_cost": float(np.mean([o.cost for o in self.oracle])) if self.oracle else None,
+            "free_move_mean_cost": float(np.mean([o.cost for o in self.free])) if self.free else None,
+            "oracle_breakdown_h": {"spot": float(np.mean([o.spot_h for o in self.oracle])),
+                                   "on_demand": float(np.mean([o.on_demand_h for o in self.oracle]))} if self.oracle else None,
             "strategies": [s.to_dict() for s in self.summaries],
             "worker_iterations": self.worker_iterations, "wall_s": self.wall_s,
             "worker_iterations_per_s": self.worker_iterations / self.wall_s if self.wall_s > 0 else None,
