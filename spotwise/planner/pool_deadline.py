@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -54,11 +54,11 @@ def _finish(full_s: float, weights: list[float], intervals: list[list[tuple[floa
     return math.inf
 
 
-def mix_deadline_probability(job: Any, best: Any, deadline: float, samples: int = DEADLINE_SAMPLES,
-                             seed: int = 0) -> tuple[float | None, str]:
-    """``(P(finish by deadline), how)`` of the mix ``best`` (a :class:`~spotwise.planner.pool_mix.MixEval`)."""
+def mix_deadline_probability(job: Any, best: Any, deadline: float, evaluate: Callable[..., Any],
+                             samples: int = DEADLINE_SAMPLES, seed: int = 0) -> tuple[float | None, str]:
+    """``(P(finish by deadline), how)`` of the mix ``best`` (a :class:`~spotwise.planner.pool_mix.MixEval`);
+    ``evaluate`` is :func:`spotwise.planner.pool_mix.evaluate` (passed in: that module calls this one)."""
     from spotwise.market.preemption import BidRevocation
-    from spotwise.planner.pool_mix import evaluate
 
     pools = job.inp.market.pools.pools
     full_opts = tuple(dataclasses.replace(o, availability=1.0) for o in best.options)

@@ -514,7 +514,7 @@ def plan_pool_mix(spec: JobSpec, inp: Inputs, objective: str) -> Plan:
         + (("cross-region exchanges not modelled: set workload.model_mb",) if job.link is not None and not job.exchange_bytes else ())
     from spotwise.planner.pool_deadline import mix_deadline_probability
 
-    p_deadline, p_how = mix_deadline_probability(job, best, inp.deadline, seed=spec.seed)
+    p_deadline, p_how = mix_deadline_probability(job, best, inp.deadline, evaluate, seed=spec.seed)
     assumed = assumed + (f"P(deadline) of the mix: {p_how}",)
     chosen = [o for n, o in zip(best.counts, best.options) if n > 0]
     price_source = "; ".join(f"{opts[0].name}: {', '.join(o.source for o in opts)}" for opts in options)
