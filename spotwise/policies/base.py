@@ -24,7 +24,10 @@ class PlaceQuote:
     ($/h per worker) in force, the job's ``speed`` there relative to the place it runs on now
     (catalog throughput ratio; 1.0 for the same type), whether spot capacity can be had
     (``available``: price <= bid, or the availability trace), and ``region`` (a move across
-    regions also ships the checkpoint)."""
+    regions also ships the checkpoint).  Where the executor has the place's capacity history
+    (issue 23), ``up_s`` says for how long the place has been in its current state up to now
+    (``> 0``: seconds with capacity, ``< 0``: seconds without) and ``availability`` the share of
+    the last ``history`` seconds it had capacity -- both from the past only, never the future."""
 
     zone: str
     instance: str
@@ -32,6 +35,8 @@ class PlaceQuote:
     speed: float = 1.0
     available: bool = True
     region: str = ""
+    up_s: float | None = None
+    availability: float | None = None
 
     def __post_init__(self) -> None:
         if not self.price >= 0 or not self.speed > 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotwise.errors import InputError
+from spotwise.policies.availability_guard import AvailabilityGuard
 from spotwise.policies.base import Policy
 from spotwise.policies.deadline_guard import UniformProgress
 from spotwise.policies.dynamic_bids import DynamicBids
@@ -22,7 +23,7 @@ from spotwise.policies.strategy_switch import StrategySwitch
 
 POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids,
                                      "uniform-progress": UniformProgress, "price-migration": PriceMigration,
-                                     "scale-in": ScaleIn, "strategy-switch": StrategySwitch}
+                                     "availability-guard": AvailabilityGuard, "scale-in": ScaleIn, "strategy-switch": StrategySwitch}
 assert tuple(POLICIES) == POLICY_NAMES, "spotwise.policies.schema and the registry must name the same policies"
 
 

@@ -53,6 +53,15 @@ def check_uniform_progress(hysteresis_restarts: float, safety_restarts: float, d
                          "(the safety net must leave at least one restart of slack)")
 
 
+def check_availability_guard(safety_restarts: float, return_restarts: float, min_up_s: float, min_saving: float,
+                             checkpoint_gb: float, egress_per_gb: float) -> None:
+    """``availability-guard`` (issue 23): safety net >= 1 restart, return margin >= 2 restarts (to come back to
+    spot the slack must cover a restart there and one back), the rest as ``price-migration``."""
+    if not safety_restarts >= 1 or not return_restarts >= 2 or not min_up_s >= 0:
+        raise ValueError("availability-guard: safety_restarts must be >= 1, return_restarts >= 2 and min_up_s >= 0")
+    check_price_migration(min_saving, checkpoint_gb, egress_per_gb, safety_restarts + 1.0)
+
+
 def check_price_migration(min_saving: float, checkpoint_gb: float, egress_per_gb: float, slack_restarts: float) -> None:
     """``price-migration`` (paper 003): ``min_saving`` in [0, 1), non-negative move costs, slack >= 1 restart."""
     if not 0 <= min_saving < 1:
@@ -131,6 +140,9 @@ SCHEMAS: dict[str, PolicySchema] = {s.name: s for s in (
     PolicySchema("price-migration", "spotwise.policies.migration:PriceMigration",
                  {"min_saving": 0.05, "checkpoint_gb": 0.1, "egress_per_gb": 0.09, "slack_restarts": 3.0},
                  check_price_migration, spot_only=True),
+    PolicySchema("availability-guard", "spotwise.policies.availability_guard:AvailabilityGuard",
+                 {"safety_restarts": 2.0, "return_restarts": 15.0, "min_up_s": 600.0, "min_saving": 0.05,
+                  "checkpoint_gb": 0.1, "egress_per_gb": 0.09}, check_availability_guard, spot_only=True),
     PolicySchema("scale-in", "spotwise.policies.scale_in:ScaleIn",
                  {"threshold": 0.05, "delta_s": 10.0, "interval_s": 20.0, "min_workers": 1, "knee_slope": 0.1,
                   "knee_window": 5, "knee_relative": True, "ewma_alpha": 0.9, "min_fit_points": 8,

@@ -16,6 +16,7 @@ upper bound, :meth:`~spotwise.market.catalog.Catalog.throughput`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
@@ -89,6 +90,50 @@ class Place:
             if i < s.times.size:
                 nxt = min(nxt, float(s.times[i]))
         return nxt
+
+    @functools.cached_property
+    def _capacity_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Capacity as runs: point times, up flags, the start of each point's run, the up-seconds before each point."""
+        if self.capacity is None:
+            return None
+        times = np.asarray(self.capacity.times, dtype=float)
+        up = np.asarray(self.capacity.values, dtype=float) >= 1
+        starts = times.copy()
+        for i in range(1, times.size):
+            if up[i] == up[i - 1]:
+                starts[i] = starts[i - 1]
+        widths = np.diff(np.append(times, self.capacity.end))
+        cum = np.concatenate([[0.0], np.cumsum(np.where(up, widths, 0.0))])
+        return times, up, starts, cum
+
+    def streak(self, t: float) -> float | None:
+        """Seconds the place has been in its current capacity state at ``t`` (``> 0`` up, ``< 0`` down;
+        ``None`` without an availability trace).  Only data up to ``t``."""
+        runs = self._capacity_runs
+        if runs is None:
+            return None
+        times, up, starts, _ = runs
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        if i < 0:
+            return None
+        age = max(float(t - starts[i]), 1e-9)
+        return age if up[i] else -age
+
+    def availability_before(self, t: float, window_s: float) -> float | None:
+        """Share of ``[t - window_s, t)`` with capacity (``None`` without a trace or with no data there)."""
+        runs = self._capacity_runs
+        if runs is None or window_s <= 0:
+            return None
+        times, up, _, cum = runs
+        lo = max(float(t) - window_s, float(times[0]))
+        if lo >= t:
+            return None
+
+        def upto(x: float) -> float:
+            i = int(np.searchsorted(times, x, side="right")) - 1
+            return float(cum[i] + (x - times[i]) * (1.0 if up[i] else 0.0))
+
+        return (upto(float(t)) - upto(lo)) / (float(t) - lo)
 
     def change_points(self, t0: float, t1: float) -> np.ndarray:
         pts = [self.price.change_points(t0, t1)]

@@ -157,7 +157,8 @@ class _Run:
             for p in self.cands:
                 price = p.spot_price(self.t)
                 qs.append(PlaceQuote(p.zone, p.instance.name, price, p.speed / self.place.speed,
-                                     p.has_capacity(self.t, self.bid(p), price), p.region))
+                                     p.has_capacity(self.t, self.bid(p), price), p.region, p.streak(self.t),
+                                     p.availability_before(self.t, self.job.history_s)))
             quotes = tuple(qs)
         n = self.job.workers
         return Observation(
@@ -208,6 +209,11 @@ class _Run:
             cands = [next_tick, self.horizon]
             if self.market == "spot":
                 cands.append(self.place.next_change(self.t))
+            # a policy that reads the places hears of capacity elsewhere when it changes, while it
+            # waits for capacity or pays on-demand (where a move or a return to spot would pay)
+            watch = self.uses_places and (not self.running or self.market == "on-demand")
+            if watch:
+                cands.append(min(p.next_change(self.t) for p in self.cands) if self.cands else math.inf)
             if self.held and self.ready_at > self.t + _EPS:
                 cands.append(self.ready_at)
             speed = self.place.speed
@@ -239,8 +245,12 @@ class _Run:
                 if self.held and not cap:
                     self.release("revoked")
                     self.revocations += 1
+                    next_tick = self.t  # the policies hear of a revocation at once, as in a run
                 elif not self.held and cap:
                     self.acquire()
+                    next_tick = self.t
+            if watch and self.policies:
+                next_tick = min(next_tick, self.t)
         self.release("finished")
         spent = self.ledger.close(self.t) + self.egress
         # a run the data ended before it finished still owes the work left: price it at on-demand

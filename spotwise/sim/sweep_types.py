@@ -106,6 +106,9 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("spotwise", "cheapest", "on-demand", "spot",
              (("uniform-progress", {"defer_to_places": True}), "price-migration"),
              "cheapest place at the start (hold-out), migration on price divergence, Uniform Progress guard"),
+    Strategy("spotwise-avail", "cheapest", "on-demand", "spot", ("availability-guard",),
+             "cheapest place at the start, then by the slack: move to the steadiest place with capacity, wait while "
+             "the slack allows, on-demand only near the safety net and back to spot when it returns (issue 23)"),
 )}
 DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise")
 

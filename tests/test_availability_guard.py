@@ -1,0 +1,134 @@
+"""The availability guard (issue 23 item 2): wait, move or buy on-demand by the slack left."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_sweep import OD, T0, H, SPOT_NO_GUARD, _outage_place, place
+
+from spotwise.market.series import StepSeries
+from spotwise.policies.availability_guard import AvailabilityGuard
+from spotwise.policies.base import Decision, Observation, Policy
+from spotwise.sim.sweep import STRATEGIES, SweepJob, run_window
+from spotwise.sim.sweep_types import Strategy
+
+GUARD = Strategy("avail", "home", "on-demand", "spot", ("availability-guard",))
+
+
+def test_waiting_beats_on_demand_when_the_slack_covers_the_outage() -> None:
+    # C = 3 h, D = 6.5 h, d = 300 s, decisions every 600 s.  Spot until 1800 (1500 s done after the
+    # start's restart), none until 7200.  Waiting spends slack: 23400 - t - 9300 reaches the on-demand
+    # point, net (2 d + 600) + 15 d = 5700 s, only at t = 8400, after the outage ends: the guard waits.
+    # Capacity returns at 7200 (rejoin 300 s): 9300 s left -> finish 16800 <= 23400, no on-demand.
+    # Uniform Progress falls behind its line (ep = C t / D) at 3250 and buys on-demand at the 3600 tick.
+    job = SweepJob(3 * H, 6.5 * H, restart_s=300, history_s=H)
+    p = _outage_place()
+    avail = run_window(job, [p], p, T0, GUARD, tick_s=600)
+    up = run_window(job, [p], p, T0, STRATEGIES["spot+guard"], tick_s=600)
+    assert avail.deadline_met and avail.finish_s == pytest.approx(16800.0) and avail.on_demand_s == 0.0
+    assert up.deadline_met and up.on_demand_s > 0
+    assert avail.cost < up.cost
+    assert avail.cost == pytest.approx(((1800 + 16800 - 7200) * 0.9) / H, rel=1e-9)
+
+
+def test_on_demand_beats_waiting_when_the_outage_outlasts_the_slack() -> None:
+    # The same job, but spot never returns: the slack reaches 5700 s at 3000 -> on-demand, ready at 3300,
+    # 9300 s left -> finish 12600.  Waiting alone misses the deadline.
+    job = SweepJob(3 * H, 5 * H, restart_s=300, history_s=H)
+    p = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 1), (T0 + 1800, 0)])
+    r = run_window(job, [p], p, T0, GUARD, tick_s=600)
+    assert r.deadline_met and r.market_switches == 1 and r.finish_s == pytest.approx(12600.0)
+    assert r.on_demand_s == pytest.approx(12600.0 - 3000.0)
+    assert r.cost == pytest.approx((1800 * 0.9 + (12600 - 3000) * OD) / H, rel=1e-9)
+    assert not run_window(job, [p], p, T0, SPOT_NO_GUARD, tick_s=600).deadline_met
+
+
+def test_it_moves_to_the_place_up_the_longest_and_returns_from_on_demand() -> None:
+    job = SweepJob(3 * H, 5 * H, restart_s=300, history_s=H)
+    home = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 1), (T0 + 1800, 0)], zone="z-1a")
+    young = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 0), (T0 + 1700, 1)], zone="z-1b")
+    old = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 1)], zone="z-1c")
+    r = run_window(job, [home, young, old], home, T0, GUARD, tick_s=600)
+    assert r.moves == 1 and r.deadline_met and r.on_demand_s == 0.0
+    obs = Observation(step=10, t=1800.0, active=0, provisioned=1, max_workers=1, reference_workers=1, base_lr=1.0, lr=1.0,
+                      sync="full", deadline_s=5 * H, target_iterations=100, step_s=108.0, restart_s=300.0,
+                      place=("z-1a", "p3.2xlarge"), market="on-demand", next_decision_s=600.0,
+                      places=(dataclasses.replace(_q("z-1b"), up_s=100.0), _q("z-1c", up_s=7200.0)))
+    out = AvailabilityGuard().decide(obs)
+    assert [type(d).__name__ for d in out] == ["SwitchMarket", "Migrate"] and out[1].region == "z-1c"
+
+
+def _q(zone: str, up_s: float | None = None):
+    from spotwise.policies.base import PlaceQuote
+
+    return PlaceQuote(zone, "p3.2xlarge", 0.9, 1.0, True, "z-1", up_s, 1.0)
+
+
+class Recording(Policy):
+    """Wraps a policy and records what it decided when."""
+
+    name = "recording"
+    uses_places = True
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner, self.log = inner, []
+
+    def decide(self, obs: Observation) -> list[Decision]:
+        out = self.inner.decide(obs)
+        self.log.append((obs.t, tuple(d.describe() for d in out)))
+        return out
+
+
+def _random_place(zone: str, seed: int, flip_after: float | None = None) -> Any:
+    rng = np.random.default_rng(seed)
+    times = T0 - 2 * H + np.cumsum(rng.exponential(1.5 * H, 60))
+    keep = times < T0 + 55 * H
+    times = times[keep]
+    vals = (np.arange(times.size) % 2).astype(float)
+    if flip_after is not None:
+        vals = np.where(times > T0 + flip_after, 1.0 - vals, vals)
+    p = place([(T0 - 2 * H, 0.9)], T0 + 60 * H, cap=[(T0 - 2 * H, 1.0)] + list(zip(times.tolist(), vals.tolist())), zone=zone)
+    return p
+
+
+def test_decisions_never_read_the_future() -> None:
+    """Perturbing every trace after X changes no decision made before X."""
+    job = SweepJob(10 * H, 20 * H, restart_s=300, history_s=4 * H)
+    x = 6 * H
+    logs = []
+    for flip in (None, x):
+        places = [_random_place(z, i, flip) for i, z in enumerate(("z-1a", "z-1b", "z-1c"))]
+        rec = Recording(AvailabilityGuard())
+        run_window(job, places, places[0], T0, Strategy("rec", "home", "on-demand", "spot", (rec,)), tick_s=600)
+        logs.append([e for e in rec.log if e[0] < x])
+    assert logs[0] == logs[1] and len(logs[0]) > 5 and any(e[1] for e in logs[0])
+
+
+def test_the_same_policy_object_runs_in_spotwise_run_and_in_the_sweep(tmp_path: Path, ray_unimportable: None) -> None:
+    from _specs import spec_with
+
+    from spotwise.control.controller import JobController
+    from spotwise.events import read_events
+    from spotwise.planes.ps.compute import LocalCompute
+    from spotwise.planes.ps.worker import worker_args_for
+
+    guard = AvailabilityGuard(return_restarts=2.0)
+    spec = spec_with({"name": "g", "seed": 1, "workload": {"name": "mlp-digits", "batch_size": 8, "step_time_s": 20.0,
+                                                             "eval_every": 1000},
+                      "target": {"iterations": 60}, "deadline": "40m",
+                      "cluster": {"instance_type": "c5.xlarge", "workers": 1, "coordinator_instance": "c5.large"},
+                      "market": {"revocation": {"model": "lifetime", "mttf_s": 300, "mttr_s": 3000}},
+                      "outputs": {"checkpoint_every": 0, "plots": False}})
+    coord = JobController(spec, tmp_path / "run", compute=LocalCompute(worker_args_for(spec)))
+    coord.policies = [guard]
+    summary = coord.run()
+    acted = [e for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["decision"]) if e["policy"] == guard.name]
+    assert acted and any("on-demand" in e["decision"] for e in acted) and summary.extra["deadline_met"]
+    job = SweepJob(3 * H, 5 * H, restart_s=300, history_s=H)
+    p = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 1), (T0 + 1800, 0)])
+    r = run_window(job, [p], p, T0, Strategy("same", "home", "on-demand", "spot", (guard,)), tick_s=600)
+    assert r.deadline_met and r.market_switches == 1
