@@ -124,6 +124,13 @@ def test_plan_cli_with_traces_reports_the_place(cli, tmp_path: Path) -> None:
     pl = d["extra"]["placement"]
     assert pl["choice"]["zone"] in ("us-east-1a", "us-east-1b") and pl["backtest"]["windows"] > 0
     assert "past windows" in d["why"]
+    # issue 23 item 4: the availability guard's measured P(deadline) and cost lead, the others beside it
+    lead = pl["backtest"]["strategies"][0]
+    assert lead["strategy"] == "spotwise-avail" and "spotwise" in {s["strategy"] for s in pl["backtest"]["strategies"]}
+    assert 0.0 <= lead["deadline_met"] <= 1.0 and lead["mean_cost"] > 0 and lead["vs_free_move"] >= 1.0 - 1e-9
+    rec = d["extra"]["recommendation"]
+    assert rec["deadline_measured"] == lead["deadline_met"] and rec["deadline_ci95"] == lead["ci95"]
+    assert "spotwise-avail strategy met the deadline" in d["why"]
 
 
 def test_sweep_on_the_real_aws_traces_meets_the_goal(cli, tmp_path: Path) -> None:
@@ -131,10 +138,14 @@ def test_sweep_on_the_real_aws_traces_meets_the_goal(cli, tmp_path: Path) -> Non
         pytest.skip(f"real AWS traces not at {AWS}")
     spec = Path(__file__).resolve().parents[1] / "examples" / "p3-24h-traces.yaml"
     code, out, err = cli("simulate", str(spec), "--trace", str(AWS / "us-east-1"), "--trace", str(AWS / "us-west-2"),
-                         "--all-zones", "--starts", "72h", "--strategies", "on-demand,thm3-bid,spotwise", "--json")
+                         "--all-zones", "--starts", "72h", "--strategies", "on-demand,thm3-bid,spotwise,spotwise-avail", "--json")
     assert code == 0, err
     by = {s["strategy"]: s for s in json.loads(out)["strategies"]}
     assert by["spotwise"]["deadline_met"] >= 0.99 and by["spotwise"]["cost_ratio_of_means"] <= 1.05
+    # issue 23: no regression on the price traces, against either bound
+    avail = by["spotwise-avail"]
+    assert avail["deadline_met"] >= 0.99 and avail["cost_ratio_free"] <= 1.05 and avail["cost_ratio_free"] >= 1.0
+    assert avail["mean_cost"] <= by["spotwise"]["mean_cost"] * 1.001
     assert by["thm3-bid"]["deadline_met"] < 0.95
     assert by["on-demand"]["cost_ratio_of_means"] > 2.0
 

@@ -219,11 +219,12 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
             extra["place"] = {"region": spec.cluster.region, "instance_type": spec.cluster.instance_type}
             bt = placement.get("backtest")
             if bt:
-                sw = next(s for s in bt["strategies"] if s["strategy"] == "spotwise")
+                sw = bt["strategies"][0]  # the leading strategy (trace_plan.BACKTEST_STRATEGIES)
                 ch = placement["choice"]
                 why += (f"; place: {ch['zone']} {ch['instance']} at {ch['spot_price']:.4g} $/h (cheapest at the start among "
-                        f"{ch['candidates']}); on the {bt['windows']} past windows the spotwise strategy met the deadline "
-                        f"in {sw['deadline_met']:.0%} (95% CI {sw['ci95'][0]:.0%}-{sw['ci95'][1]:.0%})")
+                        f"{ch['candidates']}); on the {bt['windows']} past windows the {sw['strategy']} strategy met the deadline "
+                        f"in {sw['deadline_met']:.0%} (95% CI {sw['ci95'][0]:.0%}-{sw['ci95'][1]:.0%}) at "
+                        f"${sw['mean_cost']:.4g} mean cost")
     extra["recommendation"] = _recommendation(inp, spec, best, alts, placement)
     return Plan(best.strategy, best.bids, best.workers, best.iterations, float(best.expected_cost),
                 float(best.expected_time_s), float(best.expected_error or inp.eps), objective, inp.deadline, why,

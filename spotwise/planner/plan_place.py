@@ -58,7 +58,7 @@ def _recommendation(inp: Inputs, spec: JobSpec, best: Alternative, alts: list[Al
     measured: float | None = None
     bt = (placement or {}).get("backtest")
     if bt:
-        sw = next((x for x in bt["strategies"] if x["strategy"] == "spotwise"), None)
+        sw = bt["strategies"][0] if bt["strategies"] else None  # the leading strategy (trace_plan.BACKTEST_STRATEGIES)
         if sw is not None:
             ci, measured = [float(v) for v in sw["ci95"]], float(sw["deadline_met"])
     saving = None if od is None or not od.expected_cost else 1.0 - float(best.expected_cost or 0.0) / float(od.expected_cost)

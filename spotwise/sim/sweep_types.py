@@ -110,7 +110,7 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              "cheapest place at the start, then by the slack: move to the steadiest place with capacity, wait while "
              "the slack allows, on-demand only near the safety net and back to spot when it returns (issue 23)"),
 )}
-DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise")
+DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise", "spotwise-avail")
 
 
 def user_strategy(policy: Any) -> Strategy:
