@@ -360,7 +360,8 @@ def simulate(
     trace: Optional[list[Path]] = typer.Option(None, "--trace", help="Sweep mode: replay these price/availability "
                                                "traces (files or folders; repeatable) from many start times."),
     strategies: Optional[str] = typer.Option(None, "--strategies", help="Sweep: comma-separated strategies "
-                                             "(on-demand, no-interruptions, thm3-bid, thm3-bid+guard, spot+guard, spotwise)."),
+                                             "(on-demand, no-interruptions, thm3-bid, thm3-bid+guard, spot+guard, spotwise, spotwise-avail; "
+                                             "or package.module:ClassName user policies)."),
     starts: str = typer.Option("6h", "--starts", help="Sweep: a start every this long (e.g. 6h), from --history after "
                                "the traces begin to a deadline before they end."),
     all_zones: bool = typer.Option(False, "--all-zones", help="Sweep: every zone of the traces is a home (else cluster.region)."),
