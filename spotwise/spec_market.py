@@ -14,6 +14,15 @@ from spotwise.market.price_points import check_price_points
 from spotwise.spec_checks import _non_negative, _positive, _seed
 from spotwise.specload import Duration
 
+def _check_start(start: str | None) -> None:
+    """``market.start`` (or a pool's): an ISO 8601 time, or nothing."""
+    if start is not None:
+        try:
+            datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"{start!r} is not an ISO 8601 time", "write e.g. 2020-02-25T00:00:00Z", "start") from None
+
+
 SyntheticKind = Literal["uniform", "gaussian", "markov", "constant"]
 RevocationKind = Literal["none", "bid", "bernoulli", "lifetime", "trace"]
 Billing = Literal["per-second", "per-hour"]
@@ -112,11 +121,7 @@ class MarketSpec:
         if self.revocation.model == "trace" and not self.traces:
             raise InputError("the trace revocation model needs market.traces", "list an availability trace under market.traces", "revocation.model")
         _non_negative(self.min_charge_s, "min_charge_s", "use 0 for no minimum charge, or e.g. 60")
-        if self.start is not None:
-            try:
-                datetime.fromisoformat(str(self.start).replace("Z", "+00:00"))
-            except ValueError:
-                raise InputError(f"{self.start!r} is not an ISO 8601 time", "write e.g. 2020-02-25T00:00:00Z", "start") from None
+        _check_start(self.start)
 
 
 @dataclass
@@ -131,11 +136,7 @@ class PoolMarketSpec:
     def __post_init__(self) -> None:
         if self.traces and self.synthetic is not None:
             raise InputError("both traces and synthetic are set", "keep one price source for the pool", "")
-        if self.start is not None:
-            try:
-                datetime.fromisoformat(str(self.start).replace("Z", "+00:00"))
-            except ValueError:
-                raise InputError(f"{self.start!r} is not an ISO 8601 time", "write e.g. 2020-02-25T00:00:00Z", "start") from None
+        _check_start(self.start)
 
 
 @dataclass

@@ -404,7 +404,8 @@ def test_bad_inputs_raise_input_error() -> None:
         parse_strategies("on-demand,spotwize")
     with pytest.raises(InputError):
         parse_strategies("nothing-like-it")
-    assert [s.name for s in parse_strategies(None)] == ["on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise"]
+    assert [s.name for s in parse_strategies(None)] == ["on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise",
+                                                         "spotwise-avail"]
     with pytest.raises(InputError):
         Strategy("x", start="nowhere")  # type: ignore[arg-type]
     job = SweepJob(2 * H, 4 * H, history_s=H)

@@ -46,17 +46,22 @@ def place_oracle(job: SweepJob, place: Place, start: float) -> tuple[float, floa
     use_spot = has & (spot < od)
     unit = np.where(use_spot, spot, od) * job.workers + job.coordinator_per_hour
     need = job.work_s / place.speed / 3600.0
+    cost, sp = cheapest_first(unit, lengths, use_spot, need, f"{place.id} cannot fit {need:.2f} h of compute in the window")
+    return cost, sp, float(need - sp)
+
+
+def cheapest_first(unit: np.ndarray, amount: np.ndarray, spot: np.ndarray, need: float, why: str) -> tuple[float, float]:
+    """The fractional knapsack of unit weights: ``need`` bought from the items (``unit`` price each, ``amount``
+    available) cheapest first; ``(cost, amount bought from the spot items)``.  InfeasibleError when short."""
     order = np.argsort(unit, kind="stable")
-    cum = np.cumsum(lengths[order])
-    k = int(np.searchsorted(cum, need - 1e-12))
+    cum = np.cumsum(amount[order])
+    k = int(np.searchsorted(cum, need - 1e-9 * max(1.0, need)))
     if k >= order.size:
-        raise InfeasibleError(f"{place.id} cannot fit {need:.2f} h of compute in the window", "extend the deadline")
-    take = lengths[order].copy()
+        raise InfeasibleError(why, "extend the deadline")
+    take = amount[order].copy()
     take[k] = need - (cum[k - 1] if k > 0 else 0.0)
     take[k + 1:] = 0.0
-    cost = float(np.sum(take * unit[order]))
-    sp = float(np.sum(take[use_spot[order]]))
-    return cost, sp, float(need - sp)
+    return float(np.sum(take * unit[order])), float(np.sum(take[spot[order]]))
 
 
 def _unit_rates(job: SweepJob, p: Place, mids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,17 +115,9 @@ def free_move_bound(job: SweepJob, places: Sequence[Place], start: float) -> Ora
                 hull_w, hull_c = w[j], c[j]
                 cand = [i for i in cand if w[i] > hull_w]
         seg_unit, seg_work, seg_spot = np.array(su), np.array(sw), np.array(ss, dtype=bool)
-    order = np.argsort(seg_unit, kind="stable")
-    cum = np.cumsum(seg_work[order])
     need = float(job.work_s)
-    k = int(np.searchsorted(cum, need - 1e-9))
-    if k >= order.size:
-        raise InfeasibleError(f"no schedule fits {need / 3600:.2f} h of compute in the window", "extend the deadline")
-    take = seg_work[order].copy()
-    take[k] = need - (cum[k - 1] if k > 0 else 0.0)
-    take[k + 1:] = 0.0
-    cost = float(np.sum(take * seg_unit[order]))
-    spot_h = float(np.sum(take[seg_spot[order]])) / 3600.0
+    cost, spot_s = cheapest_first(seg_unit, seg_work, seg_spot, need, f"no schedule fits {need / 3600:.2f} h of compute in the window")
+    spot_h = spot_s / 3600.0
     if not math.isfinite(cost):
         raise InfeasibleError("the free-move bound's cost is not finite", "check the traces' prices")
     return OracleResult(start, cost, "free moves", spot_h, need / 3600.0 - spot_h)
