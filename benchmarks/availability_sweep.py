@@ -115,7 +115,9 @@ def main() -> None:
         print(table(["trace set", "case", "spotwise", "spotwise-avail"], sens_rows))
     print(f"\nskipped (no catalog type): {', '.join(payload['skipped'])}")
     payload["wall_s"] = time.perf_counter() - t0
-    print(f"({payload['wall_s']:.0f} s)\nresult: {write_result('availability_sweep', payload)}")
+    print(f"({payload['wall_s']:.0f} s)")
+    if not args.quick:  # a smoke run never overwrites the recorded results
+        print(f"result: {write_result('availability_sweep', payload)}")
 
 
 if __name__ == "__main__":
