@@ -236,8 +236,8 @@ def test_item8_coarse_sweep_of_the_gap_trace_finishes_and_max_runs_is_honoured(c
     assert code == 0, err
     doc = json.loads(out)
     assert doc["windows"] == 6 and all(math.isfinite(s["mean_cost"]) for s in doc["strategies"])
-    code, out, err = cli(*args, "--max-runs", "29")  # 6 starts x 5 strategies = 30 runs
-    assert code == 2 and "30 window runs" in err and out.strip() == ""
+    code, out, err = cli(*args, "--max-runs", "35")  # 6 starts x 6 default strategies = 36 runs
+    assert code == 2 and "36 window runs" in err and out.strip() == ""
     code, out, err = cli(*args, "--max-runs", "0")
     assert code == 2 and "--max-runs must be an integer >= 1" in err
 
