@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import traceback
-from pathlib import Path
 from typing import Any
 
 from spotwise.errors import InputError
 from spotwise.policies.base import Decision, Observation, Policy
+from spotwise.usercode import user_traceback
 
-_SPOTWISE_DIR = str(Path(__file__).resolve().parents[1])
-_ALL_FRAMES = 1 << 20
 FIX_IMPORT = ("make the module importable: install its package in this environment, or add the folder that "
               "contains it to PYTHONPATH (export PYTHONPATH=/path/to/dir:$PYTHONPATH)")
 
@@ -51,13 +48,6 @@ def check_reference(name: str) -> None:
         raise InputError(f"malformed policy reference {name!r}", "write a user policy as 'package.module:ClassName'", "policies")
 
 
-def _traceback(exc: BaseException) -> str:
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SPOTWISE_DIR):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb, limit=_ALL_FRAMES))
-
-
 def load_policy_class(name: str) -> type[Policy]:
     """Import ``package.module:ClassName`` and check it is a :class:`Policy` subclass."""
     check_reference(name)
@@ -68,10 +58,10 @@ def load_policy_class(name: str) -> type[Policy]:
         if e.name is not None and (mod_name == e.name or mod_name.startswith(e.name + ".")):
             raise InputError(f"policy {name}: cannot import module {mod_name!r} ({e})", FIX_IMPORT, "policies") from None
         raise UserPolicyError(f"policy {name} raised {type(e).__name__} while importing {mod_name}: {e}",
-                              "fix the module (its traceback is printed above)", "policies", _traceback(e)) from None
+                              "fix the module (its traceback is printed above)", "policies", user_traceback(e)) from None
     except Exception as e:  # noqa: BLE001 - whatever the user's module raises is theirs to fix
         raise UserPolicyError(f"policy {name} raised {type(e).__name__} while importing {mod_name}: {e}",
-                              "fix the module (its traceback is printed above)", "policies", _traceback(e)) from None
+                              "fix the module (its traceback is printed above)", "policies", user_traceback(e)) from None
     cls = getattr(module, cls_name, None)
     if cls is None:
         raise InputError(f"module {mod_name!r} has no class {cls_name!r} (policy {name})",
@@ -105,7 +95,7 @@ class GuardedPolicy(Policy):
             raise UserPolicyError(f"policy {self.ref} raised {type(e).__name__} in decide at step {obs.step}: {e}",
                                   "fix the policy (its traceback is printed above); the run directory keeps every step "
                                   "committed before it and resumes with `spotwise run --resume DIR`", "policies",
-                                  _traceback(e)) from None
+                                  user_traceback(e)) from None
         if out is None:
             return []
         if not isinstance(out, (list, tuple)) or not all(isinstance(d, Decision) for d in out):
@@ -127,7 +117,7 @@ def make_user_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
         raise InputError(f"bad parameters for policy {name}: {e}", "fix the policy's params to match its __init__", "policies") from None
     except Exception as e:  # noqa: BLE001
         raise UserPolicyError(f"policy {name} raised {type(e).__name__} when built: {e}",
-                              "fix the policy's __init__ or its params (traceback above)", "policies", _traceback(e)) from None
+                              "fix the policy's __init__ or its params (traceback above)", "policies", user_traceback(e)) from None
     return guard(inner, name)
 
 

@@ -31,8 +31,6 @@ import copy
 import functools
 import importlib
 import inspect
-import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -40,6 +38,7 @@ import torch
 from torch import nn
 
 from spotwise.errors import InputError
+from spotwise.usercode import user_traceback  # noqa: F401  (re-exported)
 from spotwise.workloads.base import (
     Batch,
     IndexedDataset,
@@ -56,9 +55,6 @@ FIX_IMPORT = (
 )
 
 
-_SPOTWISE_DIR = str(Path(__file__).resolve().parents[1])
-#: an explicit traceback limit: ``None`` would mean ``sys.tracebacklimit``, which other code may set
-_ALL_FRAMES = 1 << 20
 
 
 class UserWorkloadError(InputError):
@@ -75,15 +71,6 @@ class UserWorkloadError(InputError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (UserWorkloadError, (self.what, self.fix, self.where, self.details))
-
-
-def user_traceback(exc: BaseException) -> str:
-    """``exc``'s traceback without the leading frames that belong to spotwise itself."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SPOTWISE_DIR):
-        tb = tb.tb_next
-    # every frame, whatever a library left in sys.tracebacklimit (SkyPilot sets it to 0 when it raises)
-    return "".join(traceback.format_exception(type(exc), exc, tb, limit=_ALL_FRAMES))
 
 
 def blame_workload(name: str, during: str, exc: BaseException) -> UserWorkloadError:
