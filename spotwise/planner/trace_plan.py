@@ -97,7 +97,7 @@ def plan_placement(spec: JobSpec, traces: list[str], start: float, *, types: Seq
         "every_h": every_s / 3600, "strategies": [
             {"strategy": s.strategy, "deadline_met": s.deadline_met, "ci95": list(s.deadline_met_ci), "mean_cost": s.mean_cost,
              "p95_cost": float(np.quantile([r.cost for r in res.rows if r.strategy == s.strategy], 0.95)),
-             "vs_oracle": s.cost_ratio_of_means, "vs_free_move": s.cost_ratio_free, "vs_on_demand": s.vs_on_demand}
+             "vs_oracle": s.cost_ratio_of_means, "vs_free_move": s.cost_ratio_free, "vs_restart_bound": s.cost_ratio_restart, "vs_on_demand": s.vs_on_demand}
             for s in res.summaries],
     }
     return out

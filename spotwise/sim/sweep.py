@@ -52,6 +52,7 @@ from spotwise.policies.registry import make_policy
 from spotwise.policies.user import guard
 from spotwise.sim.oracle import free_move_bound, hindsight_oracle
 from spotwise.sim.places import Place
+from spotwise.sim.restart_bound import restart_bound
 from spotwise.sim.sweep_types import (DEFAULT_STRATEGIES, STRATEGIES, BidRule, OracleResult, StartRule, Strategy,  # noqa: F401
                                       StrategySummary, SweepJob, SweepResult, WindowResult, parse_strategies)
 
@@ -399,6 +400,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
     rows: list[WindowResult] = []
     oracle: list[OracleResult] = []
     free: list[OracleResult] = []
+    restart: list[float] = []
     used: list[float] = []
     total = len(starts)
     for i, st in enumerate(starts):
@@ -412,16 +414,18 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
                              "check the trace's prices (no cloud sells spot capacity for $0/h), or use another trace",
                              "--trace")
         bound = free_move_bound(job, places, st)
+        rbound = max(restart_bound(job, places, st), bound.cost)  # both are bounds: the larger is the tighter
         shared: dict[str, WindowResult] = {}
         for home in live:
             oracle.append(orc)
             free.append(bound)
+            restart.append(rbound)
             for s in strategies:
                 if s.start == "cheapest" and s.name in shared:
                     r = shared[s.name]
                 else:
                     r = run_window(job, places, home, st, s, tick_s=tick_s)
-                    r.oracle_cost, r.free_cost = orc.cost, bound.cost
+                    r.oracle_cost, r.free_cost, r.restart_bound = orc.cost, bound.cost, rbound
                     if s.start == "cheapest":
                         shared[s.name] = r
                 rows.append(r)
@@ -437,8 +441,8 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
     if "on-demand" in by:
         od_mean = float(np.mean([r.cost for r in by["on-demand"]]))
     orc_mean = float(np.mean([o.cost for o in oracle]))
-    summaries = [summarise(s.name, by[s.name], od_mean, orc_mean, float(np.mean([o.cost for o in free])), s.description)
-                 for s in strategies]
+    summaries = [summarise(s.name, by[s.name], od_mean, orc_mean, float(np.mean([o.cost for o in free])), s.description,
+                           float(np.mean(restart))) for s in strategies]
     # worker-iterations the sweep simulated: each run's completed work in the job's steps (a
     # shared cheapest-start run is simulated once and counted once)
     seen: set[int] = set()
@@ -447,7 +451,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
         if id(r) not in seen:
             seen.add(id(r))
             wi += r.work_done * job.iterations * job.workers
-    return SweepResult(job, used, rows, oracle, summaries, wi, wall, len(places), free)
+    return SweepResult(job, used, rows, oracle, summaries, wi, wall, len(places), free, restart)
 
 
 def breakdown_hours(rows: Sequence[WindowResult]) -> dict[str, float]:
@@ -460,7 +464,7 @@ def breakdown_hours(rows: Sequence[WindowResult]) -> dict[str, float]:
 
 
 def summarise(name: str, rs: Sequence[WindowResult], od_mean: float | None, orc_mean: float, free_mean: float | None,
-              description: str = "") -> StrategySummary:
+              description: str = "", restart_mean: float | None = None) -> StrategySummary:
     """One strategy's row of the sweep table from its windows."""
     k = sum(r.deadline_met for r in rs)
     costs = np.array([r.cost for r in rs])
@@ -473,4 +477,4 @@ def summarise(name: str, rs: Sequence[WindowResult], od_mean: float | None, orc_
         float(np.quantile(fin, 0.95)) if fin else None, sum(r.finish_s is None for r in rs),
         float(np.mean([r.moves for r in rs])), float(np.mean([r.on_demand_s for r in rs]) / 3600), description,
         None if not free_mean else float(costs.mean() / free_mean), float(np.mean(frees)) if frees else None,
-        breakdown_hours(rs))
+        breakdown_hours(rs), None if not restart_mean else float(costs.mean() / restart_mean))

@@ -177,6 +177,8 @@ class WindowResult:
     spent: float | None = None
     #: the free-move lower bound of the window (:func:`spotwise.sim.oracle.free_move_bound`)
     free_cost: float | None = None
+    #: the restart-aware lower bound of the window (:func:`spotwise.sim.restart_bound.restart_bound`)
+    restart_bound: float | None = None
     #: where the time went (issue 23 item 1): instances billed while restarting or moving (no
     #: progress), on spot and on on-demand; no instance held before the job finished (waiting)
     restart_spot_s: float = 0.0
@@ -191,6 +193,8 @@ class WindowResult:
                 "spent": self.spent, "oracle_cost": self.oracle_cost,
                 "vs_oracle": None if not self.oracle_cost else self.cost / self.oracle_cost,
                 "free_move_cost": self.free_cost, "vs_free_move": None if not self.free_cost else self.cost / self.free_cost,
+                "restart_bound": self.restart_bound,
+                "vs_restart_bound": None if not self.restart_bound else self.cost / self.restart_bound,
                 "spot_compute_h": (self.spot_s - self.restart_spot_s) / 3600, "on_demand_compute_h": (self.on_demand_s - self.restart_od_s) / 3600,
                 "restart_h": (self.restart_spot_s + self.restart_od_s) / 3600, "idle_h": self.idle_s / 3600}
 
@@ -225,6 +229,8 @@ class StrategySummary:
     mean_vs_free: float | None = None
     #: mean hours per window: spot computing, on-demand computing, restarts/moves billed, idle
     breakdown_h: dict[str, float] | None = None
+    #: against the restart-aware lower bound: mean cost / mean bound
+    cost_ratio_restart: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -242,6 +248,8 @@ class SweepResult:
     places: int
     #: the free-move lower bound per window (issue 23 item 0)
     free: list[OracleResult] = field(default_factory=list)
+    #: the restart-aware lower bound per window ($; :mod:`spotwise.sim.restart_bound`)
+    restart: list[float] = field(default_factory=list)
     #: the home places swept (``zone/type``), trace series skipped, files written (filled by the API)
     homes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -260,6 +268,7 @@ class SweepResult:
                     "restart_s": self.job.restart_s},
             "oracle_mean_cost": float(np.mean([o.cost for o in self.oracle])) if self.oracle else None,
             "free_move_mean_cost": float(np.mean([o.cost for o in self.free])) if self.free else None,
+            "restart_bound_mean_cost": float(np.mean(self.restart)) if self.restart else None,
             "oracle_breakdown_h": {"spot": float(np.mean([o.spot_h for o in self.oracle])),
                                    "on_demand": float(np.mean([o.on_demand_h for o in self.oracle]))} if self.oracle else None,
             "strategies": [s.to_dict() for s in self.summaries],
