@@ -132,3 +132,35 @@ def test_the_same_policy_object_runs_in_spotwise_run_and_in_the_sweep(tmp_path: 
     p = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 1), (T0 + 1800, 0)])
     r = run_window(job, [p], p, T0, Strategy("same", "home", "on-demand", "spot", (guard,)), tick_s=600)
     assert r.deadline_met and r.market_switches == 1
+
+
+def _home_and_pricier(other_price: float) -> list:
+    home = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 1), (T0 + 1800, 0), (T0 + 3600, 1)], zone="z-1a")
+    other = place([(T0 - 2 * H, other_price)], T0 + 30 * H, cap=[(T0 - 2 * H, 1)], zone="z-1b")
+    return [home, other]
+
+
+def test_it_waits_for_its_cheaper_place_rather_than_move_to_a_pricier_one_and_back() -> None:
+    # C = 3 h, D = 6.5 h, d = 300 s, no coordinator.  Home (0.9 $/h) is down from 1800 to 3600; z-1b is always
+    # up at 1.5 $/h (67% more: the price rule would bring the job back as soon as home returns).  The guard
+    # waits (slack 23400 - 1800 - 9300 = 12300 s > the on-demand point 5700 s), rejoins at 3600 (ready 3900),
+    # 9300 s left -> finish 13200; cost (1800 + 13200 - 3600) s at 0.9 $/h = 2.85 $.  Moving there and back
+    # would pay 1800 s at 1.5 $/h and a second restart.
+    job = SweepJob(3 * H, 6.5 * H, restart_s=300, history_s=H)
+    places = _home_and_pricier(1.5)
+    r = run_window(job, places, places[0], T0, GUARD, tick_s=600)
+    assert r.moves == 0 and r.deadline_met and r.on_demand_s == 0.0
+    assert r.finish_s == pytest.approx(13200.0) and r.cost == pytest.approx((1800 + 13200 - 3600) * 0.9 / H, rel=1e-9)
+    # at an equal price a move costs the same restart as the rejoin and no idle time: it moves
+    places = _home_and_pricier(0.9)
+    r2 = run_window(job, places, places[0], T0, GUARD, tick_s=600)
+    assert r2.moves == 1 and r2.deadline_met and r2.finish_s < r.finish_s
+
+
+def test_without_the_slack_to_wait_it_moves_to_the_pricier_place_not_to_on_demand() -> None:
+    # D = 3.6 h: at 1800 the slack is 12960 - 1800 - 9300 = 1860 s, under the on-demand point (5700 s) but
+    # above the net (2 d + 600 s) plus the move's restart: spot at 1.5 $/h beats on-demand at 3.06 $/h
+    job = SweepJob(3 * H, 3.6 * H, restart_s=300, history_s=H)
+    places = _home_and_pricier(1.5)
+    r = run_window(job, places, places[0], T0, GUARD, tick_s=600)
+    assert r.moves >= 1 and r.deadline_met and r.on_demand_s == 0.0

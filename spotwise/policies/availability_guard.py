@@ -15,7 +15,16 @@ and by every place's capacity now, using only what is known at the decision:
   expected cost per unit of progress is lowest, counting the restart the move costs against how
   long that place is likely to keep its capacity -- estimated from its *current* up-streak
   (``PlaceQuote.up_s``: a place up for hours is likelier to stay up than one that just came back)
-  and its availability over the history window before now; if no place has capacity, **wait**
+  and its availability over the history window before now -- unless every place with capacity
+  costs more per unit of progress than this one by more than ``min_saving``: then it **waits**
+  for this place while the slack allows (as below).  A move there would be undone by the price
+  rule as soon as this place returns, so it costs two restarts and the price difference for the
+  outage's length, while waiting costs one restart (the rejoin) and the coordinator for the
+  outage: whenever the price difference exceeds the coordinator's rate, waiting is cheaper
+  however long the outage (on the SkyPilot ``intel_64`` trace, zones 1.14-1.85 $/h: 1.048-1.052x
+  -> 1.025-1.036x the free-move bound, ``docs/benchmarks.md``); where prices are equal (the
+  availability traces) moving is always cheaper -- the same restart, no idle coordinator.
+  If no place has capacity, **wait**
   while the slack stays above ``net + return_restarts * d`` (``net`` = the safety net, ``safety_restarts``
   restarts ``d`` plus the longest gap between decisions), then buy on-demand;
 * **on on-demand**: return to spot as soon as a place has capacity that has lasted at least
@@ -90,6 +99,10 @@ class AvailabilityGuard(Policy):
         others = [q for q in available if (q.zone, q.instance) != obs.place]
         if others and slack - d > net:
             best = self._best(others, d)
+            here = next((q for q in obs.places if (q.zone, q.instance) == obs.place), None)
+            if (here is not None and slack > od_at
+                    and best.unit_price > here.unit_price * (1.0 + self.prices.min_saving)):
+                return []  # wait for this cheaper place: going there and back costs two restarts (module docstring)
             return [Migrate(reason=f"no spot capacity at {obs.place[0] if obs.place else '?'}; {best.zone} has it "
                                    f"(up {(best.up_s or 0) / 60:.0f} min, {best.price:.4g} $/h)",
                             instance_type=best.instance, region=best.zone)]
