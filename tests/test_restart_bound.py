@@ -120,3 +120,41 @@ def test_no_strategy_pays_less_than_the_bound_on_the_skypilot_traces(folder: str
     assert len(checked) >= 5 * 12
     for r in checked:
         assert r.cost >= r.restart_bound * (1 - 1e-6), (r.strategy, r.cost, r.restart_bound)
+
+
+# ------------------------------------------------------------------ the hindsight schedule (the upper side)
+def test_the_hindsight_schedule_is_the_best_schedule_in_the_hand_computed_windows() -> None:
+    from spotwise.sim.hindsight import hindsight_schedule
+
+    job = SweepJob(2 * H, 4 * H, workers=2, restart_s=D, coordinator_per_hour=0.5)
+    p = place([(T0, 0.9)], T0 + 20 * H)
+    assert hindsight_schedule(job, [p], T0) == pytest.approx(7500 / H * (2 * 0.9 + 0.5), rel=1e-9)
+    a = place([(T0, 1.0)], T0 + 30 * H, cap=[(T0, 1.0), (T0 + 7 * H, 0.0)], zone="z-1a")
+    b = place([(T0, 1.0)], T0 + 30 * H, cap=[(T0, 0.0), (T0 + 5 * H, 1.0)], zone="z-1b")
+    job = SweepJob(10 * H, 12 * H, restart_s=D, coordinator_per_hour=0.0, iterations=1000)
+    assert hindsight_schedule(job, [a, b], T0) == pytest.approx(10 + 600 / H, rel=1e-9)  # start, one move
+    p = place([(T0, 1.0)], T0 + 30 * H, cap=[(T0, 1.0), (T0 + 4 * H, 0.0), (T0 + 5 * H, 1.0)])
+    job = SweepJob(6 * H, 9 * H, restart_s=D, coordinator_per_hour=0.1, iterations=1000)
+    assert hindsight_schedule(job, [p], T0) == pytest.approx(6 + 2 * D / H + 0.1 * (7 + 2 * D / H), rel=1e-9)  # waits
+    # down from 1 h to 5 h, 6 h of work by 7 h: the best schedule waits until 1.75 h (the latest it can), buys
+    # on-demand to 5 h, and returns to spot: 3 h of spot, 3.25 h of on-demand, 7 h of coordinator = 13.645 $;
+    # the bound (the dual's straight line) sits below it
+    p = place([(T0, 1.0)], T0 + 30 * H, cap=[(T0, 1.0), (T0 + 1 * H, 0.0), (T0 + 5 * H, 1.0)])
+    job = SweepJob(6 * H, 7 * H, restart_s=D, coordinator_per_hour=0.1, iterations=1000)
+    best = 3 * 1.0 + 3.25 * OD + 0.1 * 7
+    assert hindsight_schedule(job, [p], T0) == pytest.approx(best, rel=1e-9)
+    assert restart_bound(job, [p], T0) < best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bound_never_exceeds_the_hindsight_schedule_on_random_markets(seed: int) -> None:
+    from spotwise.sim.hindsight import hindsight_schedule
+
+    rng = np.random.default_rng(100 + seed)
+    places = _random_places(rng, int(rng.integers(1, 4)), 60.0)
+    job = SweepJob(float(rng.uniform(3, 10)) * H, float(rng.uniform(12, 20)) * H, restart_s=float(rng.choice([60, 300, 900])),
+                   coordinator_per_hour=float(rng.uniform(0, 0.3)), iterations=1000)
+    for k in range(5):
+        st = T0 + k * 6 * H
+        lo, hi = restart_bound(job, places, st), hindsight_schedule(job, places, st)
+        assert free_move_bound(job, places, st).cost - 1e-9 <= lo <= hi + 1e-9, (k, lo, hi)

@@ -119,14 +119,10 @@ def _dual(lams: np.ndarray, lengths: np.ndarray, rates: np.ndarray, allowed: np.
     return value[:, 1:].min(axis=1) + lams * work
 
 
-def restart_bound(job: SweepJob, places: Sequence[Place], start: float) -> float:
-    """A lower bound on the cost of any schedule from ``start`` that pays its restarts (module docstring)."""
-    d = float(min(job.restart_s, job.start_s if job.start_s is not None else job.restart_s,
-                  job.rejoin_s if job.rejoin_s is not None else job.restart_s))
-    lengths, rates, allowed, speeds = _stretches(job, places, start)
+def _maximiser(job: SweepJob, lengths: np.ndarray, rates: np.ndarray, allowed: np.ndarray, speeds: np.ndarray,
+               d: float) -> tuple[float, float]:
+    """``(lam*, g(lam*))``: the dual's maximum on a grid refined ``_ROUNDS`` times around the best point."""
     work = float(job.work_s)
-    if work <= 0:
-        return 0.0
     # a progress price above the dearest mode's cost per unit of work (restart included) buys
     # every second it can: the dual's slope there is W minus the most work that fits, so the
     # maximiser lies below it unless the job cannot fit (then the bound grows without limit)
@@ -142,6 +138,17 @@ def restart_bound(job: SweepJob, places: Sequence[Place], start: float) -> float
             best, best_lam = float(g[i]), float(lams[i])
         step = lams[1] - lams[0]
         lo, hi = max(0.0, lams[i] - step), lams[i] + step
+    return best_lam, best
+
+
+def restart_bound(job: SweepJob, places: Sequence[Place], start: float) -> float:
+    """A lower bound on the cost of any schedule from ``start`` that pays its restarts (module docstring)."""
+    if job.work_s <= 0:
+        return 0.0
+    d = float(min(job.restart_s, job.start_s, job.rejoin_s))  # type: ignore[type-var]
+    lengths, rates, allowed, speeds = _stretches(job, places, start)
+    best = _maximiser(job, lengths, rates, allowed, speeds, d)[1]
     if not math.isfinite(best):
         raise InfeasibleError("the restart-aware bound is not finite", "check the traces' prices")
     return best
+
