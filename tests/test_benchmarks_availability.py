@@ -24,11 +24,16 @@ def test_quick_run_prints_the_table_and_the_guard_beats_the_old_default() -> Non
     rows = {}
     for line in proc.stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 12 and cells[2] in ("spot+guard", "spotwise", "spotwise-avail"):
-            rows[(cells[1], cells[2])] = cells
-    assert len(rows) == 9, proc.stdout
+        if len(cells) == 13 and cells[2] in ("spot+guard", "spotwise", "spotwise-avail", "(hindsight schedule)") or \
+                len(cells) == 13 and cells[2].startswith("(restart-aware bound)"):
+            rows[(cells[1], cells[2].split(":")[0])] = cells
+    assert len(rows) == 15, proc.stdout
     for f in ("1.25x", "1.5x", "2x"):
         avail, old = rows[(f, "spotwise-avail")], rows[(f, "spotwise")]
+        lower, upper = rows[(f, "(restart-aware bound)")], rows[(f, "(hindsight schedule)")]
         assert avail[3] == "100.0%"
-        assert 1.0 <= float(avail[5].rstrip("x")) <= float(old[5].rstrip("x"))
+        x = {k: float(c[5].rstrip("x")) for k, c in (("avail", avail), ("old", old), ("lo", lower), ("hi", upper))}
+        # against the free-move bound: 1 <= restart-aware bound <= hindsight schedule, and the guard is no worse
+        # than the old default and never below the restart-aware bound
+        assert 1.0 <= x["lo"] <= x["hi"] and x["lo"] <= x["avail"] <= x["old"], x
     assert "result:" not in proc.stdout, "a quick run must not overwrite the recorded results"

@@ -13,13 +13,16 @@ move.  It never moves between places: ``min`` over places of a single-place sche
 lower bound only for strategies that stay where they start.  A strategy that migrates can beat it
 (issue 23 item 0).
 
-:func:`free_move_bound` is the true lower bound: at every instant the job may run at whichever
+:func:`free_move_bound` is a lower bound for every strategy: at every instant the job may run at whichever
 place is cheapest per unit of progress then (spot where that place has capacity, else on-demand),
 moving for free, and it buys the cheapest such instants first until the work is done (the LP of a
 fractional multiple-choice knapsack: per stretch of constant prices and capacity, at most the
 stretch's length of compute at one place; greedy over the stretches' convex-hull segments is
 optimal).  No online strategy -- migrating or not -- can pay less; the sweep reports both columns
-and the goal is stated against this one.
+and the goal is stated against this one.  It charges no restart, so on traces where capacity
+comes and goes every few hours no schedule comes near it:
+:func:`spotwise.sim.restart_bound.restart_bound` is the lower bound that charges them, and
+:func:`spotwise.sim.hindsight.hindsight_schedule` the matching upper bound on what hindsight can do.
 """
 
 from __future__ import annotations
