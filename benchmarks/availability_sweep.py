@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-import numpy as np
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

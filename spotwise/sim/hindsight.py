@@ -29,6 +29,7 @@ import numpy as np
 
 from spotwise.errors import InfeasibleError
 from spotwise.market.series import StepSeries
+from spotwise.sim.oracle import live_places
 from spotwise.sim.places import Place
 from spotwise.sim.sweep_types import SweepJob
 
@@ -44,15 +45,11 @@ def _per_step(series: StepSeries, grid: np.ndarray, end: float, reduce: np.ufunc
 
 def hindsight_schedule(job: SweepJob, places: Sequence[Place], start: float) -> float:
     """The cost of the cheapest schedule on the grid (module docstring); InfeasibleError if none finishes."""
-    end = start + job.deadline_s
-    live = [p for p in places if p.covers(start, end)]
-    if not live:
-        raise InfeasibleError(f"no place covers the window from t={start:.0f} for {end - start:.0f} s",
-                              "pick start times inside the traces")
-    d = float(max(job.restart_s, job.start_s, job.rejoin_s))  # type: ignore[type-var]
+    live = live_places(job, places, start)
+    d = max(job.restart_s, float(job.start_s or 0.0), float(job.rejoin_s or 0.0))
     r = max(1, math.ceil(d / 300.0)) if d > 0 else 0  # restart steps
     dt = d / r if d > 0 else 300.0
-    steps = int(math.floor(job.deadline_s / dt))
+    steps = math.floor(job.deadline_s / dt)
     if steps < 1:
         raise InfeasibleError("the deadline is shorter than one step of the schedule's grid", "extend the deadline")
     grid = start + dt * np.arange(steps)
@@ -69,8 +66,8 @@ def hindsight_schedule(job: SweepJob, places: Sequence[Place], start: float) -> 
         cost[i] = price * job.workers * dt / 3600.0 + coord
         ok[i] = cap_ok & (price < p.on_demand_per_hour)
         cost[n + i] = p.on_demand_per_hour * job.workers * dt / 3600.0 + coord
-        gain[i] = gain[n + i] = int(math.floor(p.speed * unit + 1e-9))
-    need = int(math.ceil(job.work_s / (dt / unit) - 1e-9))  # work in units
+        gain[i] = gain[n + i] = math.floor(p.speed * unit + 1e-9)
+    need = math.ceil(job.work_s / (dt / unit) - 1e-9)  # work in units
     inf = math.inf
     k_n = max(r, 1)
     # value[m, k, w]: in mode m with k restart steps still to go after this one (k = 0: computing), w units done

@@ -77,15 +77,28 @@ def _unit_rates(job: SweepJob, p: Place, mids: np.ndarray) -> tuple[np.ndarray, 
     return per_h / 3600.0, use_spot
 
 
-def free_move_bound(job: SweepJob, places: Sequence[Place], start: float) -> OracleResult:
-    """The cheapest schedule over ``places`` that may move at any instant for free (module docstring)."""
+def live_places(job: SweepJob, places: Sequence[Place], start: float) -> list[Place]:
+    """The places whose traces cover the window from ``start``; InfeasibleError if none does."""
     end = start + job.deadline_s
     live = [p for p in places if p.covers(start, end)]
     if not live:
         raise InfeasibleError(f"no place covers the window from t={start:.0f} for {end - start:.0f} s",
                               "pick start times inside the traces")
+    return live
+
+
+def window_cuts(job: SweepJob, live: Sequence[Place], start: float) -> np.ndarray:
+    """The window's ends and every price or capacity change of ``live`` inside it: between two
+    consecutive cuts nothing changes anywhere."""
+    end = start + job.deadline_s
     cuts = np.unique(np.concatenate([[start, end]] + [p.change_points(start, end) for p in live]))
-    cuts = cuts[(cuts >= start) & (cuts <= end)]
+    return cuts[(cuts >= start) & (cuts <= end)]
+
+
+def free_move_bound(job: SweepJob, places: Sequence[Place], start: float) -> OracleResult:
+    """The cheapest schedule over ``places`` that may move at any instant for free (module docstring)."""
+    live = live_places(job, places, start)
+    cuts = window_cuts(job, live, start)
     lengths = np.diff(cuts)
     mids = cuts[:-1]
     rates = np.empty((len(live), mids.size))

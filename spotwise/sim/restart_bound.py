@@ -54,6 +54,7 @@ from typing import Sequence
 import numpy as np
 
 from spotwise.errors import InfeasibleError
+from spotwise.sim.oracle import live_places, window_cuts
 from spotwise.sim.places import Place
 from spotwise.sim.sweep_types import SweepJob
 
@@ -68,13 +69,8 @@ def _stretches(job: SweepJob, places: Sequence[Place], start: float) -> tuple[np
     Mode 0 waits before the first start (the coordinator alone), modes ``1..n`` are spot and
     ``n+1..2n`` on-demand at each place, mode ``2n+1`` waits after a start (the coordinator alone)
     and mode ``2n+2`` is *done* (nothing billed; entered once started, never left)."""
-    end = start + job.deadline_s
-    live = [p for p in places if p.covers(start, end)]
-    if not live:
-        raise InfeasibleError(f"no place covers the window from t={start:.0f} for {end - start:.0f} s",
-                              "pick start times inside the traces")
-    cuts = np.unique(np.concatenate([[start, end]] + [p.change_points(start, end) for p in live]))
-    cuts = cuts[(cuts >= start) & (cuts <= end)]
+    live = live_places(job, places, start)
+    cuts = window_cuts(job, live, start)
     lengths = np.diff(cuts)
     mids = cuts[:-1]
     n, k = len(live), mids.size
@@ -145,7 +141,7 @@ def restart_bound(job: SweepJob, places: Sequence[Place], start: float) -> float
     """A lower bound on the cost of any schedule from ``start`` that pays its restarts (module docstring)."""
     if job.work_s <= 0:
         return 0.0
-    d = float(min(job.restart_s, job.start_s, job.rejoin_s))  # type: ignore[type-var]
+    d = min(job.restart_s, float(job.start_s or 0.0), float(job.rejoin_s or 0.0))
     lengths, rates, allowed, speeds = _stretches(job, places, start)
     best = _maximiser(job, lengths, rates, allowed, speeds, d)[1]
     if not math.isfinite(best):
