@@ -25,8 +25,9 @@ optimal schedule ``s*`` (no stint shorter than ``d``: such a stint costs money a
 nothing, idling instead is cheaper) ``g(lam) <= cost(s*) - lam (progress(s*) - W) <= cost(s*)``.
 With progress priced, the minimisation needs no progress dimension: a dynamic programme over the
 window's stretches of constant prices and capacity (switching only at stretch boundaries is optimal:
-within a stretch the objective is linear in every switching time) and the ``2n + 1`` modes, with an
-entry charge ``lam s_j d`` into mode ``j``.  ``g`` is concave in ``lam`` (a minimum of affine
+within a stretch the objective is linear in every switching time) and the ``2n + 3`` modes (idle
+before the first start, spot or on-demand at each of ``n`` places, idle after a start, done), with
+an entry charge ``lam s_j d`` into mode ``j``.  ``g`` is concave in ``lam`` (a minimum of affine
 functions); :func:`restart_bound` maximises it on a grid refined around the best point.
 
 The coordinator is billed from the start until the job is done, idle stretches included, as the
@@ -35,8 +36,9 @@ done only forfeits progress, which the relaxation prices.  Every schedule that d
 least once, so the programme tracks whether it has (done is reachable only after a start); the
 bound is then exact for a job at one place that never loses capacity.
 
-What the bound leaves out, each making it lower (so it stays a bound): billing minimums, checkpoint egress on moves, and the difference between a rejoin, a
-start and a restart (it charges the smallest of the three for every entry).  The sweep's tests
+What the bound leaves out, each making it lower (so it stays a bound): billing minimums,
+checkpoint egress on moves, and the difference between a rejoin, a start and a restart (it
+charges the smallest of the three for every entry).  The sweep's tests
 check, window by window, that no strategy that meets the deadline pays less (a run past the
 deadline uses capacity outside the window, and the ``no-interruptions`` estimate ignores outages).
 
