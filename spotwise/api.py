@@ -212,12 +212,14 @@ def sweep(spec: SpecLike, traces: Sequence[str | os.PathLike[str]] = (), *, stra
           history: str | float = "7d", spot_price: float | None = None, spec_market: bool = False,
           horizon: str | float = "30d", pilot: str | os.PathLike[str] | None = None, max_runs: int | None = None,
           out: str | os.PathLike[str] | None = None, overwrite: bool = False, plots: bool = True,
-          progress: Callable[[int, int], None] | None = None) -> "SweepResult":
+          progress: Callable[[int, int], None] | None = None, hindsight: bool = False) -> "SweepResult":
     """Replay ``spec``'s job from many start times over real traces (``spotwise simulate SPEC --trace ...``)
     or over its own market (``spec_market``), for each strategy: cost, time, P(deadline) with its 95%
     interval, against the hindsight oracle and on-demand.  ``strategies``: built-in names, user policies
     as ``package.module:ClassName``, :class:`~spotwise.policies.base.Policy` objects or sweep
-    :class:`~spotwise.sim.sweep_types.Strategy` objects.  ``out``: sweep.json, windows.csv and plots."""
+    :class:`~spotwise.sim.sweep_types.Strategy` objects.  ``out``: sweep.json, windows.csv and plots.
+    ``hindsight``: also build each window's hindsight schedule (the best schedule knowing the future
+    that pays its restarts, :mod:`spotwise.sim.hindsight`) and compare every strategy with it."""
     from spotwise.rundir import open_run_dir
     from spotwise.sim.sweep import MAX_RUNS
     from spotwise.sim.sweep_spec import SweepRequest, run_trace_sweep
@@ -232,7 +234,7 @@ def sweep(spec: SpecLike, traces: Sequence[str | os.PathLike[str]] = (), *, stra
         types=list(types or []), all_zones=all_zones, work_hours=work_hours, deadline_h=deadline_hours,
         restart_s=parse_duration(restart, "--restart"), history_s=parse_duration(history, "--history"),
         spot_price=spot_price, spec_market=spec_market, horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed,
-        pilot_dir=str(pilot) if pilot else None, max_runs=MAX_RUNS if max_runs is None else max_runs)
+        pilot_dir=str(pilot) if pilot else None, max_runs=MAX_RUNS if max_runs is None else max_runs, hindsight=hindsight)
 
     def go() -> "SweepResult":
         result, _, homes, skipped = run_trace_sweep(job, req, progress)

@@ -382,6 +382,8 @@ def simulate(
                                            "strategies, 1-3 ms each) before the sweep is refused (default 60000)."),
     breakdown: bool = typer.Option(False, "--breakdown", help="Sweep: also show where the hours went per strategy (spot, "
                                    "on-demand, restarts/moves billed without progress, idle)."),
+    hindsight: bool = typer.Option(False, "--hindsight", help="Sweep: also build each window's hindsight schedule (the "
+                                   "best schedule knowing the future that pays its restarts) and compare with it."),
 ) -> None:
     """Simulate a job in virtual time (no Ray): one run on its market, or with --trace a sweep over real traces.
 
@@ -394,7 +396,8 @@ def simulate(
 
     if trace or spec_market:
         _simulate_sweep(spec, out, overwrite, as_json, trace or [], strategies, starts, all_zones, types, work_hours,
-                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot, max_runs, breakdown)
+                        deadline_hours, restart, history, plot, spot_price, spec_market, horizon, pilot, max_runs, breakdown,
+                        hindsight)
         return
     if out is None:  # the spec's own errors first, then the missing flag
         from spotwise.api import check_spec
@@ -423,7 +426,8 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
                     strategies: Optional[str], starts: str, all_zones: bool, types: Optional[str],
                     work_hours: Optional[float], deadline_hours: Optional[float], restart: str, history: str, plot: bool,
                     spot_price: Optional[float] = None, spec_market: bool = False, horizon: str = "30d",
-                    pilot: Optional[Path] = None, max_runs: Optional[int] = None, breakdown: bool = False) -> None:
+                    pilot: Optional[Path] = None, max_runs: Optional[int] = None, breakdown: bool = False,
+                    hindsight: bool = False) -> None:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from spotwise.api import sweep as api_sweep
@@ -435,7 +439,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
                          types=[t.strip() for t in types.split(",") if t.strip()] if types else None, work_hours=work_hours,
                          deadline_hours=deadline_hours, restart=restart, history=history, spot_price=spot_price,
                          spec_market=spec_market, horizon=horizon, pilot=pilot, max_runs=max_runs, out=out,
-                         overwrite=overwrite, plots=plot, progress=progress)
+                         overwrite=overwrite, plots=plot, progress=progress, hindsight=hindsight)
 
     if as_json or not err_console.is_terminal:  # no live bar: a line on stderr every 10 s of a long sweep
         result = go(TextProgress(sys.stderr))

@@ -215,3 +215,23 @@ def test_sweep_job_sized_by_a_pilot_run(cli, tmp_path: Path) -> None:
     assert json.loads(out)["job"]["work_h"] == pytest.approx(want_h, rel=1e-9)
     code, _, err = cli("simulate", str(demo), "--spec-market", "--pilot", str(tmp_path / "pilot"), "--work-hours", "1")
     assert code == 2 and "--pilot" in err
+
+
+def test_sweep_cli_hindsight_compares_every_strategy_with_the_clairvoyant_schedule(cli, tmp_path: Path) -> None:
+    trace = _two_zones(tmp_path)
+    spec = _spec(tmp_path, region="us-east-1a")
+    args = ("simulate", str(spec), "--trace", str(trace), "--starts", "24h", "--history", "1d",
+            "--strategies", "on-demand,spot+guard,spotwise")
+    code, out, err = cli(*args, "--hindsight", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    free, lo, hs = d["free_move_mean_cost"], d["restart_bound_mean_cost"], d["hindsight_mean_cost"]
+    # free-move bound <= restart-aware bound <= hindsight schedule <= what any strategy that meets its deadlines pays
+    assert free <= lo <= hs
+    for s in d["strategies"]:
+        assert s["deadline_met"] == 1.0 and s["cost_ratio_hindsight"] >= 1.0 - 1e-6 and s["cost_ratio_restart"] >= 1.0 - 1e-6
+    code, out, err = cli(*args, "--hindsight")
+    assert code == 0, err
+    assert "vs hindsight" in out and "hindsight schedule" in out
+    code, out, err = cli(*args, "--json")
+    assert code == 0 and json.loads(out)["hindsight_mean_cost"] is None  # built only when asked for

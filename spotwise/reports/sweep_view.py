@@ -27,6 +27,9 @@ def sweep_table(result: SweepResult, breakdown: bool = False) -> Any:
                      f"({d['windows']} starts, {d['first_start']} .. {d['last_start']}), {d['places']} places"))
     cols = ["strategy", "deadline met", "95% CI", "mean cost $", "vs free-move", "vs restart bound", "vs oracle", "vs on-demand", "p95 finish h",
             "unfinished", "on-demand h", "moves"]
+    clair = bool(result.hindsight)
+    if clair:
+        cols.insert(cols.index("vs oracle"), "vs hindsight")
     if breakdown:
         cols += ["spot h", "od compute h", "restart h", "idle h"]
     for col in cols:
@@ -38,6 +41,7 @@ def sweep_table(result: SweepResult, breakdown: bool = False) -> Any:
     for s in result.summaries:
         lo, hi = s.deadline_met_ci
         row = [s.strategy, f"{s.deadline_met:.1%}", f"{lo:.1%}-{hi:.1%}", f"{s.mean_cost:.2f}", x(s.cost_ratio_free), x(s.cost_ratio_restart),
+               *([x(s.cost_ratio_hindsight)] if clair else []),
                x(s.cost_ratio_of_means), x(s.vs_on_demand), "-" if s.p95_finish_h is None else f"{s.p95_finish_h:.1f}",
                str(s.unfinished), f"{s.mean_on_demand_h:.2f}", f"{s.mean_moves:.2f}"]
         if breakdown:
@@ -48,13 +52,16 @@ def sweep_table(result: SweepResult, breakdown: bool = False) -> Any:
         ob = d["oracle_breakdown_h"] or {}
         rb = d.get("restart_bound_mean_cost")
         t.add_row("(single-place oracle)", "100.0%", "", f"{d['oracle_mean_cost']:.2f}", x(d["oracle_mean_cost"] / d["free_move_mean_cost"])
-                  if d.get("free_move_mean_cost") else "-", x(d["oracle_mean_cost"] / rb) if rb else "-", "1.000x", "", "", "", f"{ob.get('on_demand', 0):.2f}", "0",
+                  if d.get("free_move_mean_cost") else "-", x(d["oracle_mean_cost"] / rb) if rb else "-",
+                  *([x(d["oracle_mean_cost"] / d["hindsight_mean_cost"])] if clair else []), "1.000x", "", "", "", f"{ob.get('on_demand', 0):.2f}", "0",
                   f"{ob.get('spot', 0):.2f}", f"{ob.get('on_demand', 0):.2f}", "0.00", "0.00")
     free = d.get("free_move_mean_cost")
     t.caption = ((f"free-move bound: at every instant the cheapest place with capacity, moves and restarts free, mean {free:.2f} $ "
                   "(no schedule pays less); " if free is not None else "")
                  + (f"restart-aware bound: no schedule that pays its restarts, even one knowing the future, pays less than "
                     f"mean {d['restart_bound_mean_cost']:.2f} $; " if d.get("restart_bound_mean_cost") else "")
+                 + (f"hindsight schedule: the best schedule knowing the future that pays its restarts, mean "
+                    f"{d['hindsight_mean_cost']:.2f} $; " if clair else "")
                  + f"oracle: the cheapest single place in hindsight, mean {d['oracle_mean_cost']:.2f} $ (a migrating strategy may "
                  "beat it); a run the data ended before it finished is charged the work it had left at on-demand prices")
     return t

@@ -52,6 +52,7 @@ from spotwise.policies.registry import make_policy
 from spotwise.policies.user import guard
 from spotwise.sim.oracle import free_move_bound, hindsight_oracle
 from spotwise.sim.places import Place
+from spotwise.sim.hindsight import hindsight_schedule
 from spotwise.sim.restart_bound import restart_bound
 from spotwise.sim.sweep_types import (DEFAULT_STRATEGIES, STRATEGIES, BidRule, OracleResult, StartRule, Strategy,  # noqa: F401
                                       StrategySummary, SweepJob, SweepResult, WindowResult, parse_strategies)
@@ -380,12 +381,14 @@ def check_sweep_size(n_starts: int, n_homes: int, strategies: Sequence[Strategy]
 
 def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str]], strategies: Sequence[Strategy],
           starts: Sequence[float], *, tick_s: float = 600.0,
-          progress: Callable[[int, int], None] | None = None) -> SweepResult:
+          progress: Callable[[int, int], None] | None = None, hindsight: bool = False) -> SweepResult:
     """Every strategy from every start, for every home place ``(zone, type)``; the oracle and the table.
 
     A strategy that starts at the cheapest place (``start="cheapest"``) does not depend on the home
     and runs once per start; its result counts for every home, so each strategy's row averages
     the same (home, start) windows.  A window needs the home's trace over the whole deadline.
+    ``hindsight``: also build each window's hindsight schedule (:mod:`spotwise.sim.hindsight`, ~10-60 ms
+    a start), the clairvoyant schedule that pays its restarts: how far each strategy is from it.
     """
     import time
 
@@ -401,6 +404,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
     oracle: list[OracleResult] = []
     free: list[OracleResult] = []
     restart: list[float] = []
+    clair: list[float] = []
     used: list[float] = []
     total = len(starts)
     for i, st in enumerate(starts):
@@ -415,17 +419,20 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
                              "--trace")
         bound = free_move_bound(job, places, st)
         rbound = max(restart_bound(job, places, st), bound.cost)  # both are bounds: the larger is the tighter
+        hs = hindsight_schedule(job, places, st) if hindsight else None
         shared: dict[str, WindowResult] = {}
         for home in live:
             oracle.append(orc)
             free.append(bound)
             restart.append(rbound)
+            if hs is not None:
+                clair.append(hs)
             for s in strategies:
                 if s.start == "cheapest" and s.name in shared:
                     r = shared[s.name]
                 else:
                     r = run_window(job, places, home, st, s, tick_s=tick_s)
-                    r.oracle_cost, r.free_cost, r.restart_bound = orc.cost, bound.cost, rbound
+                    r.oracle_cost, r.free_cost, r.restart_bound, r.hindsight_cost = orc.cost, bound.cost, rbound, hs
                     if s.start == "cheapest":
                         shared[s.name] = r
                 rows.append(r)
@@ -442,7 +449,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
         od_mean = float(np.mean([r.cost for r in by["on-demand"]]))
     orc_mean = float(np.mean([o.cost for o in oracle]))
     summaries = [summarise(s.name, by[s.name], od_mean, orc_mean, float(np.mean([o.cost for o in free])), s.description,
-                           float(np.mean(restart))) for s in strategies]
+                           float(np.mean(restart)), float(np.mean(clair)) if clair else None) for s in strategies]
     # worker-iterations the sweep simulated: each run's completed work in the job's steps (a
     # shared cheapest-start run is simulated once and counted once)
     seen: set[int] = set()
@@ -451,7 +458,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
         if id(r) not in seen:
             seen.add(id(r))
             wi += r.work_done * job.iterations * job.workers
-    return SweepResult(job, used, rows, oracle, summaries, wi, wall, len(places), free, restart)
+    return SweepResult(job, used, rows, oracle, summaries, wi, wall, len(places), free, restart, clair)
 
 
 def breakdown_hours(rows: Sequence[WindowResult]) -> dict[str, float]:
@@ -464,7 +471,8 @@ def breakdown_hours(rows: Sequence[WindowResult]) -> dict[str, float]:
 
 
 def summarise(name: str, rs: Sequence[WindowResult], od_mean: float | None, orc_mean: float, free_mean: float | None,
-              description: str = "", restart_mean: float | None = None) -> StrategySummary:
+              description: str = "", restart_mean: float | None = None,
+              hindsight_mean: float | None = None) -> StrategySummary:
     """One strategy's row of the sweep table from its windows."""
     k = sum(r.deadline_met for r in rs)
     costs = np.array([r.cost for r in rs])
@@ -477,4 +485,5 @@ def summarise(name: str, rs: Sequence[WindowResult], od_mean: float | None, orc_
         float(np.quantile(fin, 0.95)) if fin else None, sum(r.finish_s is None for r in rs),
         float(np.mean([r.moves for r in rs])), float(np.mean([r.on_demand_s for r in rs]) / 3600), description,
         None if not free_mean else float(costs.mean() / free_mean), float(np.mean(frees)) if frees else None,
-        breakdown_hours(rs), None if not restart_mean else float(costs.mean() / restart_mean))
+        breakdown_hours(rs), None if not restart_mean else float(costs.mean() / restart_mean),
+        None if not hindsight_mean else float(costs.mean() / hindsight_mean))

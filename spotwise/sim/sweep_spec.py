@@ -131,6 +131,8 @@ class SweepRequest:
     pilot_dir: str | None = None
     #: the most window runs (starts x homes x strategies) the sweep may do (:data:`~spotwise.sim.sweep.MAX_RUNS`)
     max_runs: int = MAX_RUNS
+    #: also build each window's hindsight schedule (the clairvoyant schedule that pays its restarts)
+    hindsight: bool = False
 
     def __post_init__(self) -> None:
         if not self.traces and not self.spec_market:
@@ -220,7 +222,8 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
         lo, hi, n = start_range([place], job, req.every_s, warmup_s=req.history_s)
         check_sweep_size(n, 1, strategies, req.every_s, hi - lo, req.max_runs)
         starts = window_starts([place], job, req.every_s, warmup_s=req.history_s)
-        result = sweep(job, [place], [place.key], strategies, starts, tick_s=req.tick_s, progress=progress)
+        result = sweep(job, [place], [place.key], strategies, starts, tick_s=req.tick_s, progress=progress,
+                       hindsight=req.hindsight)
         return result, [place], [place.key], []
     for t in req.traces:
         if not Path(t).exists():
@@ -243,7 +246,7 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
     lo, hi, n = start_range(home_places, job, req.every_s)
     check_sweep_size(n, len(homes), strategies, req.every_s, hi - lo, req.max_runs, home_places)
     starts = window_starts(home_places, job, req.every_s)
-    result = sweep(job, places, homes, strategies, starts, tick_s=req.tick_s, progress=progress)
+    result = sweep(job, places, homes, strategies, starts, tick_s=req.tick_s, progress=progress, hindsight=req.hindsight)
     return result, places, homes, skipped
 
 

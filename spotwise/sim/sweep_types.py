@@ -179,6 +179,8 @@ class WindowResult:
     free_cost: float | None = None
     #: the restart-aware lower bound of the window (:func:`spotwise.sim.restart_bound.restart_bound`)
     restart_bound: float | None = None
+    #: the window's hindsight schedule, when asked for (:func:`spotwise.sim.hindsight.hindsight_schedule`)
+    hindsight_cost: float | None = None
     #: where the time went (issue 23 item 1): instances billed while restarting or moving (no
     #: progress), on spot and on on-demand; no instance held before the job finished (waiting)
     restart_spot_s: float = 0.0
@@ -195,6 +197,8 @@ class WindowResult:
                 "free_move_cost": self.free_cost, "vs_free_move": None if not self.free_cost else self.cost / self.free_cost,
                 "restart_bound": self.restart_bound,
                 "vs_restart_bound": None if not self.restart_bound else self.cost / self.restart_bound,
+                "hindsight_cost": self.hindsight_cost,
+                "vs_hindsight": None if not self.hindsight_cost else self.cost / self.hindsight_cost,
                 "spot_compute_h": (self.spot_s - self.restart_spot_s) / 3600, "on_demand_compute_h": (self.on_demand_s - self.restart_od_s) / 3600,
                 "restart_h": (self.restart_spot_s + self.restart_od_s) / 3600, "idle_h": self.idle_s / 3600}
 
@@ -231,6 +235,8 @@ class StrategySummary:
     breakdown_h: dict[str, float] | None = None
     #: against the restart-aware lower bound: mean cost / mean bound
     cost_ratio_restart: float | None = None
+    #: against the hindsight schedule (when the sweep built it): mean cost / its mean
+    cost_ratio_hindsight: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -250,6 +256,8 @@ class SweepResult:
     free: list[OracleResult] = field(default_factory=list)
     #: the restart-aware lower bound per window ($; :mod:`spotwise.sim.restart_bound`)
     restart: list[float] = field(default_factory=list)
+    #: the hindsight schedule's cost per window, when asked for (:mod:`spotwise.sim.hindsight`)
+    hindsight: list[float] = field(default_factory=list)
     #: the home places swept (``zone/type``), trace series skipped, files written (filled by the API)
     homes: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -269,6 +277,7 @@ class SweepResult:
             "oracle_mean_cost": float(np.mean([o.cost for o in self.oracle])) if self.oracle else None,
             "free_move_mean_cost": float(np.mean([o.cost for o in self.free])) if self.free else None,
             "restart_bound_mean_cost": float(np.mean(self.restart)) if self.restart else None,
+            "hindsight_mean_cost": float(np.mean(self.hindsight)) if self.hindsight else None,
             "oracle_breakdown_h": {"spot": float(np.mean([o.spot_h for o in self.oracle])),
                                    "on_demand": float(np.mean([o.on_demand_h for o in self.oracle]))} if self.oracle else None,
             "strategies": [s.to_dict() for s in self.summaries],
