@@ -158,3 +158,16 @@ def test_the_bound_never_exceeds_the_hindsight_schedule_on_random_markets(seed: 
         st = T0 + k * 6 * H
         lo, hi = restart_bound(job, places, st), hindsight_schedule(job, places, st)
         assert free_move_bound(job, places, st).cost - 1e-9 <= lo <= hi + 1e-9, (k, lo, hi)
+
+
+def test_both_sides_handle_places_of_different_speeds() -> None:
+    from spotwise.sim.hindsight import hindsight_schedule
+
+    # 4 h of work (home speed) in 8 h; a place twice as fast at 1.8 $/h beats the home's 1.0 $/h per unit of
+    # work (0.9): 2 h + 300 s there = 3.75 $; a K80-like place at a tenth of the speed is never worth it
+    slow = place([(T0, 1.0)], T0 + 30 * H, zone="z-1a")
+    fast = place([(T0, 1.8)], T0 + 30 * H, zone="z-1b", speed=2.0)
+    crawl = place([(T0, 0.2)], T0 + 30 * H, zone="z-1c", speed=0.1)
+    job = SweepJob(4 * H, 8 * H, restart_s=D, coordinator_per_hour=0.0, iterations=1000)
+    assert hindsight_schedule(job, [slow, fast, crawl], T0) == pytest.approx(3.75, rel=1e-9)
+    assert free_move_bound(job, [slow, fast, crawl], T0).cost <= restart_bound(job, [slow, fast, crawl], T0) <= 3.75 + 1e-9

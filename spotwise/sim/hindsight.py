@@ -15,7 +15,8 @@ state is ``(mode, steps of restart left, work done in steps)``; the value is the
 get there.  Everything is rounded against the schedule, so it is a schedule the sweep's model
 would charge no less for: spot at a place only in steps whose whole span has capacity, at the
 highest price in the step; every entry charged the longest of the start, rejoin and restart
-delays; work counted in whole steps, rounded down at speeds other than one; the coordinator
+delays; work counted in whole units (a step at the slowest place's speed, or at 1/8 of the
+fastest's if that is coarser: slower places then do no work), rounded down; the coordinator
 billed from the start until the step the work is done in ends (Can't Be Late, NSDI'24, Sec. 3
 gives the model: the changeover delay ``d``, the deadline, spot or on-demand at each instant).
 """
@@ -59,7 +60,10 @@ def hindsight_schedule(job: SweepJob, places: Sequence[Place], start: float) -> 
     ok = np.ones((2 * n, steps), dtype=bool)
     gain = np.empty(2 * n, dtype=np.int64)
     coord = job.coordinator_per_hour / 3600.0 * dt
-    unit = 1.0 / min(p.speed for p in live)  # work units of the slowest place's step
+    # a work unit is a step at the slowest place's speed, but no finer than 1/8 of the fastest place's
+    # step: a place slower than that cannot progress on the grid (rounded against the schedule)
+    speeds = [p.speed for p in live]
+    unit = 1.0 / max(min(speeds), max(speeds) / 8.0)
     for i, p in enumerate(live):
         price = _per_step(p.price, grid, grid[-1] + dt, np.maximum)
         cap_ok = np.ones(steps, dtype=bool) if p.capacity is None else _per_step(p.capacity, grid, grid[-1] + dt, np.minimum) >= 1
@@ -76,29 +80,35 @@ def hindsight_schedule(job: SweepJob, places: Sequence[Place], start: float) -> 
     idle[0] = 0.0
     best = inf
 
-    def advance(v: np.ndarray, g: int, c: float) -> np.ndarray:
-        out = np.full(need + 1, inf)
-        if g <= 0:
-            return v + c
-        out[g:] = v[: need + 1 - g] + c
-        out[need] = min(out[need], float(np.min(v[max(0, need + 1 - g):])) + c)
+    order = np.argsort(gain, kind="stable")  # modes of one gain side by side: each group is a slice (a view)
+    cost, ok, gain = cost[order], ok[order], gain[order]
+    edges = np.flatnonzero(np.diff(gain)) + 1
+    groups = [(int(gain[a]), slice(int(a), int(b))) for a, b in zip(np.r_[0, edges], np.r_[edges, gain.size])]
+
+    def advance(v: np.ndarray) -> np.ndarray:
+        """Per mode (rows of ``v``), one step of computing: ``gain`` units more, capped at ``need``."""
+        out = np.full_like(v, inf)
+        for g, rows in groups:
+            if g <= 0:
+                out[rows] = v[rows]
+                continue
+            out[rows, g:] = v[rows, : need + 1 - g]
+            out[rows, need] = np.minimum(out[rows, need], v[rows, max(0, need + 1 - g):].min(axis=1))
         return out
 
     for s in range(steps):
         held = value.min(axis=(0, 1))
         enter = np.minimum(idle, held)  # a stint may start from anything held, or from nothing
         nv = np.full_like(value, inf)
-        for m in range(2 * n):
-            if not ok[m, s]:
-                continue
-            c, g = cost[m, s], int(gain[m])
-            if r >= 2:
-                nv[m, : r - 1] = value[m, 1:r] + c      # restarting: one step less to go
-            nv[m, 0] = np.minimum(nv[m, 0], advance(value[m, 0], g, c))  # computing
-            if r >= 1:
-                nv[m, r - 1] = np.minimum(nv[m, r - 1], enter + c)   # entering: this step restarts
-            else:
-                nv[m, 0] = np.minimum(nv[m, 0], advance(enter, g, c))
+        if r >= 2:
+            nv[:, : r - 1] = value[:, 1:r]                              # restarting: one step less to go
+        nv[:, 0] = np.minimum(nv[:, 0], advance(value[:, 0]))           # computing
+        if r >= 1:
+            nv[:, r - 1] = np.minimum(nv[:, r - 1], enter[None, :])     # entering: this step restarts
+        else:
+            nv[:, 0] = np.minimum(nv[:, 0], advance(np.broadcast_to(enter, (2 * n, need + 1))))
+        nv += cost[:, s][:, None, None]
+        nv[~ok[:, s]] = inf
         idle = np.minimum(idle, held) + coord
         value = nv
         best = min(best, float(value[:, 0, need].min()))

@@ -387,7 +387,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
     A strategy that starts at the cheapest place (``start="cheapest"``) does not depend on the home
     and runs once per start; its result counts for every home, so each strategy's row averages
     the same (home, start) windows.  A window needs the home's trace over the whole deadline.
-    ``hindsight``: also build each window's hindsight schedule (:mod:`spotwise.sim.hindsight`, ~10-60 ms
+    ``hindsight``: also build each window's hindsight schedule (:mod:`spotwise.sim.hindsight`, ~10-50 ms
     a start), the clairvoyant schedule that pays its restarts: how far each strategy is from it.
     """
     import time
