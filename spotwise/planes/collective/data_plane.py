@@ -1,38 +1,35 @@
 """The collective data plane (``cluster.data_plane: collective``; Spotnik, ``papers/001_30a454edd897cf47.txt``).
 
-:class:`CollectivePlane` is the :class:`~spotwise.control.dataplane.DataPlane` whose members
-all-reduce among themselves (:mod:`spotwise.planes.collective.member`): the parameters live in the
-members' replicas, no step passes through the controller, which keeps everything else (market,
-membership, ledger, event log, policies, checkpoints, summary).  What a step is here:
+:class:`CollectivePlane` is the :class:`~spotwise.control.dataplane.DataPlane` whose members all-reduce among
+themselves (:mod:`spotwise.planes.collective.member`): the parameters live in the members' replicas, no step
+passes through the controller, which keeps everything else (market, membership, ledger, event log, policies,
+checkpoints, summary). What a step is here:
 
-* **Lease.**  On the emulated provider (a virtual clock) the controller draws each step's virtual
-  time as the strategy's round (S-SGD: the slowest of ``k`` mini-batches plus ``Delta``, paper 000
-  eq. 14; S-MA: the slowest member's ``H`` mini-batches plus ``Delta``; AD-PSGD: per barrier
-  window, the slowest member's sum of its pairs' slower mini-batches) and lets the members
-  commit, at their own speed, every step that ends before the market's next event (the *lease*).
-  At the lease the event is applied at its virtual instant.  A revocation of a member raises the
-  lease by one and kills the member's process at once, so it dies at a random point of a real
+* **Lease.** On the emulated provider (a virtual clock) the controller draws each step's virtual time as the
+  strategy's round (S-SGD: the slowest of ``k`` mini-batches plus ``Delta``, paper 000 eq. 14; S-MA: the slowest
+  member's ``H`` mini-batches plus ``Delta``; AD-PSGD: per barrier window, the slowest member's sum of its
+  pairs' slower mini-batches) and lets the members commit, at their own speed, every step that ends before the
+  market's next event (the *lease*). At the lease the event is applied at its virtual instant. A revocation of a
+  member raises the lease by one and kills the member's process at once, so it dies at a random point of a real
   step (computing, or inside the all-reduce).
-* **Regroup** (Sec. 3.2, reconcile / accept / restart).  Any change of membership, a failure a
-  member flags (a dead or frozen peer), and a change of strategy or learning rate (policies) end
-  the generation: the controller flags it failed, collects the survivors' last committed steps
-  (a survivor that does not answer within ``group_timeout_s`` is declared lost and killed),
-  announces the next generation with a survivor of the highest step as its source (roll forward:
-  see :mod:`spotwise.planes.collective.member`; after AD-PSGD, a roll-back to the last barrier and an
-  average of the survivors' replicas) and the joiners started, and the members rebuild the
-  group in place (same processes, replicas in memory) and take the source's state by broadcast.
-  Recovery (kill -> the first step the new generation commits) is measured on the members' clock.
-* **Commits.**  Steps are logged from the leader's records, which it sends only once every
-  member has committed the step (AD-PSGD: from every member's records, sent at its barriers, once
-  all of a step's are in); their virtual time is the drawn round time.  Policies are
-  consulted after every logged step; a decision that changes the members' work (SwitchSync,
-  SetLearningRate, Resize) takes effect at the next regroup, atomically on every member.
-* **Replicas and checkpoints.**  The leader sends its replica every ``cluster.replica_every``
-  steps, every ``outputs.checkpoint_every`` steps, when asked (a revocation notice), and at the
-  end; checkpoints hold the replica of exactly their step.  A loss of *every* member at once
-  rolls the job back to the newest replica: the steps after it are logged as lost in a
-  ``rollback`` event (``extra.rolled_back_steps``) and redone on the same samples.  With a
-  notice (every cloud gives one) the replica is taken at the notice; ``replica_every: 1`` makes
+* **Regroup** (Sec. 3.2, reconcile / accept / restart). Any change of membership, a failure a member flags (a
+  dead or frozen peer), and a change of strategy or learning rate (policies) end the generation: the controller
+  flags it failed, collects the survivors' last committed steps (a survivor that does not answer within
+  ``group_timeout_s`` is declared lost and killed), announces the next generation with a survivor of the highest
+  step as its source (roll forward: see :mod:`spotwise.planes.collective.member`; after AD-PSGD, a roll-back to
+  the last barrier and an average of the survivors' replicas) and the joiners started, and the members rebuild
+  the group in place (same processes, replicas in memory) and take the source's state by broadcast. Recovery
+  (kill -> the first step the new generation commits) is measured on the members' clock.
+* **Commits.** Steps are logged from the leader's records, which it sends only once every member has committed
+  the step (AD-PSGD: from every member's records, sent at its barriers, once all of a step's are in); their
+  virtual time is the drawn round time. Policies are consulted after every logged step; a decision that changes
+  the members' work (SwitchSync, SetLearningRate, Resize) takes effect at the next regroup, atomically on every
+  member. Leased steps that bring no record for long fail the generation (:class:`StallWatch`).
+* **Replicas and checkpoints.** The leader sends its replica every ``cluster.replica_every`` steps, every
+  ``outputs.checkpoint_every`` steps, when asked (a revocation notice), and at the end; checkpoints hold the
+  replica of exactly their step. A loss of *every* member at once rolls the job back to the newest replica: the
+  steps after it are logged as lost in a ``rollback`` event (``extra.rolled_back_steps``) and redone on the same
+  samples. With a notice (every cloud gives one) the replica is taken at the notice; ``replica_every: 1`` makes
   any loss impossible at the cost of a parameter transfer per step.
 """
 
@@ -53,7 +50,7 @@ from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
-from spotwise.planes.collective.records import GossipRecords, Replicas
+from spotwise.planes.collective.records import GossipRecords, Replicas, StallWatch
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.round_time import draw_round
 from spotwise.planes.ps.compute import Compute
@@ -106,10 +103,8 @@ class CollectivePlane:
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
         self._join_ms: list[float] = []
-        #: AD-PSGD: member records of steps not yet whole
-        self._gossip = GossipRecords()
-        self.rolled_back_steps = 0
-        self.regroups = 0
+        self._gossip, self._stall = GossipRecords(), StallWatch()  # AD-PSGD's partial steps; progress
+        self.rolled_back_steps, self.regroups = 0, 0
         self._regroup_ms: list[float] = []
         self._fault_rng = random.Random(int(spec.seed))
         self.cursor: DataCursor | None = None
@@ -327,8 +322,10 @@ class CollectivePlane:
         """Log the members' records until step ``until``, a regroup is needed, or the job is done."""
         job = self.job
         next_dead_check = 0.0
+        self._stall.start()  # the members start on the lease now
         while job.step < until and not self._dirty:
             if self._take_records():
+                self._stall.progressed()
                 if job.done():
                     return
                 continue
@@ -340,6 +337,11 @@ class CollectivePlane:
             if now >= next_dead_check:
                 next_dead_check = now + 0.02
                 self._check_membership()
+                idle = self._stall.stalled(self.ctl.timeout_s)
+                if idle is not None:
+                    self._mark(f"generation {self.gen} stalled: no step record for {idle:.0f} s "
+                               f"(steps {job.step + 1}..{until} leased)")
+                    return
             time.sleep(POLL_S)
 
     def _check_membership(self) -> None:
@@ -352,7 +354,7 @@ class CollectivePlane:
 
     # ================================================================== records and replicas
     def _take_records(self) -> bool:
-        recs = self._gossip.whole(self.ctl.pop_records(), self.job.step)
+        recs = self._gossip.whole(self.ctl.pop_records(), self.job.step, self.gen)
         self.replicas.receive(self.ctl.pop_replicas())
         return self._log_records(recs)
 

@@ -10,6 +10,7 @@ the partial steps; :func:`combine` makes one step's record (loss weighted by the
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -42,14 +43,18 @@ class GossipRecords:
     def __init__(self) -> None:
         self.partial: dict[int, dict[int, dict[str, Any]]] = {}
 
-    def whole(self, recs: list[dict[str, Any]], logged: int) -> list[dict[str, Any]]:
+    def whole(self, recs: list[dict[str, Any]], logged: int, gen: int | None = None) -> list[dict[str, Any]]:
         """The records of whole steps among ``recs`` and what was kept: a leader's record (no
-        ``member``) as it is, a step whose members' records are all in combined; steps up to
-        ``logged`` (already logged) are ignored."""
+        ``member``) as it is, a step whose members' records are all in combined.  Ignored: steps up to
+        ``logged`` (already logged; kept ones too are dropped) and member records of a generation
+        before ``gen`` -- an ended generation's records were settled at its regroup, and one that
+        arrives later would sit incomplete for ever, holding back every whole step after it."""
         out = [r for r in recs if "member" not in r]
         for r in recs:
-            if "member" in r and int(r["step"]) > logged:
+            if "member" in r and int(r["step"]) > logged and (gen is None or int(r.get("gen", gen)) >= gen):
                 self.partial.setdefault(int(r["step"]), {})[int(r["member"])] = r
+        for s in [s for s in self.partial if s <= logged]:
+            del self.partial[s]
         for s in sorted(self.partial):
             parts = self.partial[s]
             if len(parts) < int(next(iter(parts.values()))["k"]):
@@ -66,6 +71,35 @@ class GossipRecords:
 
     def clear(self) -> None:
         self.partial.clear()
+
+
+class StallWatch:
+    """The controller's watch on a generation's progress: no wait in the controller is unbounded.
+
+    A generation whose leased steps bring no record for ``max(min_s, 10 group timeouts, 20 times
+    the usual gap between two arrivals)`` is failed and regrouped (its members report or are
+    declared lost).  Members' own waits are bounded by the group's timeout; this bounds the
+    controller's, whatever the cause (a record lost, a member stuck where no timeout reaches)."""
+
+    def __init__(self, min_s: float = 60.0, clock: Any = time.monotonic) -> None:
+        self.min_s, self.clock = float(min_s), clock
+        self.since = clock()
+        self.gap: float | None = None
+
+    def start(self) -> None:
+        """Steps were leased: progress is expected from now."""
+        self.since = self.clock()
+
+    def progressed(self) -> None:
+        now = self.clock()
+        gap = now - self.since
+        self.gap = gap if self.gap is None else 0.9 * self.gap + 0.1 * gap
+        self.since = now
+
+    def stalled(self, timeout_s: float) -> float | None:
+        """Seconds without progress if that is a stall, else ``None``."""
+        idle = self.clock() - self.since
+        return idle if idle > max(self.min_s, 10.0 * timeout_s, 20.0 * (self.gap or 0.0)) else None
 
 
 class Replicas:
