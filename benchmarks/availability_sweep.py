@@ -22,7 +22,7 @@ future, which pays its restarts): the clairvoyant optimum lies between the two. 
 restart 60 / 300 / 900 s, deadline 1.25 / 1.5 / 2x, spot price 0.3x / 0.5x of on-demand, a table
 per trace set, for ``spotwise`` and ``spotwise-avail``.
 
-    .venv/bin/python benchmarks/availability_sweep.py              # everything (~4 min on 2 cores)
+    .venv/bin/python benchmarks/availability_sweep.py              # everything (~3 min on 2 cores)
     .venv/bin/python benchmarks/availability_sweep.py --quick      # one set, deadlines only (~10 s)
 """
 
