@@ -90,16 +90,15 @@ class CollectivePlane:
         self.gen = -1
         self.gen_members: list[int] = []
         self._plan: Plan | None = None
+        self._held: str | None = None  # the strategy of the last generation that formed: the state members hold
         self._dirty = True
         self._why = "start"
         #: virtual end of the last logged step and the drawn round times of the next steps
         self._step_end = 0.0
         self._draws: list[tuple[int, float]] = []
-        #: the replicas the leader sent; the newest adopted one is the controller's copy
-        self.replicas = Replicas()
+        self.replicas = Replicas()  # the replicas the leader sent; the newest adopted one is the controller's copy
         self._kill_time: float | None = None
-        #: a checkpoint asked for between two leases (a notice, a policy): taken at the next lease
-        self._pending_ckpt: str | None = None
+        self._pending_ckpt: str | None = None  # asked for between two leases (a notice, a policy): taken at the next
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
         self._join_ms: list[float] = []
@@ -487,7 +486,7 @@ class CollectivePlane:
         # the members holding a committed state: a joiner whose first generation never formed
         # reports -1 (it is running, waiting for a plan, but its replica is no committed one)
         holding = {w: s for w, s in alive.items() if s >= 0}
-        if holding and self._plan is not None and self._plan.strategy == "adpsgd":
+        if holding and self._held == "adpsgd":
             # AD-PSGD: the steps up to the barrier the survivors go back to are committed now
             # (before membership is read: logging them may apply the market's notices)
             self._settle_partial(max(holding.values()))
@@ -515,11 +514,11 @@ class CollectivePlane:
         self._step_end = max(self._step_end, job.T)
         # steps the old generation committed whose records are still to come, then the new
         # generation's: the members start on the next lease at once (no round trip after forming)
-        old_sync = self._plan.strategy if self._plan is not None else job.sync
+        old_sync = self._held or job.sync
         self._draws = [(k_old, self._draw_round(k_old, old_sync)) for _ in range(max(0, committed - job.step))]
         lease = max(committed, self._lease_for(len(members)))
         transfer = source < 0 or any(w not in holding or holding[w] != committed for w in members)
-        gossip = self._plan is not None and self._plan.strategy == "adpsgd" and source >= 0
+        gossip = self._held == "adpsgd" and source >= 0
         plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=job.sync,
                     local_steps=self.local_steps, lr=float(job.lr), batch=job.batch, logged=job.step,
                     eval_every=int(job.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
@@ -528,7 +527,9 @@ class CollectivePlane:
         self.ctl.reset_lease(lease)
         self.ctl.announce(plan, init)
         t_announce = time.perf_counter()
-        if not self.ctl.formed(self.gen, len(members), self.ctl.timeout_s + 2.0):
+        if self.ctl.formed(self.gen, len(members), self.ctl.timeout_s + 2.0):
+            self._held = plan.strategy  # the members now hold this strategy's state (reconciled)
+        else:  # they still hold the last formed generation's (AD-PSGD's: replicas past its barrier)
             self._mark(f"generation {self.gen} did not form")
         t_formed = time.perf_counter()
         self._plan = plan
@@ -582,7 +583,7 @@ class CollectivePlane:
             return
         top = max(alive.values())
         source = min(w for w, s in alive.items() if s == top)
-        gossip = self._plan is not None and self._plan.strategy == "adpsgd"
+        gossip = self._held == "adpsgd"
         if gossip:
             self._settle_partial(top)
         self.gen += 1
