@@ -29,6 +29,7 @@ from spotwise.spec_checks import MAX_SEED, _non_negative, _positive, _seed  # no
 from spotwise.spec_market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
 from spotwise.spec_pools import Balance, check_pool_markets, check_pools
 from spotwise.specload import Duration, build, to_plain
+from spotwise.training.recipe import BUILTIN_RECIPES, LoaderSpec, OptimizerSpec, Precision, ScheduleSpec
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
 ClusterKind = Literal["vm", "serverless"]
@@ -85,8 +86,38 @@ class WorkloadSpec:
     #: issue 21: MB on the wire per model copy when the run stands in for a larger model (default:
     #: the model's own float32 size); an exchange moves it twice
     model_mb: float | None = None
+    #: issue 28: the training recipe (``spotwise/training/recipe.py``; docs/workloads.md): any
+    #: ``torch.optim`` optimizer, a schedule in committed samples, clipping, accumulation, precision;
+    #: without ``optimizer`` the update is the papers' plain SGD
+    optimizer: dict[str, Any] | str | None = None
+    schedule: ScheduleSpec | None = None
+    grad_clip_norm: float | None = None
+    accumulate: int = 1
+    precision: Precision = "fp32"
+    loader: LoaderSpec = field(default_factory=LoaderSpec)
 
     def __post_init__(self) -> None:
+        if self.optimizer is None and self.name in BUILTIN_RECIPES:  # the built-in realistic workloads' recipes
+            rec = BUILTIN_RECIPES[self.name]
+            self.optimizer = dict(rec["optimizer"])
+            if self.schedule is None and "schedule" in rec:
+                self.schedule = ScheduleSpec(**rec["schedule"])
+            if self.grad_clip_norm is None:
+                self.grad_clip_norm = rec.get("grad_clip_norm")
+        if self.optimizer is not None:
+            if isinstance(self.optimizer, str):
+                self.optimizer = {"name": self.optimizer}
+            opt = OptimizerSpec.parse(self.optimizer)
+            if opt.lr is not None:
+                self.lr = opt.lr  # the optimizer's lr is the base rate
+        if self.grad_clip_norm is not None and not 0 < self.grad_clip_norm < math.inf:
+            raise InputError(f"must be a positive number, got {self.grad_clip_norm!r}", "use e.g. 1.0", "grad_clip_norm")
+        if isinstance(self.accumulate, bool) or not 1 <= self.accumulate <= 4096:
+            raise InputError(f"must be in 1..4096, got {self.accumulate!r}", "micro-batches per mini-batch, e.g. 4", "accumulate")
+        if self.accumulate > self.batch_size:
+            raise InputError(f"accumulate ({self.accumulate}) is larger than batch_size ({self.batch_size})",
+                             "a worker's mini-batch is split into `accumulate` micro-batches: use accumulate <= batch_size",
+                             "accumulate")
         _positive(self.step_time_s, "step_time_s", "give the virtual seconds one mini-batch takes on an instance of relative throughput 1, e.g. 1.0")
         _positive(self.eval_every, "eval_every", "evaluate on held-out data every N >= 1 committed steps")
         if not self.name or (self.name not in BUILTIN_WORKLOADS and ":" not in self.name):
@@ -106,6 +137,17 @@ class WorkloadSpec:
         if self.model_mb is not None and not (0 < self.model_mb < 1e6):
             raise InputError(f"must be in (0, 1e6) MB, got {self.model_mb!r}", "the model's size on the wire, e.g. 14.19 "
                              "(ResNet-32, paper 002 Table II)", "model_mb")
+
+    @property
+    def plain_sgd_recipe(self) -> bool:
+        """Whether the update is the papers' plain SGD (no optimizer, schedule, clipping, precision)."""
+        return (self.optimizer is None and self.schedule is None and self.grad_clip_norm is None
+                and self.precision == "fp32" and self.accumulate == 1)
+
+    @property
+    def optimizer_spec(self) -> OptimizerSpec | None:
+        """``optimizer`` parsed (checked when the spec was built)."""
+        return None if self.optimizer is None else OptimizerSpec.parse(self.optimizer, check=False)
 
 
 @dataclass
@@ -352,6 +394,42 @@ class JobSpec:
         validate_policies(self.policies)  # unknown names / bad params fail at load time, no policy is built
         if self.cluster.max_workers is None and any(p.name == "exp-growth" for p in self.policies):
             raise InputError("exp-growth needs a cap", "set cluster.max_workers (paper 000 Remark 3 caps the growth)", "cluster.max_workers")
+        self._check_recipe()
+
+    def planned_samples(self) -> int | None:
+        """Samples the job commits at full strength (``target.iterations`` x workers x batch; S-MA:
+        times ``local_steps``); ``None`` without ``target.iterations``.  A schedule's default length."""
+        if self.target.iterations is None:
+            return None
+        c = self.cluster
+        workers = sum(p.workers for p in c.pools) if c.pools else c.workers
+        per_step = max(1, int(workers)) * int(self.workload.batch_size)
+        if c.data_plane == "collective" and c.sync == "sma":
+            per_step *= int(c.local_steps)
+        return int(self.target.iterations) * per_step
+
+    def _check_recipe(self) -> None:
+        """The training recipe against the job (issue 28): the schedule's length, fp16's device."""
+        w = self.workload
+        if w.schedule is not None:
+            planned = self.planned_samples()
+            sched = w.schedule.resolved(planned)
+            if planned is not None and sched.total is not None and sched.total > planned:
+                raise InputError(f"the schedule spans {sched.total:,} samples but the job commits {planned:,} "
+                                 f"(target.iterations {self.target.iterations} x {planned // int(self.target.iterations):,} "
+                                 "samples a step)", f"shorten workload.schedule.total to at most {planned:,}, or remove it "
+                                 "(it then spans the job)", "workload.schedule.total")
+            if sched.warmup and sched.total is not None and sched.warmup >= sched.total:
+                raise InputError(f"the warm-up ({sched.warmup:,} samples) is as long as the whole schedule ({sched.total:,})",
+                                 "shorten workload.schedule.warmup", "workload.schedule.warmup")
+        if w.precision == "fp16":
+            if self.cluster.kind == "serverless" or self.cluster.device == "cpu":
+                raise InputError("precision fp16 needs CUDA (float16 autocast with a GradScaler); this job trains on CPUs",
+                                 "use precision: bf16 on CPUs, or device: cuda on a GPU instance type", "workload.precision")
+        if self.cluster.kind == "serverless" and not w.plain_sgd_recipe:
+            raise InputError("serverless functions train with the papers' plain SGD (paper 004's sparse updates)",
+                             "remove workload.optimizer / schedule / grad_clip_norm / precision for a serverless job, or "
+                             "use cluster.kind: vm", "workload.optimizer")
 
     @property
     def deadline_s(self) -> float | None:

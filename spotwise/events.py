@@ -282,12 +282,17 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     On any failure the temp file is removed and ``path`` keeps its old content; a full disk raises
     :class:`~spotwise.rundir.DiskFullError` (exit 2), other errors propagate.
     """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes (a symlink at ``path`` is replaced, never followed)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)

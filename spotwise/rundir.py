@@ -1,7 +1,7 @@
 """Run directories: a marker that says spotwise made them, an exclusive lock, and safe removal.
 
 A run directory ``OUT`` holds only names spotwise knows (:data:`KNOWN_NAMES`): ``events.jsonl``,
-``summary.json``, ``spec.json``, ``checkpoints/``, ``report/``, ``on-demand/`` (the measured
+``summary.json``, ``spec.json``, ``model.pt`` (the final model's ``state_dict``), ``checkpoints/``, ``report/``, ``on-demand/`` (the measured
 on-demand baseline), the marker :data:`MARKER` (JSON with
 the spotwise version that created it) and the lock file :data:`LOCK_FILE`, plus the ``.NAME.tmp-PID``
 files of interrupted atomic writes.  Anything else in it belongs to the user and is never removed.
@@ -35,10 +35,10 @@ MARKER = ".spotwise-run"
 LOCK_FILE = ".spotwise.lock"
 #: Names spotwise writes into a run directory (besides the marker and the lock file).
 RUN_FILES = ("events.jsonl", "summary.json", "spec.json", "checkpoints", "report", "on-demand",
-             "sweep.json", "windows.csv", "cost_cdf.png", "finish_cdf.png")
+             "sweep.json", "windows.csv", "cost_cdf.png", "finish_cdf.png", "model.pt")
 KNOWN_NAMES = frozenset(RUN_FILES) | {MARKER, LOCK_FILE}
 #: Leftovers of an interrupted atomic write of one of spotwise's files (``.summary.json.tmp-123``).
-_TMP_RE = re.compile(r"^\.(?:events\.jsonl|summary\.json|spec\.json|spotwise-run)\.tmp-\d+$")
+_TMP_RE = re.compile(r"^\.(?:events\.jsonl|summary\.json|spec\.json|spotwise-run|model\.pt)\.tmp-\d+$")
 #: errno values that mean "no space left" (ENOSPC; EDQUOT: the user's quota is exhausted).
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 

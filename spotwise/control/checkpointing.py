@@ -27,6 +27,10 @@ if TYPE_CHECKING:  # type only: the controller holds this component
     from spotwise.control.controller import JobController
 
 
+#: the exported final model in the run directory (a ``state_dict``)
+MODEL_FILE = "model.pt"
+
+
 class Checkpointer:
     """Checkpoints and resume of one job (see the module docstring)."""
 
@@ -48,10 +52,34 @@ class Checkpointer:
             "counters": {k: v for k, v in job.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
             "ledger": job.accounting.ledger_state(), **job.plane.checkpoint_state(),
         }
+        # issue 28: the whole training state as state_dicts (weights_only): the model's own (parameters
+        # and buffers, for export), the optimizer's, a grad scaler's, integer buffers, RNG states
+        model_sd = job.state.model_state_dict()
+        if model_sd is not None:
+            state["model"] = model_sd
+            state["train_extra"] = job.state.extra_state()
+            state["rng"] = {"torch": torch.get_rng_state(), "numpy_iter": json.dumps(job.iter_rng.bit_generator.state)
+                            if hasattr(job, "iter_rng") else ""}
         path = save_checkpoint(job.out, job.step, state)
         self.last_step = job.step
         job.counters.checkpoints += 1
         job.log.emit("checkpoint", step=job.step, path=str(path), why=why)
+
+    def export_model(self) -> None:
+        """``OUT/model.pt``: the final model's ``state_dict`` (parameters and buffers), which plain
+        ``torch.load(path, weights_only=True)`` reads and the workload's module loads with
+        ``load_state_dict`` (issue 28 item 2).  Written atomically; nothing for a modelled state."""
+        job = self.job
+        sd = job.state.model_state_dict()
+        if sd is None:
+            return
+        import io
+
+        from spotwise.events import atomic_write_bytes
+
+        bio = io.BytesIO()
+        torch.save(sd, bio)
+        atomic_write_bytes(job.out / MODEL_FILE, bio.getvalue())
 
     def take_quiet(self) -> None:
         """A final checkpoint without a log event (so a resume of a finished run is a no-op).
@@ -79,6 +107,10 @@ class Checkpointer:
         state, path = require_checkpoint(job.out, expect_shape=job.params.shape, warn=warn)  # falls back past bad ones
         job.step = int(state["step"])
         job.params = state["params"].numpy().astype(np.float32).copy()
+        job.state.load_extra_state(state.get("train_extra"))
+        rng = state.get("rng")
+        if isinstance(rng, dict) and isinstance(rng.get("torch"), torch.Tensor):
+            torch.set_rng_state(rng["torch"])
         job.lr = float(state["lr"])
         job.clock.restore(float(state["T"]))
         job.last_commit_T = job.T

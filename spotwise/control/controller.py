@@ -68,6 +68,8 @@ from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.state import TorchState, TrainingState
+from spotwise.errors import InputError
+from spotwise.training.recipe import recipe_of
 from spotwise.control.summary import run_summary
 from spotwise.control.sync import SyncStrategy
 from spotwise.events import EventLog, RunSummary, write_summary
@@ -174,7 +176,9 @@ class JobController:
 
         #: the model side: parameters, update, evaluation, dataset size (the real PyTorch workload
         #: unless the caller models it, as the simulator does)
-        self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed))
+        #: the training recipe (issue 28): optimizer, schedule in committed samples, clipping, precision
+        self.recipe = recipe_of(spec.workload, spec.planned_samples())
+        self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed), self.recipe, self.base_lr)
         #: per-worker mini-batch times, batch shares and exchanges: pools, places, the PS network (issue 21);
         #: ``time_law`` stands for the fleet in closed-form estimates (:mod:`spotwise.control.speeds`)
         self.speeds = WorkerSpeeds(self)
@@ -438,6 +442,23 @@ class JobController:
         if self.progress is not None:
             self.progress(self.snapshot())
 
+    def step_lr(self) -> float:
+        """The learning rate of the next step: the base rate (policies may change it) times the
+        recipe's schedule at the samples committed so far (issue 28: measured in samples, so it does
+        not warp when workers come and go)."""
+        return self.recipe.lr_at(self.lr, self.counters.samples)
+
+    def nonfinite(self, what: str) -> None:
+        """A step's loss or gradient is NaN or infinite: checkpoint the last good step, then stop
+        (exit 2, naming the step)."""
+        self.checkpointer.take("nonfinite")
+        self.status = "nonfinite"
+        raise InputError(f"{what} at step {self.step + 1}: training diverged; the run stopped and its checkpoint "
+                         f"holds step {self.step}, the last good one",
+                         "lower the learning rate (workload.lr or workload.optimizer.lr), add a warm-up "
+                         "(workload.schedule.warmup) or gradient clipping (workload.grad_clip_norm: 1.0), or use "
+                         "precision: fp32", "workload")
+
     @property
     def params(self) -> np.ndarray:
         """The current parameters (a flat float32 vector, owned by :attr:`state`)."""
@@ -566,6 +587,7 @@ class JobController:
         self.outage.end()
         if self.step > self.checkpointer.last_step:
             self.checkpointer.take_quiet()  # before the ledger closes: it holds the open intervals
+        self.checkpointer.export_model()
         self.accounting.close(self.T, sorted(self.members))
         final_eval = self.evaluate()
         cost = self.accounting.cost_breakdown(final=True)

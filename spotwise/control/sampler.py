@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.control.permutation import EpochPermutation, epoch_permutation
+
 
 @dataclass(frozen=True)
 class Block:
@@ -48,8 +50,11 @@ class EpochSampler:
         self._next_id = 0
         self.committed_in_epoch = 0
 
-    def _permutation(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+    def _permutation(self, epoch: int) -> EpochPermutation:
+        """The epoch's order, sliced lazily (:mod:`spotwise.control.permutation`): numpy's
+        ``default_rng([seed, epoch]).permutation(n)`` up to 2**22 samples, a seeded bijection above,
+        so the sampler's memory does not grow with the dataset."""
+        return epoch_permutation(self.n, self.seed, epoch)
 
     # ------------------------------------------------------------------ transactions
     def _advance_epoch_if_done(self) -> None:

@@ -3,10 +3,11 @@
 The coordinator owns one :class:`TrainingState` and nothing else about the model, so the same
 control logic drives real training and the simulator:
 
-* :class:`TorchState` -- the workload's PyTorch model as one flat float32 vector; a committed
-  step applies ``params -= lr * g`` with ``g`` the sample-weighted mean of the contributions'
-  gradients (the atomic update of ``papers/001_30a454edd897cf47.txt`` Sec. 3.2); evaluation runs
-  the model on the workload's test split.
+* :class:`TorchState` -- the workload's PyTorch model as one flat float32 vector (parameters, then
+  floating-point buffers); a committed step applies ``g``, the sample-weighted mean of the
+  contributions' gradients (the atomic update of ``papers/001_30a454edd897cf47.txt`` Sec. 3.2),
+  through the recipe's optimizer (plain ``params -= lr * g`` by default) and adopts the mean of
+  their buffers; evaluation runs the model on the workload's test split.
 * :class:`spotwise.sim.modelled.ModelledState` -- no model at all: the expected error follows
   the recursion of ``papers/000_3c734f3ffedcac15.txt`` Thm 1 (the simulator's loss model).
 """
@@ -19,7 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from spotwise.workloads.params import flat_params, set_flat_params
+from spotwise.training.recipe import Recipe
+from spotwise.training.state import FlatModel, Updater, extra_state, load_extra_state, num_float_buffer_entries
+
+
+class NonFiniteStep(ArithmeticError):
+    """A step's loss or gradient is NaN or infinite: the run stops before applying it."""
 
 
 class TrainingState(ABC):
@@ -44,29 +50,87 @@ class TrainingState(ABC):
     def evaluate(self) -> dict[str, float]:
         """``{"loss": ..., metric_name: ...}`` at the current parameters."""
 
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint holds besides :attr:`params` (optimizer, integer buffers); ``{}``: nothing."""
+        return {}
+
+    def load_extra_state(self, extra: dict[str, Any] | None) -> None:
+        """Put back what :meth:`extra_state` gave."""
+
+    def model_state_dict(self) -> "dict[str, torch.Tensor] | None":
+        """The model's ``state_dict`` (parameters and buffers) for export; ``None``: no model."""
+        return None
+
 
 class TorchState(TrainingState):
-    """A PyTorch workload (:mod:`spotwise.workloads`) trained for real."""
+    """A PyTorch workload (:mod:`spotwise.workloads`) trained for real.
 
-    def __init__(self, workload: Any) -> None:
+    The model's parameters and floating-point buffers are views into one flat float32 vector
+    (:class:`~spotwise.training.state.FlatModel`), which :attr:`params` exposes as a numpy array
+    sharing its memory: what the parameter-server plane ships to its workers and what checkpoints
+    store.  A committed step's combined result holds the mean gradient (``P`` entries) and the
+    sample-weighted mean of the workers' updated buffers (``B`` entries); :meth:`apply` runs the
+    recipe's real optimizer on the gradient (issue 28: the coordinator applies the aggregated
+    gradient through ``torch.optim``) and adopts the buffers.  Without an optimizer in the recipe a
+    model without buffers keeps the papers' update ``params -= lr * g`` bit-for-bit.
+    """
+
+    def __init__(self, workload: Any, recipe: Recipe | None = None, base_lr: float = 0.05) -> None:
         self.workload = workload
-        self.model = workload.build_model()
-        self.params = flat_params(self.model).detach().numpy().astype(np.float32).copy()
+        self.recipe = recipe or Recipe()
+        model = workload.build_model()
+        n = sum(p.numel() for p in model.parameters()) + num_float_buffer_entries(model)
+        self._vec = torch.zeros(n, dtype=torch.float32)
+        self.fm = FlatModel(model, "cpu", flat=self._vec)
+        self.model = self.fm.model
+        self._np = self._vec.numpy()  # shares the vector's memory
+        self.updater = Updater(self.fm, self.recipe, base_lr)
         self.n_train = len(workload.train)
         self.metric_name = workload.metric_name
+
+    @property
+    def params(self) -> np.ndarray:  # type: ignore[override]
+        return self._np
+
+    @params.setter
+    def params(self, value: np.ndarray) -> None:
+        v = np.asarray(value, dtype=np.float32).reshape(-1)
+        if v.shape != self._np.shape:
+            raise ValueError(f"parameter vector of {v.size} entries for a model of {self._np.size}")
+        np.copyto(self._np, v)
 
     @property
     def can_evaluate(self) -> bool:
         return self.workload.test is not None
 
     def apply(self, grad: np.ndarray, lr: float, contributions: int) -> None:
-        self.params -= np.float32(lr) * grad
+        fm = self.fm
+        if self.updater.plain and fm.B == 0:
+            self.params -= np.float32(lr) * grad  # the papers' update, bit-for-bit
+            return
+        g = torch.from_numpy(np.ascontiguousarray(grad, dtype=np.float32))
+        if not self.updater.apply(g[: fm.P], lr):
+            raise NonFiniteStep("the aggregated gradient holds NaN or infinite values")
+        if fm.B:
+            fm.buffer_vec.copy_(g[fm.P:])
+            fm.advance_int_buffers(self.recipe.accumulate)
 
     def evaluate(self) -> dict[str, float]:
         if self.workload.test is None:
             return {}
-        set_flat_params(self.model, torch.from_numpy(self.params))
         self.model.eval()
-        res = self.workload.evaluate(self.model, self.workload.test)
-        self.model.train()
+        try:
+            with torch.no_grad():
+                res = self.workload.evaluate(self.model, self.workload.test)
+        finally:
+            self.model.train()
         return {k: float(v) for k, v in res.items()}
+
+    def extra_state(self) -> dict[str, Any]:
+        return extra_state(self.fm, self.updater)
+
+    def load_extra_state(self, extra: dict[str, Any] | None) -> None:
+        load_extra_state(self.fm, self.updater, extra)
+
+    def model_state_dict(self) -> dict[str, torch.Tensor] | None:
+        return self.fm.state_dict()

@@ -33,6 +33,7 @@ fast or slow the machine is.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,7 @@ from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.clock import ReadyFn
 from spotwise.control.records import Contribution, Task
 from spotwise.control.sampler import Block
+from spotwise.control.state import NonFiniteStep
 from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.ps.compute import Compute, RayCompute, Result, WorkerLost
@@ -190,9 +192,20 @@ class ParameterServerPlane:
         for c in contribs:
             accumulate(grad, c.grad, c.n / total)  # a sparse contribution stays sparse (issue 9)
             loss += (c.n / total) * c.loss
+        if not math.isfinite(loss):
+            for c in contribs:
+                job.sampler.release(c.block)
+            job.nonfinite(f"the loss is {loss}")
+        lr = job.step_lr()  # the base rate times the schedule at the samples committed so far (issue 28)
+        try:
+            job.state.apply(grad, lr, len(contribs))
+        except NonFiniteStep as e:
+            for c in contribs:
+                job.sampler.release(c.block)
+            job.nonfinite(str(e))
+        for c in contribs:
             job.sampler.commit(c.block)
         job.counters.samples += total
-        job.state.apply(grad, job.lr, len(contribs))
         job.step += 1
         job.clock.advance(job.commit_overhead_s)  # Delta (virtual); measured time already holds it
         duration = job.T - job.last_commit_T
@@ -207,7 +220,7 @@ class ParameterServerPlane:
             job.kill_wall = None
         job.accounting.emit_prices()
         cost = job.cost_so_far()
-        job.log.emit("step", step=job.step, loss=loss, active=len(job.members), lr=job.lr, sync=job.sync,
+        job.log.emit("step", step=job.step, loss=loss, active=len(job.members), lr=lr, sync=job.sync,
                      duration=duration, cost=cost, epoch=job.sampler.epoch, retries=self.retries,
                      contributions=len(contribs), lost=self.lost_in_step,
                      staleness=max(c.staleness for c in contribs), recovery_ms=recovery_ms)

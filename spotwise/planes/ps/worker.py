@@ -25,7 +25,9 @@ from spotwise.config import JobSpec, WorkloadSpec
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.specload import build, to_plain
 from spotwise.workloads.device import DeviceDataset, resolve_device, to_device, to_host
-from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, set_flat_params, zero_grad
+from spotwise.training.recipe import worker_recipe
+from spotwise.training.state import FlatModel, forward_backward
+from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, zero_grad
 from spotwise.workloads.registry import make_workload
 
 
@@ -55,10 +57,14 @@ class GradientWorker:
         self.device = resolve_device(device)
         self.spec = build(WorkloadSpec, workload, "workload")
         self.workload = make_workload(self.spec, seed)
-        self.model = to_device(self.workload.build_model(), self.device)
+        #: parameters and float buffers as views into one flat vector (issue 28: buffers travel too)
+        self.fm = FlatModel(self.workload.build_model(), self.device)
+        self.model = self.fm.model
         self.model.train()
+        self.recipe = worker_recipe(self.spec)
         self.train = DeviceDataset(self.workload.train, self.device)
         self.n_params = num_params(self.model)
+        self.n_buffers = self.fm.B
         #: ship sparse updates (issue 9): the workload has sparse embedding gradients
         self.sparse = bool(getattr(self.workload, "sparse_grads", False))
         self.pid = os.getpid()
@@ -117,18 +123,19 @@ class GradientWorker:
         only the touched embedding rows (see :mod:`spotwise.planes.ps.wire`).
         """
         t0 = time.perf_counter()
-        set_flat_params(self.model, to_device(torch.from_numpy(np.asarray(params)), self.device))
+        self.fm.set_flat(torch.from_numpy(np.asarray(params)))
         zero_grad(self.model)
-        batch = self.train.batch(np.asarray(indices))
-        loss = self.workload.loss(self.model, batch)
-        loss.backward()
+        loss = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
+                                self.device)
         grad = self._gradient()
         self.calls += 1
-        return grad, float(loss.detach()), int(len(indices)), time.perf_counter() - t0, self._notice
+        return grad, float(loss), int(len(indices)), time.perf_counter() - t0, self._notice
 
     def _gradient(self) -> Gradient:
         """The gradient now on the model in its wire form (:mod:`spotwise.planes.ps.wire`): computed on
         the device, copied to the host once."""
+        if self.n_buffers:  # the buffers after this worker's forward passes ride behind the gradient
+            return to_host(torch.cat([flat_grad(self.model), self.fm.buffer_vec]))
         if self.sparse:
             try:
                 update = flat_grad_sparse(self.model)

@@ -1,0 +1,280 @@
+"""The model side of a training step: one flat vector, a real optimizer, precision, the whole state.
+
+:class:`FlatModel` holds a workload's model with every parameter *and every floating-point buffer*
+(BatchNorm's running statistics) a view into one flat float32 vector ``flat`` of ``P + B`` entries:
+parameters first (``model.parameters()`` order), then buffers (``model.named_buffers()`` order).
+That vector is what the planes ship, all-reduce, average and checkpoint; the model itself is
+always the real ``nn.Module`` whose ``state_dict()`` holds the same numbers.  Integer buffers
+(``num_batches_tracked``) are kept as they are and travel in :meth:`FlatModel.extra_state`.
+
+**Buffers** (issue 28 item 2).  A step's result carries, after the ``P`` gradient entries, the
+``B`` buffer values the worker's forward passes left (its BatchNorm running statistics after its
+micro-batches); the step's contributions are combined *sample-weighted* like the gradients, so the
+committed buffers are the sample-weighted **average** of the workers' updated statistics (the
+parameter-server plane and the collective plane alike: the all-reduce sums ``n_i * buffers_i``).
+That is what DDP gives with ``broadcast_buffers=False`` plus an average, and unlike DDP's default
+(rank 0's statistics) it uses every worker's batch.  Evaluation and checkpoints use these buffers.
+
+:class:`Updater` applies a step's aggregated mean gradient: the papers' plain SGD
+``theta -= lr * g`` when the recipe names no optimizer (the old arithmetic, bit-for-bit), else the
+real ``torch.optim`` optimizer (gradient clipping with ``clip_grad_norm_`` first, the step's
+learning rate written into every parameter group).  Its state (the optimizer's ``state_dict`` and a
+``GradScaler``'s) is part of every checkpoint and of every state transfer to a joiner.
+
+:func:`forward_backward` is a worker's local work for one mini-batch: ``accumulate`` micro-batches
+under ``torch.autocast`` (bf16/fp16), gradients summed into ``.grad`` as the mini-batch's mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from spotwise.errors import InputError
+from spotwise.training.recipe import Recipe
+
+
+def _float_buffers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    out = []
+    for mod in model.modules():
+        for name, buf in mod._buffers.items():
+            if buf is not None and buf.is_floating_point():
+                out.append((mod, name, buf))
+    return out
+
+
+def _int_buffers(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [(n, b) for n, b in model.named_buffers() if not b.is_floating_point()]
+
+
+def num_float_buffer_entries(model: torch.nn.Module) -> int:
+    """``B``: entries of ``model``'s floating-point buffers (0 for a model without BatchNorm & co.)."""
+    return sum(b.numel() for _, _, b in _float_buffers(model))
+
+
+class FlatModel:
+    """A model whose parameters and float buffers are views into one flat float32 vector (module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device | str = "cpu", flat: torch.Tensor | None = None) -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.params = list(self.model.parameters())
+        bufs = _float_buffers(self.model)
+        self.P = sum(p.numel() for p in self.params)
+        self.B = sum(b.numel() for _, _, b in bufs)
+        init = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in [*self.params, *(b for _, _, b in bufs)]]) \
+            if self.P + self.B else torch.zeros(0)
+        if flat is None:
+            self.flat = init.to(self.device).clone()
+        else:  # a caller-owned vector (e.g. sharing memory with a numpy array)
+            if flat.numel() != self.P + self.B:
+                raise ValueError(f"flat vector of {flat.numel()} entries for a model of {self.P + self.B}")
+            flat.copy_(init)
+            self.flat = flat
+        off = 0
+        with torch.no_grad():
+            for p in self.params:
+                k = p.numel()
+                p.data = self.flat[off:off + k].view_as(p)
+                off += k
+            for mod, name, b in bufs:
+                k = b.numel()
+                mod._buffers[name] = self.flat[off:off + k].view_as(b)
+                off += k
+
+    @property
+    def param_vec(self) -> torch.Tensor:
+        return self.flat[: self.P]
+
+    @property
+    def buffer_vec(self) -> torch.Tensor:
+        return self.flat[self.P:]
+
+    def set_flat(self, vec: torch.Tensor | np.ndarray) -> None:
+        v = torch.as_tensor(vec).reshape(-1)
+        if v.numel() != self.P + self.B:
+            raise ValueError(f"a model of {self.P} parameters and {self.B} buffer entries cannot take {v.numel()} values")
+        self.flat.copy_(v.to(device=self.device, dtype=torch.float32))
+
+    def int_buffers(self) -> dict[str, torch.Tensor]:
+        return {n: b.detach().cpu().clone() for n, b in _int_buffers(self.model)}
+
+    def load_int_buffers(self, values: dict[str, torch.Tensor]) -> None:
+        own = dict(_int_buffers(self.model))
+        with torch.no_grad():
+            for n, v in values.items():
+                if n in own:
+                    own[n].copy_(v.to(own[n].device))
+
+    def advance_int_buffers(self, forwards: int) -> None:
+        """What ``forwards`` training forward passes do to the integer buffers (BatchNorm's
+        ``num_batches_tracked`` counts them): for the copy that never runs one (the coordinator)."""
+        with torch.no_grad():
+            for mod in self.model.modules():
+                n = getattr(mod, "num_batches_tracked", None)
+                if isinstance(n, torch.Tensor) and isinstance(mod, torch.nn.modules.batchnorm._NormBase) \
+                        and mod.track_running_stats:
+                    n.add_(int(forwards))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's own ``state_dict`` (parameters and buffers), detached CPU copies."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def load_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        """Load a ``state_dict`` into the model (the flat views see it)."""
+        own = self.model.state_dict()
+        with torch.no_grad():
+            for k, v in sd.items():
+                if k in own:
+                    own[k].copy_(v.to(own[k].device, own[k].dtype))
+
+
+def _has_nonfinite(t: torch.Tensor) -> bool:
+    return not bool(torch.isfinite(t).all())
+
+
+class Updater:
+    """Applies a step's mean gradient to a :class:`FlatModel` (module docstring)."""
+
+    def __init__(self, fm: FlatModel, recipe: Recipe, base_lr: float) -> None:
+        self.fm = fm
+        self.recipe = recipe
+        self.optimizer: torch.optim.Optimizer | None = None
+        if recipe.optimizer is not None:
+            self.optimizer = recipe.optimizer.build(fm.params, base_lr)
+        self.scaler: Any = None
+        if recipe.precision == "fp16":
+            self.scaler = torch.amp.GradScaler(fm.device.type)
+        #: the gradient norm before clipping of the last step (None without clipping)
+        self.last_norm: float | None = None
+
+    @property
+    def plain(self) -> bool:
+        return self.optimizer is None and self.recipe.grad_clip_norm is None
+
+    def apply(self, grad: torch.Tensor, lr: float) -> bool:
+        """Apply the mean gradient ``grad`` (``P`` entries) at rate ``lr``; False (nothing changed) if
+        it is not finite."""
+        fm = self.fm
+        if fm.P == 0:
+            return True
+        if self.plain:
+            fm.param_vec.sub_(grad.to(fm.device), alpha=float(lr))
+            return True
+        if _has_nonfinite(grad):
+            return False
+        off = 0
+        g = grad.to(device=fm.device, dtype=torch.float32)
+        for p in fm.params:
+            k = p.numel()
+            p.grad = g[off:off + k].view_as(p)
+            off += k
+        if self.recipe.grad_clip_norm is not None:
+            self.last_norm = float(torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm)))
+        if self.optimizer is None:
+            fm.param_vec.sub_(torch.cat([p.grad.reshape(-1) for p in fm.params]), alpha=float(lr))
+        else:
+            for group in self.optimizer.param_groups:
+                group["lr"] = float(lr)
+            self.optimizer.step()
+        for p in fm.params:
+            p.grad = None
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": None if self.optimizer is None else self.optimizer.state_dict(),
+                "scaler": None if self.scaler is None else self.scaler.state_dict()}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        if self.optimizer is not None and sd.get("optimizer") is not None:
+            self.optimizer.load_state_dict(sd["optimizer"])
+        if self.scaler is not None and sd.get("scaler") is not None:
+            self.scaler.load_state_dict(sd["scaler"])
+
+
+def extra_state(fm: FlatModel, updater: Updater | None) -> dict[str, Any]:
+    """Everything of the training state the flat vector does not hold: integer buffers, optimizer, scaler."""
+    out: dict[str, Any] = {"int_buffers": fm.int_buffers()}
+    if updater is not None:
+        out.update(updater.state_dict())
+    return out
+
+
+def load_extra_state(fm: FlatModel, updater: Updater | None, extra: dict[str, Any] | None) -> None:
+    if not extra:
+        return
+    fm.load_int_buffers(extra.get("int_buffers") or {})
+    if updater is not None:
+        updater.load_state_dict(extra)
+
+
+def encode_extra(extra: dict[str, Any]) -> bytes:
+    """``extra`` as bytes (``torch.save``; read back with ``weights_only=True``)."""
+    bio = io.BytesIO()
+    torch.save(extra, bio)
+    return bio.getvalue()
+
+
+def decode_extra(data: bytes) -> dict[str, Any]:
+    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu") if data else {}
+
+
+@contextlib.contextmanager
+def autocast_for(precision: str, device: torch.device) -> Iterator[None]:
+    """``torch.autocast`` for the recipe's precision on ``device`` (nothing for fp32)."""
+    if precision == "fp32":
+        yield
+        return
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    with torch.autocast(device_type=torch.device(device).type, dtype=dtype):
+        yield
+
+
+LOSS_FIX = ("a workload's loss is called as loss(model, batch) and must return the batch's mean loss as a "
+            "scalar tensor; for a criterion such as nn.CrossEntropyLoss() return it from module:function as the "
+            "loss (it is then called as loss(model(*batch[:-1]), batch[-1])), see docs/workloads.md")
+
+
+def check_loss(loss: Any) -> torch.Tensor:
+    """The workload's loss, checked: a scalar floating tensor with a graph (InputError otherwise)."""
+    if not isinstance(loss, torch.Tensor):
+        raise InputError(f"the workload's loss returned a {type(loss).__name__}, not a tensor", LOSS_FIX, "workload")
+    if loss.numel() != 1:
+        raise InputError(f"the workload's loss returned a tensor of shape {tuple(loss.shape)}, not a scalar "
+                         "(reduce it with .mean())", LOSS_FIX, "workload")
+    if not loss.requires_grad:
+        raise InputError("the workload's loss does not depend on the model's parameters (no gradient)", LOSS_FIX, "workload")
+    return loss.reshape(())
+
+
+def forward_backward(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+                     batch_of: Callable[[np.ndarray], Any], indices: np.ndarray, recipe: Recipe,
+                     device: torch.device, scale: float = 1.0) -> float:
+    """Back-propagate the mean loss over ``indices`` into ``.grad`` (accumulating; call with zeroed
+    grads), as ``recipe.accumulate`` micro-batches under the recipe's precision; the mean loss.
+
+    ``scale`` multiplies what is back-propagated (a GradScaler's scale; the loss returned is not
+    scaled).  Micro-batch ``j`` of ``n_j`` samples adds ``n_j / n`` of its mean loss's gradient, so
+    the result is the mean over all ``n`` samples whatever the split.
+    """
+    idx = np.asarray(indices)
+    n = len(idx)
+    parts = [p for p in np.array_split(idx, min(max(1, recipe.accumulate), n)) if len(p)] if recipe.accumulate > 1 else [idx]
+    total = 0.0
+    for part in parts:
+        with autocast_for(recipe.precision, device):
+            loss = check_loss(loss_fn(model, batch_of(part)))
+        w = len(part) / n
+        lv = float(loss.detach().float())
+        if math.isfinite(lv):
+            ((loss.float() * (w * scale)) if (w != 1.0 or scale != 1.0) else loss).backward()
+        else:  # no backward through a non-finite loss: the caller sees it and stops
+            total = lv
+            continue
+        total += lv * w
+    return total
