@@ -43,7 +43,7 @@ SERVERLESS_SYNC_MODES = ("bsp", "ssp", "isp")
 #: sync modes of the collective data plane (Spotnik, papers/001_30a454edd897cf47.txt Sec. 3.3)
 COLLECTIVE_SYNC_MODES = ("ssgd", "sma", "adpsgd")
 SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
-BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10")
+BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10", "resnet18-cifar", "gpt-bytes")
 Cloud = Literal["aws", "gcp", "azure", "ibm", "local"]
 
 

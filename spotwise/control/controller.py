@@ -448,10 +448,11 @@ class JobController:
         not warp when workers come and go)."""
         return self.recipe.lr_at(self.lr, self.counters.samples)
 
-    def nonfinite(self, what: str) -> None:
-        """A step's loss or gradient is NaN or infinite: checkpoint the last good step, then stop
-        (exit 2, naming the step)."""
-        self.checkpointer.take("nonfinite")
+    def nonfinite(self, what: str, checkpoint: bool = True) -> None:
+        """A step's loss or gradient is NaN or infinite: checkpoint the last good step (unless the
+        plane took it), then stop (exit 2, naming the step)."""
+        if checkpoint:
+            self.checkpoint("nonfinite")
         self.status = "nonfinite"
         raise InputError(f"{what} at step {self.step + 1}: training diverged; the run stopped and its checkpoint "
                          f"holds step {self.step}, the last good one",

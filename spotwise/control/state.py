@@ -109,6 +109,11 @@ class TorchState(TrainingState):
             self.params -= np.float32(lr) * grad  # the papers' update, bit-for-bit
             return
         g = torch.from_numpy(np.ascontiguousarray(grad, dtype=np.float32))
+        if self.updater.plain:
+            self._np[: fm.P] -= np.float32(lr) * np.asarray(grad[: fm.P], dtype=np.float32)
+            fm.buffer_vec.copy_(g[fm.P:])
+            fm.advance_int_buffers(self.recipe.accumulate)
+            return
         if not self.updater.apply(g[: fm.P], lr):
             raise NonFiniteStep("the aggregated gradient holds NaN or infinite values")
         if fm.B:

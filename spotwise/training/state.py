@@ -1,7 +1,8 @@
 """The model side of a training step: one flat vector, a real optimizer, precision, the whole state.
 
 :class:`FlatModel` holds a workload's model with every parameter *and every floating-point buffer*
-(BatchNorm's running statistics) a view into one flat float32 vector ``flat`` of ``P + B`` entries:
+that training changes (BatchNorm's running statistics; :func:`_tracks_statistics`) a view into one
+flat float32 vector ``flat`` of ``P + B`` entries:
 parameters first (``model.parameters()`` order), then buffers (``model.named_buffers()`` order).
 That vector is what the planes ship, all-reduce, average and checkpoint; the model itself is
 always the real ``nn.Module`` whose ``state_dict()`` holds the same numbers.  Integer buffers
@@ -39,9 +40,22 @@ from spotwise.errors import InputError
 from spotwise.training.recipe import Recipe
 
 
+def _tracks_statistics(mod: torch.nn.Module) -> bool:
+    """Whether a training forward pass of ``mod`` changes its buffers: normalisation layers with
+    running statistics (BatchNorm*, SyncBatchNorm, InstanceNorm with ``track_running_stats``), or a
+    module of the user's that says so with ``spotwise_sync_buffers = True``."""
+    if getattr(mod, "spotwise_sync_buffers", False):
+        return True
+    return isinstance(mod, torch.nn.modules.batchnorm._NormBase) and bool(mod.track_running_stats)
+
+
 def _float_buffers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    """The floating-point buffers training changes (:func:`_tracks_statistics`); other buffers (a
+    constant such as a mean rating, a causal mask) stay what ``build_model`` made them everywhere."""
     out = []
     for mod in model.modules():
+        if not _tracks_statistics(mod):
+            continue
         for name, buf in mod._buffers.items():
             if buf is not None and buf.is_floating_point():
                 out.append((mod, name, buf))

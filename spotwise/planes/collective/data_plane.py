@@ -35,6 +35,8 @@ checkpoints, summary). What a step is here:
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import random
 import time
@@ -50,6 +52,7 @@ from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
+from spotwise.training.state import decode_extra, encode_extra
 from spotwise.planes.collective.records import GossipRecords, Replicas, StallWatch
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.round_time import draw_round
@@ -107,6 +110,9 @@ class CollectivePlane:
         self._regroup_ms: list[float] = []
         self._fault_rng = random.Random(int(spec.seed))
         self.cursor: DataCursor | None = None
+        #: issue 28: the first record of a diverged step (its members halted); the schedule members use
+        self._nonfinite: dict[str, Any] | None = None
+        self._schedule: dict[str, Any] | None = None
 
     @property
     def job(self) -> "JobController":
@@ -151,6 +157,8 @@ class CollectivePlane:
         self.cursor = DataCursor(job.state.n_train, int(job.spec.seed), int(s["epoch"]), int(s["cursor"]))
         self.replicas.reset(job.step, (self._cursor.epoch, self._cursor.pos), int(job.counters.samples))
         self._step_end = job.T
+        sched = job.recipe.schedule
+        self._schedule = dataclasses.asdict(sched) if sched is not None else None
 
     def sync_strategy(self, sync: str, sync_n: int | None) -> SyncStrategy:
         return make_sync(sync, self.local_steps if sync == "sma" else sync_n)
@@ -353,9 +361,37 @@ class CollectivePlane:
 
     # ================================================================== records and replicas
     def _take_records(self) -> bool:
-        recs = self._gossip.whole(self.ctl.pop_records(), self.job.step, self.gen)
-        self.replicas.receive(self.ctl.pop_replicas())
-        return self._log_records(recs)
+        raw = self.ctl.pop_records()
+        bad = [r for r in raw if r.get("nonfinite")]
+        if bad and self._nonfinite is None:
+            self._nonfinite = min(bad, key=lambda r: int(r["step"]))
+        recs = self._gossip.whole([r for r in raw if not r.get("nonfinite")], self.job.step, self.gen)
+        self.replicas.receive(self.ctl.pop_replicas(self._member_handle))
+        logged = self._log_records(recs)
+        if self._nonfinite is not None and self.job.step >= int(self._nonfinite["step"]) - 1:
+            self._diverged(str(self._nonfinite["nonfinite"]))
+        return logged
+
+    def _diverged(self, why: str) -> None:
+        """The members halted at a step whose loss or gradient is not finite: checkpoint the last good
+        step (the halted leader serves the replica request) and stop the run (exit 2)."""
+        job = self.job
+        self.ctl.request_replica()
+        deadline = time.monotonic() + REPLICA_WAIT_S
+        took = self.replicas.step == job.step
+        while not took and time.monotonic() < deadline:
+            self.replicas.receive(self.ctl.pop_replicas(self._member_handle))
+            took = self._adopt_replica_at(job.step)
+            if not took:
+                time.sleep(POLL_S)
+        if took:
+            job.sampler = EpochSampler.from_state(self._cursor.sampler_state())
+            job.checkpointer.take("nonfinite")
+        job.nonfinite(why, checkpoint=False)
+
+    def _member_handle(self, member: int) -> Any:
+        """The actor (or in-process object) of ``member``, or None once it is gone."""
+        return self.job.members.get(member)
 
     def _log_records(self, recs: list[dict[str, Any]]) -> bool:
         """Log the records of steps after the current one, in order; True if any was logged."""
@@ -395,6 +431,7 @@ class CollectivePlane:
         job.clock.advance_to(self._step_end)
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
+        lr = job.step_lr()  # what the members used: the schedule at the samples before this step
         job.counters.samples += samples
         self.replicas.samples[job.step] = int(job.counters.samples)
         self._cursor.epoch, self._cursor.pos = int(rec["epoch"]), int(rec["pos"])
@@ -416,7 +453,7 @@ class CollectivePlane:
             self._kill_time = None
         job.accounting.emit_prices()
         job.log.emit("step", step=job.step, loss=loss if math.isfinite(loss) else None, active=len(job.members),
-                      lr=job.lr, sync=rec.get("strategy", job.sync), duration=duration, cost=job.cost_so_far(),
+                      lr=lr, sync=rec.get("strategy", job.sync), duration=duration, cost=job.cost_so_far(),
                       epoch=self._cursor.epoch, pos=self._cursor.pos, retries=0, contributions=k, lost=0, staleness=0,
                       recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
                       **({"timing": rec["timing"]} if rec.get("timing") else {}),
@@ -435,10 +472,13 @@ class CollectivePlane:
 
     def _adopt_replica_at(self, step: int) -> bool:
         """Take the members' replica of ``step`` as the controller's copy, if one arrived."""
-        params = self.replicas.adopt(step)
-        if params is None:
+        got = self.replicas.adopt(step)
+        if got is None:
             return False
+        params, extra = got
         self.job.params = params
+        if extra:
+            self.job.state.load_extra_state(decode_extra(extra))
         return True
 
     def _sync_replica(self) -> bool:
@@ -455,7 +495,7 @@ class CollectivePlane:
         self.ctl.request_replica()
         deadline = time.monotonic() + REPLICA_WAIT_S
         while time.monotonic() < deadline:
-            self.replicas.receive(self.ctl.pop_replicas())
+            self.replicas.receive(self.ctl.pop_replicas(self._member_handle))
             if self._adopt_replica_at(job.step):
                 return True
             if self.ctl.failed(self.gen) is not None:
@@ -504,9 +544,6 @@ class CollectivePlane:
         for w in members:
             if w not in alive:  # a joiner (or every member, after a total loss)
                 self.runs[w] = self.ctl.start(job.members[w], w, self.gen, self.faults.pop(w, None))
-        init = None
-        if source < 0:
-            init = ({"step": job.step, "epoch": self._cursor.epoch, "pos": self._cursor.pos}, job.params)
         ck = job.spec.outputs.checkpoint_every or 0
         rep = self.replica_every if not ck else math.gcd(self.replica_every, ck)
         committed = max(holding.values()) if holding else job.step
@@ -523,9 +560,14 @@ class CollectivePlane:
                     local_steps=self.local_steps, lr=float(job.lr), batch=job.batch, logged=job.step,
                     eval_every=int(job.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
                     lease=lease, transfer=transfer, reconcile="snapshot" if gossip else "roll-forward",
-                    rollback_to=committed if gossip else 0)
+                    rollback_to=committed if gossip else 0, schedule=self._schedule)
         self.ctl.reset_lease(lease)
-        self.ctl.announce(plan, init)
+        if source < 0:  # no member holds the state: the controller's copy, handed over by actor calls
+            extra = job.state.extra_state()
+            self.ctl.hand_over([job.members[w] for w in members], self.gen,
+                               {"step": job.step, "epoch": self._cursor.epoch, "pos": self._cursor.pos},
+                               job.params, encode_extra(extra) if extra else b"")
+        self.ctl.announce(plan)
         t_announce = time.perf_counter()
         if self.ctl.formed(self.gen, len(members), self.ctl.timeout_s + 2.0):
             self._held = plan.strategy  # the members now hold this strategy's state (reconciled)

@@ -45,7 +45,9 @@ regroup could take back.
 from __future__ import annotations
 
 import json
+import math
 import os
+import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -57,7 +59,13 @@ import torch
 
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.replica import DataCursor, Replica
-from spotwise.workloads.device import collective_backend, resolve_device
+from spotwise.training.recipe import LrSchedule, Recipe
+from spotwise.training.state import decode_extra, encode_extra
+from spotwise.workloads.device import collective_backend, resolve_device, to_host
+
+
+class Diverged(ArithmeticError):
+    """A step's all-reduced loss or gradient is not finite (every member sees it at the same step)."""
 
 #: strategies a member runs (``cluster.sync`` on the collective plane)
 STRATEGIES = ("ssgd", "sma", "adpsgd")
@@ -100,6 +108,9 @@ class Plan:
     #: ``rollback_to`` and the members average them)
     reconcile: str = "roll-forward"
     rollback_to: int = 0
+    #: issue 28: the learning-rate schedule (:class:`~spotwise.training.recipe.LrSchedule` fields) that
+    #: multiplies ``lr`` at the committed samples (the data cursor's ``epoch * n + pos``); None: constant
+    schedule: dict[str, Any] | None = None
     #: the last generation: the source sends its records and a final replica, and all leave
     stop: bool = False
 
@@ -175,8 +186,18 @@ class CollectiveMember:
         self.workload = make_workload(self.spec, seed)
         #: the model, the flat parameter and gradient buffers and the batches live on the device;
         #: every collective runs on them (NCCL for CUDA tensors, gloo for CPU tensors)
-        self.replica = Replica(self.workload, dev)
+        recipe = Recipe(self.spec.optimizer_spec, None, self.spec.grad_clip_norm, int(self.spec.accumulate),
+                        str(self.spec.precision))
+        self.replica = Replica(self.workload, dev, recipe, float(self.spec.lr))
         self.cursor = DataCursor(len(self.workload.train), int(seed))
+        #: issue 28 item 3: state the coordinator hands over (a generation with no source: the run's
+        #: start, a resume, every member lost) and replicas it collects -- through Ray's object store
+        #: by actor calls (this actor is threaded), never through the rendezvous store
+        self._inbox: dict[int, tuple[dict[str, Any], np.ndarray, bytes]] = {}
+        self._outbox: dict[int, tuple[dict[str, Any], np.ndarray, bytes]] = {}
+        self._next_token = 0
+        self._box_lock = threading.Lock()
+        self._schedule: LrSchedule | None = None
         self.step = 0
         self.pid = os.getpid()
         self._records: deque[dict[str, Any]] = deque(maxlen=4096)
@@ -199,6 +220,18 @@ class CollectiveMember:
         except OSError:
             pass
         return os.getpriority(os.PRIO_PROCESS, 0)
+
+    def put_init(self, gen: int, head: dict[str, Any], vec: np.ndarray, extra: bytes = b"") -> bool:
+        """The coordinator's state for generation ``gen`` (which has no source member): taken when it forms."""
+        with self._box_lock:
+            self._inbox = {g: v for g, v in self._inbox.items() if g > gen - 4}
+            self._inbox[int(gen)] = (dict(head), np.asarray(vec, dtype=np.float32), bytes(extra))
+        return True
+
+    def take_replica(self, token: int) -> tuple[dict[str, Any], np.ndarray, bytes] | None:
+        """A replica this member announced under ``token`` (None once a newer one replaced it)."""
+        with self._box_lock:
+            return self._outbox.get(int(token))
 
     # ------------------------------------------------------------------ the member's life
     def run(self, address: StoreAddress, member: int, gen: int, timeout_s: float = 5.0,
@@ -274,38 +307,73 @@ class CollectiveMember:
             raise GroupFailed(str(e)) from None
 
     def _take_state(self, g: ElasticGroup, plan: Plan) -> None:
-        """Every member adopts the source's replica and cursor (or the coordinator's), whole or not at all."""
+        """Every member adopts the source's replica and cursor (or the coordinator's), whole or not at all.
+
+        The whole training state moves: the flat vector (parameters and float buffers) and the
+        cursor by broadcast over the group, then -- when the recipe has any -- the optimizer's,
+        grad scaler's and integer buffers' state (``torch.save`` bytes, length first) the same way,
+        so a joiner continues exactly as the source would (issue 28 items 2-3).  Nothing of it passes
+        through the rendezvous store.
+        """
+        self._schedule = LrSchedule(**plan.schedule) if plan.schedule else None
         if plan.source >= 0 and plan.reconcile == "snapshot":
             self._average_snapshots(g, plan)
             return
         if plan.source >= 0 and not plan.transfer:
             return
+        rep = self.replica
         if plan.source < 0:
-            head, params = decode_replica(g.store.get(f"init/{plan.gen}"))
-            self.replica.set_params(params)
+            head, params, extra = self._wait_init(g, plan)
+            rep.set_params(params)
+            rep.load_extra_state(decode_extra(extra) if extra else None)
             self._adopt(int(head["step"]), int(head["epoch"]), int(head["pos"]))
             return
-        vec = self.replica.flat.clone() if self.member == plan.source else self.replica.zeros(self.replica.P)
-        prog = self.replica.tensor([self.step, self.cursor.epoch, self.cursor.pos], torch.float64)
+        src = self.member == plan.source
+        vec = rep.flat.clone() if src else rep.zeros(rep.N)
+        prog = rep.tensor([self.step, self.cursor.epoch, self.cursor.pos], torch.float64)
         g.broadcast(vec, plan.source)
         g.broadcast(prog, plan.source)
-        if self.member != plan.source:
-            self.replica.flat.copy_(vec)
+        extra = None
+        if rep.has_extra:
+            blob = encode_extra(rep.extra_state()) if src else b""
+            size = rep.tensor([len(blob)], torch.int64)
+            g.broadcast(size, plan.source)
+            data = rep.tensor(np.frombuffer(blob, dtype=np.uint8), torch.uint8) if src else \
+                rep.zeros(int(size[0]), torch.uint8)
+            g.broadcast(data, plan.source)
+            if not src:
+                extra = decode_extra(to_host(data).tobytes())
+        if not src:  # adopted only once every broadcast succeeded: a failure leaves the replica whole
+            rep.flat.copy_(vec)
+            rep.load_extra_state(extra)
             self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
+
+    def _wait_init(self, g: ElasticGroup, plan: Plan) -> tuple[dict[str, Any], np.ndarray, bytes]:
+        """The coordinator's state for ``plan`` (it hands it over before announcing the plan)."""
+        deadline = time.monotonic() + max(30.0, 4 * g.timeout_s)
+        while True:
+            with self._box_lock:
+                got = self._inbox.get(plan.gen)
+            if got is not None:
+                return got
+            if g.failed() or time.monotonic() > deadline:
+                g.store.set(f"fail/{plan.gen}", f"member {self.member}: no starting state arrived"[:200])
+                raise GroupFailed("no starting state arrived")
+            time.sleep(0.002)
 
     def _average_snapshots(self, g: ElasticGroup, plan: Plan) -> None:
         """After AD-PSGD: survivors go back to their replica at the barrier ``rollback_to`` and every
         member takes the average of those replicas (joiners, holding none, weigh 0)."""
         rep = self.replica
         snap = self._snaps.get(plan.rollback_to)
-        buf = rep.zeros(rep.P + 1)
+        buf = rep.zeros(rep.N + 1)
         if snap is not None:
-            buf[: rep.P].copy_(snap[2])
-            buf[rep.P] = 1.0
+            buf[: rep.N].copy_(snap[2])
+            buf[rep.N] = 1.0
         g.allreduce(buf)
         prog = rep.tensor([plan.rollback_to, *(snap[:2] if snap is not None else (0, 0))], torch.float64)
         g.broadcast(prog, plan.source)  # the source is a survivor: it has the barrier's cursor
-        rep.flat.copy_(buf[: rep.P]).div_(float(buf[rep.P]))
+        rep.flat.copy_(buf[: rep.N]).div_(float(buf[rep.N]))
         self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
 
     def _adopt(self, step: int, epoch: int, pos: int) -> None:
@@ -346,7 +414,10 @@ class CollectiveMember:
                 self._serve_want(g)
             if first:
                 self._timing["step_start"] = time.time()
-            rec = step_fn(g, plan)
+            try:
+                rec = step_fn(g, plan)
+            except Diverged as e:
+                self._halt(g, plan, leader, str(e))
             if first:
                 rec["first_of_gen"] = True
                 rec["timing"] = dict(self._timing)
@@ -369,41 +440,63 @@ class CollectiveMember:
         return {"step": self.step, "gen": plan.gen, "k": len(plan.members), "loss": loss, "samples": samples,
                 "epoch": self.cursor.epoch, "pos": self.cursor.pos, "wall": time.time(), "strategy": plan.strategy}
 
+    def _lr(self, plan: Plan) -> float:
+        """This step's learning rate: the plan's base rate times the schedule at the committed samples."""
+        if self._schedule is None:
+            return plan.lr
+        return self._schedule.lr(plan.lr, self.cursor.epoch * self.cursor.n + self.cursor.pos)
+
     def _ssgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
         k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
         rep = self.replica
+        lr = self._lr(plan)
         rep.gradient(self.cursor.block(r, b))
         g.allreduce(rep.buf)  # GroupFailed: nothing was changed
-        total = float(rep.buf[rep.P + 1])
-        rep.sgd(rep.buf[: rep.P], total, plan.lr)
-        loss = float(rep.buf[rep.P]) / total if total > 0 else float("nan")
+        total = float(rep.buf[rep.N + 1])
+        loss = float(rep.buf[rep.N]) / total if total > 0 else float("nan")
+        if total > 0 and not math.isfinite(loss):
+            raise Diverged(f"the loss is {loss}")
+        if not rep.sgd(rep.buf[: rep.N], total, lr):  # every member sees the same sum: all stop
+            raise Diverged("the aggregated gradient holds NaN or infinite values")
         samples = self.cursor.advance(k, b)
         self.step += 1
         return self._record(plan, loss, samples)
 
     def _sma_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
+        """S-MA: ``local_steps`` local optimizer steps, then the replicas (parameters and float buffers)
+        are averaged.  Each member keeps its own optimizer state (momentum, Adam moments) across
+        rounds -- it is not averaged; a joiner takes its source's."""
         k, r, b, H = len(plan.members), plan.members.index(self.member), plan.batch, plan.local_steps
         rep = self.replica
         start = rep.flat.clone()
+        opt_start = rep.extra_state() if rep.updater.optimizer is not None else None
+        lr = self._lr(plan)
         loss_sum, n_sum = 0.0, 0
+        diverged = False
         for h in range(H):
             loss, n = rep.gradient(self.cursor.block(h * k + r, b))
             if n:
-                rep.sgd(rep.buf[: rep.P], n, plan.lr)  # buf holds n * grad: the mean gradient's step
+                if not math.isfinite(loss) or not rep.sgd(rep.buf[: rep.N], n, lr):  # buf holds n * grad
+                    diverged = True
                 loss_sum += loss * n
                 n_sum += n
-        rep.buf[: rep.P].copy_(rep.flat).mul_(float(n_sum))
-        rep.buf[rep.P] = loss_sum
-        rep.buf[rep.P + 1] = float(n_sum)
+        rep.buf[: rep.N].copy_(rep.flat).mul_(float(n_sum))
+        rep.buf[rep.N] = loss_sum if not diverged else float("nan")
+        rep.buf[rep.N + 1] = float(n_sum)
         try:
             g.allreduce(rep.buf)
         except GroupFailed:
             rep.flat.copy_(start)  # the round is retried from where it began
+            rep.load_extra_state(opt_start)
             raise
-        total = float(rep.buf[rep.P + 1])
+        total = float(rep.buf[rep.N + 1])
+        loss = float(rep.buf[rep.N]) / total if total > 0 else float("nan")
+        if total > 0 and not math.isfinite(loss):
+            rep.flat.copy_(start)
+            rep.load_extra_state(opt_start)
+            raise Diverged(f"the loss is {loss}")
         if total > 0:
-            rep.flat.copy_(rep.buf[: rep.P]).div_(total)
-        loss = float(rep.buf[rep.P]) / total if total > 0 else float("nan")
+            rep.flat.copy_(rep.buf[: rep.N]).div_(total)
         samples = self.cursor.advance(H * k, b)
         self.step += 1
         return self._record(plan, loss, samples)
@@ -411,17 +504,26 @@ class CollectiveMember:
     def _adpsgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
         """AD-PSGD (Lian et al. 2018, Spotnik's ref. [28]): the gradient at this replica, a pairwise
         average with this step's partner (a seeded perfect matching), then the step:
-        ``x <- (x + x_partner) / 2 - lr g(x)``.  Only the pair waits for each other."""
+        ``x <- (x + x_partner) / 2 - lr g(x)`` (through the recipe's optimizer, whose state stays
+        each member's own; float buffers are averaged with the partner's like the parameters).
+        Only the pair waits for each other."""
         k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
         rep = self.replica
+        lr = self._lr(plan)
         loss, n = rep.gradient(self.cursor.block(r, b))
         partner = gossip_partner(plan.gen, self.step, k, r)
         if partner is not None:
-            peer = rep.zeros(rep.P)
+            peer = rep.zeros(rep.N)
             g.exchange(rep.flat.clone(), peer, plan.members[partner], tag=self.step % 32768)
             rep.flat.add_(peer).mul_(0.5)
         if n:
-            rep.sgd(rep.buf[: rep.P], n, plan.lr)
+            if not math.isfinite(loss):
+                raise Diverged(f"the loss is {loss}")
+            own = rep.flat[rep.P:].clone() if rep.B else None  # keep the pair's mean buffers
+            if not rep.sgd(rep.buf[: rep.N], n, lr):
+                raise Diverged("the gradient holds NaN or infinite values")
+            if own is not None:
+                rep.flat[rep.P:].copy_(own)
         samples = self.cursor.advance(k, b)
         self.step += 1
         rec = self._record(plan, loss if n else float("nan"), samples)
@@ -455,6 +557,24 @@ class CollectiveMember:
             time.sleep(pause)
             pause = min(0.005, pause * 1.5)
 
+    def _halt(self, g: ElasticGroup, plan: Plan, leader: bool, why: str) -> None:
+        """A step diverged (every member saw the same all-reduced loss): commit nothing more.  The
+        leader sends the records up to the last good step and one ``nonfinite`` record; every member
+        then waits -- serving replica requests, so the coordinator checkpoints the last good step --
+        until the coordinator ends the generation (raises :class:`GroupFailed`)."""
+        if leader:
+            self._send_records(g, self._sent, self.step)
+            g.store.queue_push("rec", json.dumps([{"step": self.step + 1, "gen": plan.gen, "nonfinite": why,
+                                                   "strategy": plan.strategy}]))
+        while True:
+            if g.failed():
+                reason = g.store.get(f"fail/{plan.gen}").decode(errors="replace")
+                g.abandon()
+                raise GroupFailed(reason)
+            if leader:
+                self._serve_want(g)
+            time.sleep(0.005)
+
     def _serve_want(self, g: ElasticGroup) -> None:
         want = int(g.store.add("want", 0))
         if want > self._want_served:
@@ -462,9 +582,19 @@ class CollectiveMember:
             self._push_replica(g, "requested")
 
     def _push_replica(self, g: ElasticGroup, why: str) -> None:
-        head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
-                "member": self.member, "want": self._want_served}
-        g.store.queue_push("replicas", encode_replica(head, self.replica.host_params()))
+        """Offer the coordinator this replica (the whole training state): it is kept here under a
+        token and only its header goes through the store; the coordinator fetches the state with an
+        actor call (:meth:`take_replica`, Ray's object store) -- any model size."""
+        rep = self.replica
+        with self._box_lock:
+            self._next_token += 1
+            token = self._next_token
+            head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
+                    "member": self.member, "want": self._want_served, "token": token}
+            extra = encode_extra(rep.extra_state()) if rep.has_extra else b""
+            self._outbox = {t: v for t, v in self._outbox.items() if t > token - 2}  # the newest two
+            self._outbox[token] = (head, rep.host_params().copy(), extra)
+        g.store.queue_push("replicas", json.dumps(head).encode())
 
     def _send_records(self, g: ElasticGroup, after: int, upto: int) -> None:
         recs = [r for r in self._records if after < r["step"] <= upto]
@@ -488,5 +618,7 @@ def remote_member_class() -> Any:
     if "cls" not in _REMOTE:
         import ray
 
-        _REMOTE["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(CollectiveMember)
+        # threaded (issue 28 item 3): the coordinator hands state over and fetches replicas by actor
+        # calls while the member loop runs
+        _REMOTE["cls"] = ray.remote(max_restarts=0, max_task_retries=0, max_concurrency=4)(CollectiveMember)
     return _REMOTE["cls"]

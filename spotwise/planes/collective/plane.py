@@ -11,9 +11,12 @@
   generation failed, collect the survivors' reports, and read the step records and parameter
   replicas the leader sends (queues ``rec`` and ``replicas``).
 
-Keys: ``plan/<g>``, ``init/<g>`` (the coordinator's replica, for a generation with no survivor),
-``fail/<g>``, ``alive/<g>/<member>``, ``lease``, ``want`` (a counter: replica requests), and the
-queues ``rec`` and ``replicas``.
+Keys: ``plan/<g>``, ``fail/<g>``, ``alive/<g>/<member>``, ``lease``, ``want`` (a counter: replica
+requests), and the queues ``rec`` and ``replicas`` (headers only).  No model or optimizer state
+passes through the store (its messages are capped at 8 MiB; issue 28 item 3): a generation with no
+source gets its state by an actor call (:meth:`PlaneControl.hand_over`), a replica the leader
+offers is fetched the same way (:meth:`PlaneControl.pop_replicas`), and members take each other's
+state over the group by broadcast.
 """
 
 from __future__ import annotations
@@ -25,12 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
-from spotwise.planes.collective.member import (
-    Plan,
-    decode_replica,
-    encode_replica,
-    remote_member_class,
-)
+from spotwise.planes.collective.member import Plan, remote_member_class
 from spotwise.planes.ps.compute import RayCompute
 
 
@@ -76,11 +74,27 @@ class PlaneControl:
         """Start ``actor``'s member loop from generation ``gen``; the call's ObjectRef (done when it leaves)."""
         return actor.run.remote(self.address, int(member), int(gen), self.timeout_s, fault)
 
-    def announce(self, plan: Plan, init: tuple[dict[str, Any], np.ndarray] | None = None) -> None:
-        """Publish ``plan`` (and, for a generation without a source, the replica it starts from)."""
-        if init is not None:
-            self.store.set(f"init/{plan.gen}", encode_replica(*init))
+    def announce(self, plan: Plan) -> None:
+        """Publish ``plan`` (a generation without a source gets its state by :meth:`hand_over` first)."""
         self.store.set(f"plan/{plan.gen}", plan.to_json())
+
+    def hand_over(self, members: list[Any], gen: int, head: dict[str, Any], vec: np.ndarray, extra: bytes = b"") -> None:
+        """Give each member (actor handle or in-process object) the state generation ``gen`` starts
+        from -- by actor calls, so the state goes through Ray's object store (put once, any size),
+        never through the rendezvous store (issue 28 item 3).  Returns once every call was
+        delivered or its member is gone (a lost member fails the generation's forming as usual)."""
+        calls = []
+        ref_vec: Any = vec
+        try:
+            import ray
+
+            if ray.is_initialized() and any(hasattr(m, "put_init") and hasattr(m.put_init, "remote") for m in members):
+                ref_vec = ray.put(np.ascontiguousarray(vec, dtype=np.float32))
+        except ImportError:  # pragma: no cover - Ray is a dependency
+            pass
+        for m in members:
+            calls.append(call_member(m, "put_init", gen, head, ref_vec, extra))
+        wait_calls(calls, timeout_s=max(30.0, 4 * self.timeout_s))
 
     def set_lease(self, step: int) -> None:
         """Members may commit steps up to ``step``.
@@ -133,15 +147,61 @@ class PlaneControl:
             out.extend(json.loads(self.store.queue_pop("rec", False)))
         return out
 
-    def pop_replicas(self) -> list[tuple[dict[str, Any], np.ndarray]]:
-        return [decode_replica(self.store.queue_pop("replicas", False))
-                for _ in range(int(self.store.queue_len("replicas")))]
+    def pop_replicas(self, member_of: Callable[[int], Any]) -> list[tuple[dict[str, Any], np.ndarray, bytes]]:
+        """The replicas members offered since the last call (headers through the store, the state
+        fetched from each member by an actor call); one whose member is gone is skipped."""
+        heads = [json.loads(self.store.queue_pop("replicas", False)) for _ in range(int(self.store.queue_len("replicas")))]
+        out = []
+        for head in heads:
+            m = member_of(int(head["member"]))
+            if m is None:
+                continue
+            got = wait_calls([call_member(m, "take_replica", int(head["token"]))], timeout_s=max(30.0, 4 * self.timeout_s))
+            if got and got[0] is not None:
+                h, vec, extra = got[0]
+                out.append((h, np.asarray(vec, dtype=np.float32), bytes(extra)))
+        return out
 
     def close(self) -> None:
         """Stop serving the store (the members are gone): its port and thread are released."""
         self.store = None  # type: ignore[assignment]
         self.coord.store = None  # type: ignore[assignment]
         self.coord.server = None  # type: ignore[assignment]
+
+
+def call_member(member: Any, method: str, *args: Any) -> Any:
+    """Call ``method`` on a member: a Ray actor (an ObjectRef comes back) or an in-process object
+    (the result itself)."""
+    fn = getattr(member, method)
+    return fn.remote(*args) if hasattr(fn, "remote") else _Done(fn(*args))
+
+
+class _Done:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def wait_calls(calls: list[Any], timeout_s: float) -> list[Any]:
+    """The results of :func:`call_member` calls, in order; ``None`` for a call whose member died or
+    did not answer within ``timeout_s``."""
+    out: list[Any] = []
+    refs = [c for c in calls if not isinstance(c, _Done)]
+    values: dict[int, Any] = {}
+    if refs:
+        import ray
+        from ray.exceptions import RayError
+
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        for r in done:
+            try:
+                values[id(r)] = ray.get(r)
+            except RayError:
+                values[id(r)] = None
+    for c in calls:
+        out.append(c.value if isinstance(c, _Done) else values.get(id(c)))
+    return out
 
 
 def ended_runs(runs: dict[int, Any]) -> list[int]:

@@ -111,7 +111,7 @@ class Replicas:
     """
 
     def __init__(self) -> None:
-        self.pending: dict[int, tuple[dict[str, Any], np.ndarray]] = {}
+        self.pending: dict[int, tuple[dict[str, Any], np.ndarray, bytes]] = {}
         self.step = 0
         self.pos: tuple[int, int] = (0, 0)
         self.samples: dict[int, int] = {}
@@ -120,12 +120,13 @@ class Replicas:
         """The job's state at ``step`` (fresh or restored) is the controller's copy."""
         self.step, self.pos, self.samples = int(step), pos, {int(step): int(samples)}
 
-    def receive(self, replicas: list[tuple[dict[str, Any], np.ndarray]]) -> None:
-        for head, params in replicas:
-            self.pending[int(head["step"])] = (head, params)
+    def receive(self, replicas: list[tuple[dict[str, Any], np.ndarray, bytes]]) -> None:
+        for head, params, extra in replicas:
+            self.pending[int(head["step"])] = (head, params, extra)
 
-    def adopt(self, step: int) -> np.ndarray | None:
-        """The replica of ``step`` if one arrived (it becomes the copy; older ones are dropped)."""
+    def adopt(self, step: int) -> tuple[np.ndarray, bytes] | None:
+        """The replica of ``step`` (its flat vector and the encoded optimizer/extra state) if one
+        arrived (it becomes the copy; older ones are dropped)."""
         for s in [s for s in self.pending if s < step]:
             del self.pending[s]
         got = self.pending.pop(step, None)
@@ -135,4 +136,4 @@ class Replicas:
         self.pos = (int(got[0]["epoch"]), int(got[0]["pos"]))
         for s in [s for s in self.samples if s < step]:
             del self.samples[s]
-        return got[1]
+        return got[1], got[2]

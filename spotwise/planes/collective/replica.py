@@ -29,35 +29,42 @@ from typing import Any
 import numpy as np
 import torch
 
+from spotwise.control.permutation import EpochPermutation, epoch_permutation
 from spotwise.workloads.device import DeviceDataset, to_device, to_host
-from spotwise.workloads.params import flat_grad, flat_params
+from spotwise.training.recipe import Recipe
+from spotwise.training.state import FlatModel, Updater, extra_state, forward_backward, load_extra_state
+from spotwise.workloads.params import flat_grad
 
 
 class Replica:
-    """The model as one flat parameter vector with a flat gradient buffer (module docstring)."""
+    """The model as one flat vector (parameters, then float buffers) with a flat gradient buffer (module docstring)."""
 
-    def __init__(self, workload: Any, device: torch.device | str = "cpu") -> None:
+    def __init__(self, workload: Any, device: torch.device | str = "cpu", recipe: Recipe | None = None,
+                 base_lr: float = 0.05) -> None:
         self.workload = workload
         self.device = torch.device(device)
-        self.model = to_device(workload.build_model(), self.device)
+        self.recipe = recipe or Recipe()
+        self.fm = FlatModel(workload.build_model(), self.device)
+        self.model = self.fm.model
         self.model.train()
         self.train = DeviceDataset(workload.train, self.device)
         self.test = DeviceDataset(workload.test, self.device) if workload.test is not None else None
-        params = list(self.model.parameters())
-        init = flat_params(self.model)
-        self.P = int(init.numel())
-        self.flat = init.clone()
-        self.buf = self.zeros(self.P + 2)
+        #: parameters, and float buffers (BatchNorm statistics) behind them
+        self.P, self.B = self.fm.P, self.fm.B
+        self.N = self.P + self.B
+        self.flat = self.fm.flat
+        #: ``n * grad`` (P), ``n * buffers`` (B), ``n * loss``, ``n``: one all-reduce combines them all
+        self.buf = self.zeros(self.N + 2)
         self.sparse = bool(getattr(workload, "sparse_grads", False))
+        self.updater = Updater(self.fm, self.recipe, base_lr)
         off = 0
         with torch.no_grad():
-            for p in params:
+            for p in self.fm.params:
                 k = p.numel()
-                p.data = self.flat[off:off + k].view_as(p)
                 if not self.sparse:
                     p.grad = self.buf[off:off + k].view_as(p)
                 off += k
-        self._params = params
+        self._params = self.fm.params
 
     def zeros(self, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A new zero tensor on the replica's device (what a collective on this replica's buffers takes)."""
@@ -68,17 +75,29 @@ class Replica:
         return to_device(torch.as_tensor(values, dtype=dtype), self.device)
 
     def host_params(self) -> np.ndarray:
-        """The parameters as a CPU float32 array (for the wire)."""
+        """The parameters and float buffers as a CPU float32 array (for the wire)."""
         return to_host(self.flat)
 
     def set_params(self, vec: torch.Tensor | np.ndarray) -> None:
         v = torch.as_tensor(np.asarray(vec, dtype=np.float32)).reshape(-1)
-        if v.numel() != self.P:
-            raise ValueError(f"a replica of {self.P} parameters cannot take {v.numel()}")
+        if v.numel() != self.N:
+            raise ValueError(f"a replica of {self.N} values cannot take {v.numel()}")
         self.flat.copy_(to_device(v, self.device))
 
+    def extra_state(self) -> dict[str, Any]:
+        """Optimizer, grad-scaler and integer-buffer state (what the flat vector does not hold)."""
+        return extra_state(self.fm, self.updater)
+
+    def load_extra_state(self, extra: dict[str, Any] | None) -> None:
+        load_extra_state(self.fm, self.updater, extra)
+
+    @property
+    def has_extra(self) -> bool:
+        """Whether the state holds more than the flat vector (an optimizer with state, a scaler, integer buffers)."""
+        return self.updater.optimizer is not None or self.updater.scaler is not None or bool(self.fm.int_buffers())
+
     def gradient(self, indices: np.ndarray) -> tuple[float, int]:
-        """Fill :attr:`buf` with ``(n * grad of the mean loss over indices, n * loss, n)``; ``(loss, n)``.
+        """Fill :attr:`buf` with ``(n * grad of the mean loss over indices, n * buffers, n * loss, n)``; ``(loss, n)``.
 
         An empty block (the end of an epoch split over more members than it has mini-batches)
         contributes zeros.
@@ -90,16 +109,17 @@ class Replica:
         if self.sparse:
             for p in self._params:
                 p.grad = None
-        loss = self.workload.loss(self.model, self.train.batch(np.asarray(indices)))
-        loss.backward()
+        lv = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
+                              self.device)
         if self.sparse:
             self.buf[: self.P].copy_(flat_grad(self.model))
         else:
             self._check_views()
-        lv = float(loss.detach())
         self.buf[: self.P].mul_(float(n))
-        self.buf[self.P] = lv * n
-        self.buf[self.P + 1] = float(n)
+        if self.B:
+            self.buf[self.P:self.N].copy_(self.fm.buffer_vec).mul_(float(n))
+        self.buf[self.N] = lv * n
+        self.buf[self.N + 1] = float(n)
         return lv, n
 
     def _check_views(self) -> None:
@@ -115,18 +135,44 @@ class Replica:
                 p.grad = view.view_as(p)
             off += k
 
-    def sgd(self, grad_sum: torch.Tensor, total: float, lr: float) -> None:
-        """``params -= lr * grad_sum / total`` (the sample-weighted mean gradient), in place."""
-        if total > 0:
-            self.flat.sub_(grad_sum, alpha=float(lr) / float(total))
+    def sgd(self, grad_sum: torch.Tensor, total: float, lr: float) -> bool:
+        """Apply the step whose summed result is ``grad_sum`` (``buf[:N]``: ``sum n_i g_i`` then
+        ``sum n_i buffers_i``) over ``total`` samples: the sample-weighted mean gradient through the
+        recipe's optimizer (plain SGD ``params -= lr * mean`` by default, the old arithmetic), the
+        mean buffers adopted.  False (nothing changed) if the gradient is not finite."""
+        if total <= 0:
+            return True
+        if self.updater.plain:
+            self.fm.param_vec.sub_(grad_sum[: self.P], alpha=float(lr) / float(total))
+        else:
+            mean = grad_sum[: self.P] / float(total)
+            ok = self.updater.apply(mean, lr)
+            self._restore_grad_views()
+            if not ok:
+                return False
+        if self.B and grad_sum.numel() >= self.N:
+            self.fm.buffer_vec.copy_(grad_sum[self.P:self.N]).div_(float(total))
+            self.fm.advance_int_buffers(0)  # each member's own forwards counted them already
+        return True
+
+    def _restore_grad_views(self) -> None:
+        if self.sparse:
+            return
+        off = 0
+        for p in self._params:
+            k = p.numel()
+            p.grad = self.buf[off:off + k].view_as(p)
+            off += k
 
     def evaluate(self) -> dict[str, float]:
         if self.test is None:
             return {}
         self.model.eval()
-        with torch.no_grad():
-            res = self.workload.evaluate(self.model, self.test)
-        self.model.train()
+        try:
+            with torch.no_grad():
+                res = self.workload.evaluate(self.model, self.test)
+        finally:
+            self.model.train()
         return {k: float(v) for k, v in res.items()}
 
 
@@ -147,9 +193,9 @@ class DataCursor:
         if not 0 <= self.pos <= self.n:
             raise ValueError(f"position {self.pos} is outside 0..{self.n}")
 
-    def perm(self) -> np.ndarray:
+    def perm(self) -> EpochPermutation:
         if self._perm is None or self._perm_epoch != self.epoch:
-            self._perm = np.random.default_rng([self.seed, self.epoch]).permutation(self.n)
+            self._perm = epoch_permutation(self.n, self.seed, self.epoch)
             self._perm_epoch = self.epoch
         return self._perm
 
