@@ -152,7 +152,48 @@ def _is_criterion(fn: Any) -> bool:
     return isinstance(fn, nn.Module) or getattr(fn, "__module__", "") in ("torch.nn.functional", "torch._C._nn")
 
 
-def _adapt_loss(fn: Callable[..., torch.Tensor]) -> Callable[[nn.Module, Batch], torch.Tensor]:
+#: first-parameter names of a criterion-shaped function ``loss(output, target)``
+_OUTPUT_NAMES = frozenset({"logits", "input", "inputs", "output", "outputs", "out", "pred", "preds", "prediction",
+                           "predictions", "y_pred", "yhat", "y_hat", "scores"})
+LOSS_CONTRACT = ("write the loss as loss(model, batch) returning the batch's mean loss as a scalar tensor, or "
+                 "return a torch criterion (an nn.Module such as nn.CrossEntropyLoss(), called as "
+                 "loss(model(*batch[:-1]), batch[-1])); see docs/workloads.md")
+
+
+def _check_loss_signature(fn: Callable[..., Any], name: str) -> None:
+    """A plain function whose first parameter is named like a model output (``loss(logits, target)``)
+    would be called as ``loss(model, batch)``: refuse it with the contract instead (exit 2)."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return
+    if params and params[0].name.lower() in _OUTPUT_NAMES:
+        args = ", ".join(p.name for p in params)
+        raise InputError(f"{name} returned a loss {getattr(fn, '__name__', 'function')}({args}) that takes the model's "
+                         f"output first, but a loss function is called as loss(model, batch)", LOSS_CONTRACT,
+                         "workload.name")
+
+
+def _probe_loss(loss: Callable[[nn.Module, Batch], torch.Tensor], model: nn.Module, ds: IndexedDataset,
+                name: str) -> None:
+    """Call the loss once on two training samples: a scalar tensor with a gradient, or exit 2 with the contract."""
+    from spotwise.training.state import check_loss
+
+    batch = ds.batch(np.arange(min(2, len(ds))))
+    try:
+        out = loss(model, batch)
+    except InputError as e:
+        if isinstance(e.__cause__, TypeError) or "TypeError" in str(e) or "AttributeError" in str(e):
+            raise InputError(f"{name}'s loss failed when called as loss(model, batch): {e.what}", LOSS_CONTRACT,
+                             "workload.name") from None
+        raise
+    check_loss(out)
+
+
+def _adapt_loss(fn: Callable[..., torch.Tensor], name: str = "the workload") -> Callable[[nn.Module, Batch], torch.Tensor]:
+    if not _is_criterion(fn):
+        _check_loss_signature(fn, name)
     if _is_criterion(fn):
 
         def criterion_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
@@ -243,10 +284,11 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
         raise blame_workload(spec.name, "in len() of its training dataset", e) from None
     if n_train == 0:
         raise InputError(f"{spec.name} returned an empty training dataset", "return a dataset with samples", "workload.name")
-    loss = _guard(spec.name, "in its loss (or the model's forward pass)", _adapt_loss(loss_fn))
+    loss = _guard(spec.name, "in its loss (or the model's forward pass)", _adapt_loss(loss_fn, spec.name))
     probe_model = build_model()
     if not isinstance(probe_model, nn.Module):
         raise InputError(f"the model factory of {spec.name} returned {type(probe_model).__name__}", "make it return an nn.Module", "workload.name")
+    _probe_loss(loss, probe_model, train_ds, spec.name)
     classification = _looks_like_classification(probe_model, train_ds)
     sparse = any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse for m in probe_model.modules())
     return Workload(

@@ -1,0 +1,47 @@
+"""User workloads for the recipe tests (module:function, issue 28): a small CNN with BatchNorm on
+learnable synthetic images, returned in the tuple form (model factory, criterion, train, test)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def bn_cnn(seed: int = 0, n_train: int = 512, n_test: int = 256, width: int = 8):
+    g = torch.Generator().manual_seed(1234)
+    templates = torch.randn(4, 3, 8, 8, generator=g)
+
+    def data(n: int, off: int):
+        gg = torch.Generator().manual_seed(99 + off)
+        y = torch.randint(0, 4, (n,), generator=gg)
+        x = templates[y] + 0.8 * torch.randn(n, 3, 8, 8, generator=gg)
+        return torch.utils.data.TensorDataset(x, y)
+
+    def model() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+                             nn.Conv2d(width, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(),
+                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 4))
+
+    return model, nn.CrossEntropyLoss(), data(n_train, 0), data(n_test, 1)
+
+
+def vector_loss(seed: int = 0):
+    """A loss that forgets to reduce: the runtime must refuse it (exit 2), not crash."""
+    model, _, train, test = bn_cnn(seed)
+
+    def loss(m: nn.Module, batch):
+        x, y = batch
+        return nn.functional.cross_entropy(m(x), y, reduction="none")
+
+    return model, loss, train, test
+
+
+def exploding(seed: int = 0):
+    """A workload whose loss becomes NaN after a few steps (a huge learning rate does it)."""
+    model, crit, train, test = bn_cnn(seed)
+
+    def loss(m: nn.Module, batch):
+        x, y = batch
+        out = crit(m(x), y)
+        return out * 1e30 * 1e30  # inf at once
+    return model, loss, train, test
