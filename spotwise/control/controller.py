@@ -63,12 +63,11 @@ from spotwise.control.clock import Clock, VirtualClock
 from spotwise.control.dataplane import DataPlane
 from spotwise.control.market_actions import DEFAULT_RESTART_S, MarketActions
 from spotwise.control.outage import OutageWait
-from spotwise.control.progress import NoProgressError, check_progress_possible, progress_fix
+from spotwise.control.progress import NoProgressError, check_progress_possible, diverged_error, progress_fix
 from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.state import TorchState, TrainingState
-from spotwise.errors import InputError
 from spotwise.training.recipe import recipe_of
 from spotwise.control.summary import run_summary
 from spotwise.control.sync import SyncStrategy
@@ -174,9 +173,8 @@ class JobController:
         self.policies: list[Policy] = make_policies(spec.policies)
         self.base_lr = float(spec.workload.lr)
 
-        #: the model side: parameters, update, evaluation, dataset size (the real PyTorch workload
-        #: unless the caller models it, as the simulator does)
-        #: the training recipe (issue 28): optimizer, schedule in committed samples, clipping, precision
+        #: the training recipe (issue 28: optimizer, schedule in committed samples, clipping, precision) and the
+        #: model side (parameters, update, evaluation; the real PyTorch workload unless the caller models it)
         self.recipe = recipe_of(spec.workload, spec.planned_samples())
         self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed), self.recipe, self.base_lr)
         #: per-worker mini-batch times, batch shares and exchanges: pools, places, the PS network (issue 21);
@@ -442,23 +440,13 @@ class JobController:
         if self.progress is not None:
             self.progress(self.snapshot())
 
-    def step_lr(self) -> float:
-        """The learning rate of the next step: the base rate (policies may change it) times the
-        recipe's schedule at the samples committed so far (issue 28: measured in samples, so it does
-        not warp when workers come and go)."""
-        return self.recipe.lr_at(self.lr, self.counters.samples)
-
     def nonfinite(self, what: str, checkpoint: bool = True) -> None:
         """A step's loss or gradient is NaN or infinite: checkpoint the last good step (unless the
         plane took it), then stop (exit 2, naming the step)."""
         if checkpoint:
             self.checkpoint("nonfinite")
         self.status = "nonfinite"
-        raise InputError(f"{what} at step {self.step + 1}: training diverged; the run stopped and its checkpoint "
-                         f"holds step {self.step}, the last good one",
-                         "lower the learning rate (workload.lr or workload.optimizer.lr), add a warm-up "
-                         "(workload.schedule.warmup) or gradient clipping (workload.grad_clip_norm: 1.0), or use "
-                         "precision: fp32", "workload")
+        raise diverged_error(what, self.step)
 
     @property
     def params(self) -> np.ndarray:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from spotwise.config import JobSpec
-from spotwise.errors import InfeasibleError
+from spotwise.errors import InputError, InfeasibleError
 from spotwise.events import RunSummary
 from spotwise.market.preemption import (
     BernoulliRevocation,
@@ -101,6 +101,14 @@ def check_progress_possible(spec: JobSpec, market: Market) -> None:
     raise InfeasibleError(
         f"the market makes progress impossible: {life} against about {m:.3g} s of virtual time per mini-batch; "
         f"a round of {n} worker(s) commits {odds}", progress_fix(market, m), "market.revocation")
+
+
+def diverged_error(what: str, step: int) -> InputError:
+    """The exit-2 error of a run stopped because step ``step + 1``'s loss or gradient is not finite."""
+    return InputError(f"{what} at step {step + 1}: training diverged; the run stopped and its checkpoint holds step "
+                      f"{step}, the last good one", "lower the learning rate (workload.lr or workload.optimizer.lr), add a "
+                      "warm-up (workload.schedule.warmup) or gradient clipping (workload.grad_clip_norm: 1.0), or use "
+                      "precision: fp32", "workload")
 
 
 class NoProgressError(InfeasibleError):

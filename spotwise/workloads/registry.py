@@ -2,15 +2,17 @@
 
 Built-ins (see each module's docstring):
 
-=================  =====================================================  ===========
-name               what                                                   metric
-=================  =====================================================  ===========
-``mlp-digits``     MLP on scikit-learn's bundled 8x8 digits               accuracy
-``cnn-digits``     small CNN on the same digits as 1x8x8 images           accuracy
-``sparse-logreg``  sparse logistic regression, Criteo-like or Criteo TSV  accuracy
-``pmf``            matrix factorisation, MovieLens-like or ML ratings     rmse
-``cnn-cifar10``    small CNN on CIFAR-10 python batches (needs dataset)   accuracy
-=================  =====================================================  ===========
+==================  ======================================================  ===========
+name                what                                                    metric
+==================  ======================================================  ===========
+``mlp-digits``      MLP on scikit-learn's bundled 8x8 digits                accuracy
+``cnn-digits``      small CNN on the same digits as 1x8x8 images            accuracy
+``sparse-logreg``   sparse logistic regression, Criteo-like or Criteo TSV   accuracy
+``pmf``             matrix factorisation, MovieLens-like or ML ratings      rmse
+``cnn-cifar10``     small CNN on CIFAR-10 python batches (needs dataset)    accuracy
+``resnet18-cifar``  ResNet-18 on CIFAR-10 batches or lazy synthetic images  accuracy
+``gpt-bytes``       nanoGPT-style byte-level LM on a text file or built-in  loss
+==================  ======================================================  ===========
 
 Any other name of the form ``package.module:function`` is a user workload
 (:mod:`spotwise.workloads.user`).  ``Workload.family`` is ``spec.family`` (the key of the
@@ -25,7 +27,9 @@ from typing import Any, Callable
 from spotwise.errors import InputError
 from spotwise.workloads.base import Workload
 from spotwise.workloads.criteo import make_sparse_logreg
+from spotwise.workloads.gpt import make_gpt_bytes
 from spotwise.workloads.movielens import make_pmf
+from spotwise.workloads.resnet import make_resnet18_cifar
 from spotwise.workloads.user import make_user_workload
 from spotwise.workloads.vision import make_cnn_cifar10, make_cnn_digits, make_mlp_digits
 
@@ -37,6 +41,8 @@ _REGISTRY: dict[str, Builder] = {
     "sparse-logreg": make_sparse_logreg,
     "pmf": make_pmf,
     "cnn-cifar10": make_cnn_cifar10,
+    "resnet18-cifar": make_resnet18_cifar,
+    "gpt-bytes": make_gpt_bytes,
 }
 
 

@@ -52,8 +52,9 @@ from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
-from spotwise.training.state import decode_extra, encode_extra
-from spotwise.planes.collective.records import GossipRecords, Replicas, StallWatch
+from spotwise.planes.collective.state_copy import POLL_S, REPLICA_WAIT_S, StateCopy
+from spotwise.training.state import encode_extra
+from spotwise.planes.collective.records import GossipRecords, StallWatch
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.round_time import draw_round
 from spotwise.planes.ps.compute import Compute
@@ -62,10 +63,6 @@ from spotwise.policies.base import Decision, Policy, SwitchSync
 if TYPE_CHECKING:  # type only: the controller holds its plane
     from spotwise.control.controller import JobController
 
-#: seconds between two looks at the store while members run
-POLL_S = 0.001
-#: seconds to wait for a replica the controller asked for
-REPLICA_WAIT_S = 30.0
 
 
 class CollectivePlane:
@@ -99,7 +96,9 @@ class CollectivePlane:
         #: virtual end of the last logged step and the drawn round times of the next steps
         self._step_end = 0.0
         self._draws: list[tuple[int, float]] = []
-        self.replicas = Replicas()  # the replicas the leader sent; the newest adopted one is the controller's copy
+        #: the controller's copy of the state: replicas the leader sent, the newest adopted one (issue 28)
+        self.copy = StateCopy(self.ctl, lambda: self.job)
+        self.replicas = self.copy.replicas
         self._kill_time: float | None = None
         self._pending_ckpt: str | None = None  # asked for between two leases (a notice, a policy): taken at the next
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
@@ -366,32 +365,11 @@ class CollectivePlane:
         if bad and self._nonfinite is None:
             self._nonfinite = min(bad, key=lambda r: int(r["step"]))
         recs = self._gossip.whole([r for r in raw if not r.get("nonfinite")], self.job.step, self.gen)
-        self.replicas.receive(self.ctl.pop_replicas(self._member_handle))
+        self.copy.receive()
         logged = self._log_records(recs)
         if self._nonfinite is not None and self.job.step >= int(self._nonfinite["step"]) - 1:
-            self._diverged(str(self._nonfinite["nonfinite"]))
+            self.copy.stop_diverged(str(self._nonfinite["nonfinite"]), self._cursor.sampler_state())
         return logged
-
-    def _diverged(self, why: str) -> None:
-        """The members halted at a step whose loss or gradient is not finite: checkpoint the last good
-        step (the halted leader serves the replica request) and stop the run (exit 2)."""
-        job = self.job
-        self.ctl.request_replica()
-        deadline = time.monotonic() + REPLICA_WAIT_S
-        took = self.replicas.step == job.step
-        while not took and time.monotonic() < deadline:
-            self.replicas.receive(self.ctl.pop_replicas(self._member_handle))
-            took = self._adopt_replica_at(job.step)
-            if not took:
-                time.sleep(POLL_S)
-        if took:
-            job.sampler = EpochSampler.from_state(self._cursor.sampler_state())
-            job.checkpointer.take("nonfinite")
-        job.nonfinite(why, checkpoint=False)
-
-    def _member_handle(self, member: int) -> Any:
-        """The actor (or in-process object) of ``member``, or None once it is gone."""
-        return self.job.members.get(member)
 
     def _log_records(self, recs: list[dict[str, Any]]) -> bool:
         """Log the records of steps after the current one, in order; True if any was logged."""
@@ -431,7 +409,7 @@ class CollectivePlane:
         job.clock.advance_to(self._step_end)
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
-        lr = job.step_lr()  # what the members used: the schedule at the samples before this step
+        lr = job.recipe.lr_at(job.lr, job.counters.samples)  # what the members used: the schedule at the samples before this step
         job.counters.samples += samples
         self.replicas.samples[job.step] = int(job.counters.samples)
         self._cursor.epoch, self._cursor.pos = int(rec["epoch"]), int(rec["pos"])
@@ -466,42 +444,22 @@ class CollectivePlane:
             name = job.state.metric_name
             job.log.emit("eval", step=job.step, loss=job.last_eval.get("loss"), metric_name=name,
                           metric=None if name is None else job.last_eval.get(name))
-        self._adopt_replica_at(job.step)
+        self.copy.adopt_at(job.step)
         job.apply_policies()
         job.after_commit()
 
-    def _adopt_replica_at(self, step: int) -> bool:
-        """Take the members' replica of ``step`` as the controller's copy, if one arrived."""
-        got = self.replicas.adopt(step)
-        if got is None:
-            return False
-        params, extra = got
-        self.job.params = params
-        if extra:
-            self.job.state.load_extra_state(decode_extra(extra))
-        return True
-
     def _sync_replica(self) -> bool:
-        """Make the controller's copy of the parameters that of the current step.
+        """Make the controller's copy of the state that of the current step.
 
         Called while the members wait at the lease (every record logged): the leader answers the
         request with its replica of exactly this step.
         """
         job = self.job
-        if self.replicas.step == job.step or self._adopt_replica_at(job.step):
+        if self.replicas.step == job.step or self.copy.adopt_at(job.step):
             return True
         if not self.gen_members or self._dirty or self.ctl.lease > job.step:
             return False
-        self.ctl.request_replica()
-        deadline = time.monotonic() + REPLICA_WAIT_S
-        while time.monotonic() < deadline:
-            self.replicas.receive(self.ctl.pop_replicas(self._member_handle))
-            if self._adopt_replica_at(job.step):
-                return True
-            if self.ctl.failed(self.gen) is not None:
-                return False
-            time.sleep(POLL_S)
-        return False
+        return self.copy.fetch(job.step, lambda: self.ctl.failed(self.gen) is not None)
 
     # ================================================================== regroup
     def _regroup(self) -> None:
@@ -637,6 +595,6 @@ class CollectivePlane:
         deadline = time.monotonic() + REPLICA_WAIT_S
         while time.monotonic() < deadline:
             self._take_records()
-            if job.step >= top and (self._adopt_replica_at(job.step) or self.replicas.step == job.step):
+            if job.step >= top and (self.copy.adopt_at(job.step) or self.replicas.step == job.step):
                 break
             time.sleep(POLL_S)

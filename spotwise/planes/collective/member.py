@@ -50,7 +50,6 @@ import os
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -58,6 +57,7 @@ import numpy as np
 import torch
 
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
+from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
 from spotwise.training.recipe import LrSchedule, Recipe
 from spotwise.training.state import decode_extra, encode_extra
@@ -67,88 +67,12 @@ from spotwise.workloads.device import collective_backend, resolve_device, to_hos
 class Diverged(ArithmeticError):
     """A step's all-reduced loss or gradient is not finite (every member sees it at the same step)."""
 
-#: strategies a member runs (``cluster.sync`` on the collective plane)
-STRATEGIES = ("ssgd", "sma", "adpsgd")
 #: AD-PSGD: steps between two barriers (a one-element all-reduce): the commit points of its steps
 BARRIER_EVERY = 8
-#: a step number no job reaches (no target)
-NO_LIMIT = 2**62
 #: the leader sends its records at most this often while steps run (seconds)
 FLUSH_S = 0.005
 #: the leader looks for a replica request at most this often (seconds)
 CONTROL_S = 0.002
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What generation ``gen`` does; the coordinator writes it, every member reads it."""
-
-    gen: int
-    members: tuple[int, ...]
-    #: the member whose replica everyone takes; -1: the coordinator's replica (``init/<gen>``)
-    source: int
-    strategy: str = "ssgd"
-    local_steps: int = 4
-    lr: float = 0.05
-    batch: int = 32
-    #: the coordinator's highest logged step: the leader sends the records after it
-    logged: int = 0
-    eval_every: int = 0
-    replica_every: int = 0
-    max_step: int = NO_LIMIT
-    #: the lease every member starts the generation with (then read from the store at the lease,
-    #: which the coordinator raises only while every member waits there: all see the same value)
-    lease: int = 0
-    #: whether members take the source's replica (a joiner, or a survivor a step behind); when
-    #: every member is a survivor at the committed step, their replicas are already the same
-    transfer: bool = True
-    #: how the members take their state: "roll-forward" (the source's replica: S-SGD and S-MA, whose
-    #: replicas agree at a committed step) or "snapshot" (the previous generation ran AD-PSGD, whose
-    #: replicas differ: every survivor goes back to its replica at the last completed barrier
-    #: ``rollback_to`` and the members average them)
-    reconcile: str = "roll-forward"
-    rollback_to: int = 0
-    #: issue 28: the learning-rate schedule (:class:`~spotwise.training.recipe.LrSchedule` fields) that
-    #: multiplies ``lr`` at the committed samples (the data cursor's ``epoch * n + pos``); None: constant
-    schedule: dict[str, Any] | None = None
-    #: the last generation: the source sends its records and a final replica, and all leave
-    stop: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.members or len(set(self.members)) != len(self.members):
-            raise ValueError(f"a generation needs distinct members, got {self.members!r}")
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"unknown collective strategy {self.strategy!r}: valid names are {', '.join(STRATEGIES)}")
-        if self.source != -1 and self.source not in self.members:
-            raise ValueError(f"the source {self.source} is not a member of {self.members}")
-        if self.local_steps < 1 or self.batch < 1:
-            raise ValueError("local_steps and batch must be >= 1")
-        if self.reconcile not in ("roll-forward", "snapshot"):
-            raise ValueError(f"unknown reconcile {self.reconcile!r}")
-
-    @property
-    def leader(self) -> int:
-        return self.source if self.source >= 0 else min(self.members)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str | bytes) -> Plan:
-        d = json.loads(text)
-        d["members"] = tuple(sorted(int(m) for m in d["members"]))
-        return cls(**d)
-
-
-def gossip_partner(gen: int, step: int, k: int, rank: int) -> int | None:
-    """``rank``'s partner at ``step`` of generation ``gen``: a perfect matching drawn from a generator
-    seeded by ``(gen, step)``, the same on every member (with ``k`` odd one rank sits out)."""
-    if k < 2:
-        return None
-    perm = np.random.default_rng([int(gen), int(step)]).permutation(k)
-    i = int(np.flatnonzero(perm == rank)[0])
-    j = i + 1 if i % 2 == 0 else i - 1
-    return int(perm[j]) if j < k else None
 
 
 def _node_address() -> str | None:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
+from spotwise.planes.collective.calls import call_member, wait_calls
 from spotwise.planes.collective.member import Plan, remote_member_class
 from spotwise.planes.ps.compute import RayCompute
 
@@ -167,41 +168,6 @@ class PlaneControl:
         self.store = None  # type: ignore[assignment]
         self.coord.store = None  # type: ignore[assignment]
         self.coord.server = None  # type: ignore[assignment]
-
-
-def call_member(member: Any, method: str, *args: Any) -> Any:
-    """Call ``method`` on a member: a Ray actor (an ObjectRef comes back) or an in-process object
-    (the result itself)."""
-    fn = getattr(member, method)
-    return fn.remote(*args) if hasattr(fn, "remote") else _Done(fn(*args))
-
-
-class _Done:
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-def wait_calls(calls: list[Any], timeout_s: float) -> list[Any]:
-    """The results of :func:`call_member` calls, in order; ``None`` for a call whose member died or
-    did not answer within ``timeout_s``."""
-    out: list[Any] = []
-    refs = [c for c in calls if not isinstance(c, _Done)]
-    values: dict[int, Any] = {}
-    if refs:
-        import ray
-        from ray.exceptions import RayError
-
-        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        for r in done:
-            try:
-                values[id(r)] = ray.get(r)
-            except RayError:
-                values[id(r)] = None
-    for c in calls:
-        out.append(c.value if isinstance(c, _Done) else values.get(id(c)))
-    return out
 
 
 def ended_runs(runs: dict[int, Any]) -> list[int]:

@@ -196,7 +196,7 @@ class ParameterServerPlane:
             for c in contribs:
                 job.sampler.release(c.block)
             job.nonfinite(f"the loss is {loss}")
-        lr = job.step_lr()  # the base rate times the schedule at the samples committed so far (issue 28)
+        lr = job.recipe.lr_at(job.lr, job.counters.samples)  # the base rate times the schedule at the samples committed so far (issue 28)
         try:
             job.state.apply(grad, lr, len(contribs))
         except NonFiniteStep as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,7 @@ import torch
 from spotwise.config import JobSpec, WorkloadSpec
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.specload import build, to_plain
-from spotwise.workloads.device import DeviceDataset, resolve_device, to_device, to_host
+from spotwise.workloads.device import DeviceDataset, resolve_device, to_host
 from spotwise.training.recipe import worker_recipe
 from spotwise.training.state import FlatModel, forward_backward
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, zero_grad
@@ -123,7 +124,7 @@ class GradientWorker:
         only the touched embedding rows (see :mod:`spotwise.planes.ps.wire`).
         """
         t0 = time.perf_counter()
-        self.fm.set_flat(torch.from_numpy(np.asarray(params)))
+        self.fm.set_flat(_as_tensor(params))
         zero_grad(self.model)
         loss = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
                                 self.device)
@@ -157,6 +158,16 @@ class GradientWorker:
             pass
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
         return {"rss_mib": rss, "peak_rss_mib": peak}
+
+
+def _as_tensor(arr: Any) -> torch.Tensor:
+    """A read-only numpy array (Ray's zero-copy object) as a tensor, without a copy: it is only read."""
+    a = np.asarray(arr)
+    if a.flags.writeable:
+        return torch.from_numpy(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(a)
 
 
 def low_priority() -> None:
