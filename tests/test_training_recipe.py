@@ -246,3 +246,39 @@ def test_a_nonfinite_loss_stops_with_exit_2_naming_the_step_after_a_checkpoint(t
     steps = [x["step"] for x in read_events(out / "events.jsonl", kinds=["step"])]
     assert steps == list(range(1, bad)) and all(math.isfinite(x["loss"]) for x in
                                                  read_events(out / "events.jsonl", kinds=["step"]))
+
+
+def test_fp16_loss_scaling_skips_an_overflowing_step_and_lowers_the_scale() -> None:
+    """The collective members' fp16 path (torch's GradScaler: unscale_, step, update) on CPU tensors
+    (the spec refuses fp16 without CUDA; the Updater itself is device-agnostic)."""
+    from spotwise.training.recipe import OptimizerSpec, Recipe
+    from spotwise.training.state import Updater
+
+    fm = FlatModel(torch.nn.Linear(4, 2))
+    up = Updater(fm, Recipe(OptimizerSpec("SGD", 0.1, {}), None, None, 1, "fp16"), 0.1)
+    s0 = up.loss_scale
+    assert s0 == 65536.0
+    before = fm.flat.clone()
+    bad = torch.full((fm.P,), float("inf"))
+    assert up.apply(bad, 0.1, scaled=True) and torch.equal(fm.flat, before) and up.loss_scale == s0 / 2
+    good = torch.ones(fm.P) * up.loss_scale  # a scaled gradient of ones
+    up.apply(good, 0.1, scaled=True)
+    assert torch.allclose(fm.param_vec, before[: fm.P] - 0.1) and up.skipped == 1
+    assert up.state_dict()["scaler"]["scale"] == s0 / 2
+
+
+def test_fp16_on_a_node_without_cuda_exits_2_before_training(tmp_path: Path) -> None:
+    spec = spec_with(BASE, workload__precision="fp16")  # device auto: allowed at load, refused by the worker
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(InputError, match="fp16 needs CUDA"):
+        run_local(spec, tmp_path / "run")
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path: Path) -> None:
+    spec = spec_with(BASE, workload__precision="bf16", workload__optimizer=dict(ADAMW), cluster__workers=2,
+                     target__iterations=30)
+    job, summary = run_local(spec, tmp_path / "run")
+    losses = [e["loss"] for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["step"])]
+    assert summary.steps == 30 and np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
+    assert job.params.dtype == np.float32, "master weights stay float32"

@@ -148,6 +148,14 @@ class FlatModel:
                     own[k].copy_(v.to(own[k].device, own[k].dtype))
 
 
+def check_precision_device(precision: str, device: torch.device) -> None:
+    """fp16 needs CUDA (float16 autocast with loss scaling); exit 2 where a worker has none."""
+    if precision == "fp16" and torch.device(device).type != "cuda":
+        raise InputError(f"precision fp16 needs CUDA, but this worker trains on {device} (no CUDA device)",
+                         "use precision: bf16 on CPUs, or run on GPU nodes (cluster.device: cuda with a GPU instance type)",
+                         "workload.precision")
+
+
 def _has_nonfinite(t: torch.Tensor) -> bool:
     return not bool(torch.isfinite(t).all())
 
@@ -162,8 +170,12 @@ class Updater:
         if recipe.optimizer is not None:
             self.optimizer = recipe.optimizer.build(fm.params, base_lr)
         self.scaler: Any = None
-        if recipe.precision == "fp16":
+        if recipe.precision == "fp16":  # dynamic loss scaling: torch's GradScaler drives the optimizer step
             self.scaler = torch.amp.GradScaler(fm.device.type)
+            if self.optimizer is None:  # the papers' SGD, as torch.optim.SGD so the scaler can step it
+                self.optimizer = torch.optim.SGD(fm.params, lr=base_lr)
+        #: steps the grad scaler skipped (an fp16 overflow: the scale is lowered, nothing is applied)
+        self.skipped = 0
         #: the gradient norm before clipping of the last step (None without clipping)
         self.last_norm: float | None = None
 
@@ -171,15 +183,28 @@ class Updater:
     def plain(self) -> bool:
         return self.optimizer is None and self.recipe.grad_clip_norm is None
 
-    def apply(self, grad: torch.Tensor, lr: float) -> bool:
+    @property
+    def loss_scale(self) -> float:
+        """What the loss is multiplied by before the backward pass (the grad scaler's scale; 1 without)."""
+        return float(self.scaler.get_scale()) if self.scaler is not None else 1.0
+
+    def apply(self, grad: torch.Tensor, lr: float, scaled: bool = False) -> bool:
         """Apply the mean gradient ``grad`` (``P`` entries) at rate ``lr``; False (nothing changed) if
-        it is not finite."""
+        it is not finite.
+
+        ``scaled``: ``grad`` is the gradient of the loss times :attr:`loss_scale` (fp16); the grad
+        scaler unscales it, skips the step on an overflow (lowering the scale; True: not an error)
+        and steps the optimizer otherwise -- torch's ``unscale_`` / ``step`` / ``update`` sequence,
+        the same on every member since they all hold the same all-reduced gradient.
+        """
         fm = self.fm
         if fm.P == 0:
             return True
         if self.plain:
             fm.param_vec.sub_(grad.to(fm.device), alpha=float(lr))
             return True
+        if scaled and self.scaler is not None:
+            return self._apply_scaled(grad, lr)
         if _has_nonfinite(grad):
             return False
         off = 0
@@ -196,6 +221,30 @@ class Updater:
             for group in self.optimizer.param_groups:
                 group["lr"] = float(lr)
             self.optimizer.step()
+        for p in fm.params:
+            p.grad = None
+        return True
+
+    def _apply_scaled(self, grad: torch.Tensor, lr: float) -> bool:
+        fm, opt, scaler = self.fm, self.optimizer, self.scaler
+        assert opt is not None
+        g = grad.to(device=fm.device, dtype=torch.float32)
+        off = 0
+        for p in fm.params:
+            k = p.numel()
+            p.grad = g[off:off + k].view_as(p)
+            off += k
+        for group in opt.param_groups:
+            group["lr"] = float(lr)
+        scaler.scale(torch.ones((), device=fm.device))  # the scaler's lazy init (the loss was scaled by loss_scale)
+        scaler.unscale_(opt)
+        if self.recipe.grad_clip_norm is not None:
+            self.last_norm = float(torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm)))
+        before = scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        if scaler.get_scale() < before:
+            self.skipped += 1
         for p in fm.params:
             p.grad = None
         return True

@@ -60,7 +60,7 @@ from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAdd
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
 from spotwise.training.recipe import LrSchedule, Recipe
-from spotwise.training.state import decode_extra, encode_extra
+from spotwise.training.state import check_precision_device, decode_extra, encode_extra
 from spotwise.workloads.device import collective_backend, resolve_device, to_host
 
 
@@ -112,6 +112,7 @@ class CollectiveMember:
         #: every collective runs on them (NCCL for CUDA tensors, gloo for CPU tensors)
         recipe = Recipe(self.spec.optimizer_spec, None, self.spec.grad_clip_norm, int(self.spec.accumulate),
                         str(self.spec.precision))
+        check_precision_device(recipe.precision, dev)
         self.replica = Replica(self.workload, dev, recipe, float(self.spec.lr))
         self.cursor = DataCursor(len(self.workload.train), int(seed))
         #: issue 28 item 3: state the coordinator hands over (a generation with no source: the run's
@@ -374,7 +375,7 @@ class CollectiveMember:
         k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
         rep = self.replica
         lr = self._lr(plan)
-        rep.gradient(self.cursor.block(r, b))
+        rep.gradient(self.cursor.block(r, b), rep.updater.loss_scale)
         g.allreduce(rep.buf)  # GroupFailed: nothing was changed
         total = float(rep.buf[rep.N + 1])
         loss = float(rep.buf[rep.N]) / total if total > 0 else float("nan")
@@ -398,7 +399,7 @@ class CollectiveMember:
         loss_sum, n_sum = 0.0, 0
         diverged = False
         for h in range(H):
-            loss, n = rep.gradient(self.cursor.block(h * k + r, b))
+            loss, n = rep.gradient(self.cursor.block(h * k + r, b), rep.updater.loss_scale)
             if n:
                 if not math.isfinite(loss) or not rep.sgd(rep.buf[: rep.N], n, lr):  # buf holds n * grad
                     diverged = True
@@ -434,7 +435,7 @@ class CollectiveMember:
         k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
         rep = self.replica
         lr = self._lr(plan)
-        loss, n = rep.gradient(self.cursor.block(r, b))
+        loss, n = rep.gradient(self.cursor.block(r, b), rep.updater.loss_scale)
         partner = gossip_partner(plan.gen, self.step, k, r)
         if partner is not None:
             peer = rep.zeros(rep.N)

@@ -96,7 +96,7 @@ class Replica:
         """Whether the state holds more than the flat vector (an optimizer with state, a scaler, integer buffers)."""
         return self.updater.optimizer is not None or self.updater.scaler is not None or bool(self.fm.int_buffers())
 
-    def gradient(self, indices: np.ndarray) -> tuple[float, int]:
+    def gradient(self, indices: np.ndarray, scale: float = 1.0) -> tuple[float, int]:
         """Fill :attr:`buf` with ``(n * grad of the mean loss over indices, n * buffers, n * loss, n)``; ``(loss, n)``.
 
         An empty block (the end of an epoch split over more members than it has mini-batches)
@@ -110,7 +110,7 @@ class Replica:
             for p in self._params:
                 p.grad = None
         lv = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
-                              self.device)
+                              self.device, scale)
         if self.sparse:
             self.buf[: self.P].copy_(flat_grad(self.model))
         else:
@@ -146,7 +146,7 @@ class Replica:
             self.fm.param_vec.sub_(grad_sum[: self.P], alpha=float(lr) / float(total))
         else:
             mean = grad_sum[: self.P] / float(total)
-            ok = self.updater.apply(mean, lr)
+            ok = self.updater.apply(mean, lr, scaled=self.updater.scaler is not None)
             self._restore_grad_views()
             if not ok:
                 return False

@@ -27,9 +27,15 @@ from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.specload import build, to_plain
 from spotwise.workloads.device import DeviceDataset, resolve_device, to_host
 from spotwise.training.recipe import worker_recipe
-from spotwise.training.state import FlatModel, forward_backward
+from spotwise.training.state import FlatModel, check_precision_device, forward_backward
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, zero_grad
 from spotwise.workloads.registry import make_workload
+
+
+#: fp16 loss scaling on a parameter-server worker: retries of a mini-batch whose scaled gradient
+#: overflowed (each halves the scale), and finite steps before the scale doubles (GradScaler's default)
+MAX_SCALE_RETRIES = 24
+SCALE_GROWTH_INTERVAL = 2000
 
 
 def worker_args_for(spec: JobSpec, notices: dict[str, Any] | None = None, device: str | None = None) -> tuple[Any, ...]:
@@ -63,9 +69,13 @@ class GradientWorker:
         self.model = self.fm.model
         self.model.train()
         self.recipe = worker_recipe(self.spec)
+        check_precision_device(self.recipe.precision, self.device)
         self.train = DeviceDataset(self.workload.train, self.device)
         self.n_params = num_params(self.model)
         self.n_buffers = self.fm.B
+        #: fp16: this worker's loss scale (dynamic, see :meth:`_unscale`); 1.0 otherwise
+        self._scale = 2.0**16 if self.recipe.precision == "fp16" else 1.0
+        self._good = 0
         #: ship sparse updates (issue 9): the workload has sparse embedding gradients
         self.sparse = bool(getattr(self.workload, "sparse_grads", False))
         self.pid = os.getpid()
@@ -124,13 +134,35 @@ class GradientWorker:
         only the touched embedding rows (see :mod:`spotwise.planes.ps.wire`).
         """
         t0 = time.perf_counter()
-        self.fm.set_flat(_as_tensor(params))
-        zero_grad(self.model)
-        loss = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
-                                self.device)
+        for _ in range(MAX_SCALE_RETRIES):
+            self.fm.set_flat(_as_tensor(params))
+            zero_grad(self.model)
+            loss = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
+                                    self.device, self._scale)
+            if self._scale == 1.0:
+                break
+            if self._unscale():  # fp16: the gradient fit; else the scale was halved: compute it again
+                break
         grad = self._gradient()
         self.calls += 1
         return grad, float(loss), int(len(indices)), time.perf_counter() - t0, self._notice
+
+    def _unscale(self) -> bool:
+        """fp16 (dynamic loss scaling on the worker, GradScaler's rule): divide the gradient by the
+        scale if it is finite (and double the scale after ``SCALE_GROWTH_INTERVAL`` such steps);
+        otherwise halve the scale and say so.  The coordinator receives an ordinary gradient."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        finite = all(bool(torch.isfinite(g).all()) for g in grads)
+        if not finite:
+            self._scale = max(1.0, self._scale / 2.0)
+            self._good = 0
+            return self._scale == 1.0
+        for g in grads:
+            g.div_(self._scale)
+        self._good += 1
+        if self._good >= SCALE_GROWTH_INTERVAL:
+            self._scale, self._good = self._scale * 2.0, 0
+        return True
 
     def _gradient(self) -> Gradient:
         """The gradient now on the model in its wire form (:mod:`spotwise.planes.ps.wire`): computed on
