@@ -14,6 +14,7 @@ control logic drives real training and the simulator:
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -22,6 +23,16 @@ import torch
 
 from spotwise.training.recipe import Recipe
 from spotwise.training.state import FlatModel, Updater, extra_state, load_extra_state, num_float_buffer_entries
+
+
+class SizeOnly:
+    """What the coordinator keeps of a training set: its size (``len``), nothing to read."""
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+
+    def __len__(self) -> int:
+        return self.n
 
 
 class NonFiniteStep(ArithmeticError):
@@ -76,6 +87,11 @@ class TorchState(TrainingState):
     """
 
     def __init__(self, workload: Any, recipe: Recipe | None = None, base_lr: float = 0.05) -> None:
+        # the coordinator needs the training set's size only (workers read the data): the dataset
+        # object is dropped here, so an eager one the workload built is freed (issue 28 item 4)
+        n_train = len(workload.train)
+        if dataclasses.is_dataclass(workload) and not isinstance(workload.train, SizeOnly):
+            workload = dataclasses.replace(workload, train=SizeOnly(n_train))
         self.workload = workload
         self.recipe = recipe or Recipe()
         model = workload.build_model()
@@ -85,7 +101,7 @@ class TorchState(TrainingState):
         self.model = self.fm.model
         self._np = self._vec.numpy()  # shares the vector's memory
         self.updater = Updater(self.fm, self.recipe, base_lr)
-        self.n_train = len(workload.train)
+        self.n_train = n_train
         self.metric_name = workload.metric_name
 
     @property
