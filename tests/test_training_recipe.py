@@ -282,3 +282,12 @@ def test_bf16_autocast_trains_on_cpu(tmp_path: Path) -> None:
     losses = [e["loss"] for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["step"])]
     assert summary.steps == 30 and np.mean(losses[-5:]) < 0.7 * np.mean(losses[:5])
     assert job.params.dtype == np.float32, "master weights stay float32"
+
+
+def test_the_planners_pilot_trains_with_the_jobs_recipe() -> None:
+    from spotwise.planner.pilot import run_pilot
+
+    spec = spec_with(BASE, workload__optimizer=dict(ADAMW), workload__schedule={"decay": "cosine", "warmup": 64},
+                     cluster__workers=2, target__iterations=200)
+    err, _ = run_pilot(spec, steps=40)
+    assert any("recipe (optimizer AdamW" in n for n in err.notes)

@@ -493,10 +493,16 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: threading costs more than it saves
     try:
-        _sgd(torch, workload, model, sampler, batch, lr, losses, seed)
+        if wl.plain_sgd_recipe:
+            _sgd(torch, workload, model, sampler, batch, lr, losses, seed)
+        else:  # the job's own recipe (issue 28): its optimizer, schedule, clipping, micro-batches, precision
+            _recipe_steps(torch, spec, workload, model, sampler, batch, lr, losses, seed)
     finally:
         torch.set_num_threads(threads)
     err = fit_error_model(losses, lr, workers)
+    if not wl.plain_sgd_recipe:
+        err.notes.append(f"the pilot trained with the job's recipe (optimizer {wl.optimizer_spec.name if wl.optimizer else 'SGD'}"
+                         f", schedule, clipping): paper 000's Thm 1 curve is fitted to its losses as an empirical model")
     err.notes.append(f"in-process pilot: {steps} steps of single-process SGD on {wl.name} with the global batch "
                      f"{workers} x {wl.batch_size} = {batch} (full-sync, all workers active), seed {seed}")
 
@@ -511,6 +517,33 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
                     f"({market.instance.name}, family {wl.family!r}); delta = sync_overhead_s = "
                     f"{float(spec.cluster.sync_overhead_s):g} s")
     return err, rt
+
+
+def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float,
+                  losses: np.ndarray, seed: int) -> None:
+    """Like :func:`_sgd` with the job's recipe: the real optimizer through the same
+    :class:`~spotwise.training.state.Updater` the runtime uses, the schedule at the samples committed."""
+    from spotwise.training.recipe import recipe_of
+    from spotwise.training.state import FlatModel, Updater, forward_backward
+
+    recipe = recipe_of(spec.workload, spec.planned_samples())
+    fm = FlatModel(model, "cpu")
+    up = Updater(fm, recipe, lr)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for j in range(losses.size):
+            block = sampler.reserve(batch)
+            if block is None:  # pragma: no cover - nothing else holds reservations here
+                raise RuntimeError("the epoch sampler has no samples left to reserve")
+            model.zero_grad(set_to_none=True)
+            loss = forward_backward(model, workload.loss, workload.train.batch, block.indices, recipe, fm.device)
+            grad = torch.cat([(p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1) if p.grad is not None
+                              else torch.zeros(p.numel()) for p in fm.params])
+            if not up.apply(grad, recipe.lr_at(lr, j * batch)):
+                raise InputError(f"the pilot's loss diverged at step {j + 1} (NaN or infinite gradient)",
+                                 "lower the learning rate, add a warm-up or grad_clip_norm", "workload.optimizer")
+            sampler.commit(block)
+            losses[j] = float(loss)
 
 
 def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float, losses: np.ndarray, seed: int) -> None:

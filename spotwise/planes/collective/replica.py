@@ -18,7 +18,15 @@ per-member batch ``b`` takes the next ``k * b`` (S-MA: ``H * k * b``) samples of
 epoch's end, exactly as ``k`` consecutive ``EpochSampler.reserve(b)`` calls would.  Every replica at
 the same committed step holds the same cursor, so a step that is retried after a failure takes the
 same samples with the new membership's split, and within an epoch every sample is in exactly one
-committed step.
+committed step.  For a stream (``ordered``, :class:`~spotwise.workloads.user.StreamDataset`) the
+epoch's order is the identity: with ``k`` members member ``r`` reads stream positions
+``[pos + r*b, pos + (r+1)*b)`` of each step (sharded by member), the position is the cursor's
+``(epoch, pos)``, and within a pass every position is in exactly one committed step, in order.
+
+With ``workload.loader.num_workers > 0`` a replica's training batches come from a
+:class:`~spotwise.workloads.loading.BlockLoader` (``torch.utils.data.DataLoader`` worker
+processes): the member tells it the blocks it will take this generation (:meth:`Replica.expect`),
+computed on a copy of the cursor, and they are built ahead while the replica computes.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import torch
 
 from spotwise.control.permutation import EpochPermutation, epoch_permutation
 from spotwise.workloads.device import DeviceDataset, to_device, to_host
+from spotwise.workloads.loading import BlockLoader, micro_batches
 from spotwise.training.recipe import Recipe
 from spotwise.training.state import FlatModel, Updater, extra_state, forward_backward, load_extra_state
 from spotwise.workloads.params import flat_grad
@@ -40,7 +49,7 @@ class Replica:
     """The model as one flat vector (parameters, then float buffers) with a flat gradient buffer (module docstring)."""
 
     def __init__(self, workload: Any, device: torch.device | str = "cpu", recipe: Recipe | None = None,
-                 base_lr: float = 0.05) -> None:
+                 base_lr: float = 0.05, loader: Any = None) -> None:
         self.workload = workload
         self.device = torch.device(device)
         self.recipe = recipe or Recipe()
@@ -49,6 +58,14 @@ class Replica:
         self.model.train()
         self.train = DeviceDataset(workload.train, self.device)
         self.test = DeviceDataset(workload.test, self.device) if workload.test is not None else None
+        #: ``loader`` (a :class:`~spotwise.training.recipe.LoaderSpec`) with ``num_workers > 0``: batches
+        #: from DataLoader worker processes, built ahead (:meth:`expect`); else straight from the dataset
+        self.loader: BlockLoader | None = None
+        self._batch_of = self.train.batch
+        if loader is not None and int(loader.num_workers) > 0:
+            self.loader = BlockLoader(self.train.inner, int(loader.num_workers), int(loader.prefetch),
+                                      bool(loader.pin_memory))
+            self._batch_of = self._loaded_batch
         #: parameters, and float buffers (BatchNorm statistics) behind them
         self.P, self.B = self.fm.P, self.fm.B
         self.N = self.P + self.B
@@ -109,7 +126,7 @@ class Replica:
         if self.sparse:
             for p in self._params:
                 p.grad = None
-        lv = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
+        lv = forward_backward(self.model, self.workload.loss, self._batch_of, np.asarray(indices), self.recipe,
                               self.device, scale)
         if self.sparse:
             self.buf[: self.P].copy_(flat_grad(self.model))
@@ -121,6 +138,26 @@ class Replica:
         self.buf[self.N] = lv * n
         self.buf[self.N + 1] = float(n)
         return lv, n
+
+    def _loaded_batch(self, indices: np.ndarray) -> tuple[torch.Tensor, ...]:
+        return to_device(self.loader.batch(indices), self.device)  # type: ignore[union-attr]
+
+    def expect(self, blocks: Any) -> None:
+        """The blocks :meth:`gradient` will be called with, in order (an iterator of index arrays;
+        empty ones are skipped, as :meth:`gradient` reads nothing for them): the loader builds their
+        batches -- split into the recipe's micro-batches -- ahead.  Nothing without a loader."""
+        if self.loader is not None:
+            acc = self.recipe.accumulate
+            self.loader.expect(part for blk in blocks for part in micro_batches(blk, acc))
+
+    def reset_loader(self) -> None:
+        """Forget the expected blocks (a regroup); the loader's worker processes stop."""
+        if self.loader is not None:
+            self.loader.reset()
+
+    def close(self) -> None:
+        if self.loader is not None:
+            self.loader.close()
 
     def _check_views(self) -> None:
         # autograd accumulates into an existing dense .grad in place; if it ever replaced one
@@ -145,7 +182,7 @@ class Replica:
         if self.updater.plain:
             self.fm.param_vec.sub_(grad_sum[: self.P], alpha=float(lr) / float(total))
         else:
-            mean = grad_sum[: self.P] / float(total)
+            mean = grad_sum[: self.P].div_(float(total))  # in place: the buffer is refilled next step
             ok = self.updater.apply(mean, lr, scaled=self.updater.scaler is not None)
             self._restore_grad_views()
             if not ok:
@@ -184,6 +221,8 @@ class DataCursor:
     seed: int
     epoch: int = 0
     pos: int = 0
+    #: a stream: the identity order (module docstring)
+    ordered: bool = False
     _perm: np.ndarray | None = field(default=None, repr=False)
     _perm_epoch: int = field(default=-1, repr=False)
 
@@ -195,7 +234,7 @@ class DataCursor:
 
     def perm(self) -> EpochPermutation:
         if self._perm is None or self._perm_epoch != self.epoch:
-            self._perm = epoch_permutation(self.n, self.seed, self.epoch)
+            self._perm = epoch_permutation(self.n, self.seed, self.epoch, self.ordered)
             self._perm_epoch = self.epoch
         return self._perm
 
@@ -219,5 +258,12 @@ class DataCursor:
 
     def sampler_state(self) -> dict[str, Any]:
         """The state :meth:`EpochSampler.from_state` takes for the same place (nothing pending)."""
-        return {"n": self.n, "seed": self.seed, "epoch": self.epoch, "cursor": self.pos, "pending": [],
-                "next_id": 0, "committed_in_epoch": self.pos}
+        state = {"n": self.n, "seed": self.seed, "epoch": self.epoch, "cursor": self.pos, "pending": [],
+                 "next_id": 0, "committed_in_epoch": self.pos}
+        if self.ordered:
+            state["ordered"] = True
+        return state
+
+    def copy(self) -> "DataCursor":
+        """A cursor at the same place (sharing the epoch's order, which is never changed in place)."""
+        return DataCursor(self.n, self.seed, self.epoch, self.pos, self.ordered, self._perm, self._perm_epoch)
