@@ -194,7 +194,7 @@ class JobController:
         self.step = 0
         self.lr = self.base_lr
         self.provisioned = cl.workers
-        self.sampler = EpochSampler(self.state.n_train, spec.seed)
+        self.sampler = EpochSampler(self.state.n_train, spec.seed, bool(getattr(self.state, "ordered", False)))
         self.dur_rng = np.random.default_rng([spec.seed, 3])
         self.members: dict[int, Any] = {}
         self.counters = Counters()

@@ -25,6 +25,13 @@ that is consumed in contiguous slices ``perm[lo:hi]``.  :func:`epoch_permutation
   sampler state, plus ``O(hi - lo)`` scratch while a slice is evaluated.
 
 ``SMALL_N`` is read at call time, so tests can lower it to exercise the bijection on small ``n``.
+
+``ordered=True`` (a streaming source, :class:`~spotwise.workloads.user.StreamDataset`): the
+identity order ``0..n-1`` whatever the seed and epoch -- spotwise does not shuffle a stream, so
+the sampler guarantee becomes "every stream position of a pass is in exactly one committed step,
+in stream order".  ``salt`` (the serverless plane's sample stream) seeds the order with
+``default_rng([seed, salt, epoch])`` instead, so another consumer's orders are independent of the
+sampler's; ``None`` (the default) keeps every earlier order bit-for-bit.
 """
 
 from __future__ import annotations
@@ -51,20 +58,24 @@ class EpochPermutation:
     also works).  Deliberately no ``__array__``: nothing converts it to a full array by accident.
     """
 
-    __slots__ = ("n", "seed", "epoch", "_full", "_keys", "_half", "_mask", "_shift")
+    __slots__ = ("n", "seed", "epoch", "ordered", "_full", "_keys", "_half", "_mask", "_shift")
 
-    def __init__(self, n: int, seed: int, epoch: int, *, small_n: int | None = None) -> None:
+    def __init__(self, n: int, seed: int, epoch: int, *, small_n: int | None = None, ordered: bool = False,
+                 salt: int | None = None) -> None:
         n = int(n)
         if n < 0:
             raise ValueError(f"a permutation of {n} elements")
         if n > 2**62:
             raise ValueError(f"a permutation of {n} elements is beyond int64 positions")
         self.n, self.seed, self.epoch = n, int(seed), int(epoch)
+        self.ordered = bool(ordered)
         limit = SMALL_N if small_n is None else int(small_n)
-        rng = np.random.default_rng([self.seed, self.epoch])
         self._full: np.ndarray | None = None
         self._keys: tuple[np.uint64, ...] = ()
         self._half = self._mask = self._shift = np.uint64(0)
+        if self.ordered:  # the identity: a stream is read in its own order
+            return
+        rng = np.random.default_rng([self.seed, self.epoch] if salt is None else [self.seed, int(salt), self.epoch])
         if n <= limit:
             self._full = rng.permutation(n)
             return
@@ -79,18 +90,20 @@ class EpochPermutation:
     @property
     def lazy(self) -> bool:
         """Whether this is the Feistel bijection (``n > SMALL_N``) rather than a full array."""
-        return self._full is None
+        return self._full is None and not self.ordered
 
     def __len__(self) -> int:
         return self.n
 
     def __repr__(self) -> str:
-        kind = "bijection" if self.lazy else "array"
+        kind = "identity" if self.ordered else "bijection" if self.lazy else "array"
         return f"EpochPermutation(n={self.n}, seed={self.seed}, epoch={self.epoch}, {kind})"
 
     def __getitem__(self, key: Any) -> Any:
         if self._full is not None:
             return self._full[key]
+        if self.ordered:
+            return self._identity(key)
         if isinstance(key, slice):
             start, stop, step = key.indices(self.n)
             if step == 1:
@@ -113,6 +126,27 @@ class EpochPermutation:
         if idx.size and (idx.min() < 0 or idx.max() >= self.n):
             raise IndexError(f"index out of range for a permutation of {self.n}")
         return self._at(idx.astype(np.uint64))
+
+    def _identity(self, key: Any) -> Any:
+        """``ordered``: position ``i`` is sample ``i`` (same indexing rules as the other orders)."""
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.n)
+            return np.arange(start, stop, step, dtype=np.int64)
+        if isinstance(key, (int, np.integer)):
+            i = int(key)
+            if i < 0:
+                i += self.n
+            if not 0 <= i < self.n:
+                raise IndexError(f"index {int(key)} is out of range for a permutation of {self.n}")
+            return np.int64(i)
+        idx = np.asarray(key)
+        if idx.dtype.kind not in "iu":
+            raise TypeError(f"a permutation is indexed by a slice, an int or integers, not {idx.dtype}")
+        idx = idx.astype(np.int64)
+        idx = np.where(idx < 0, idx + self.n, idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n):
+            raise IndexError(f"index out of range for a permutation of {self.n}")
+        return idx
 
     # ------------------------------------------------------------------ the bijection
     def _round(self, r: np.ndarray, key: np.uint64) -> np.ndarray:
@@ -145,8 +179,10 @@ class EpochPermutation:
         return y.astype(np.int64)
 
 
-def epoch_permutation(n: int, seed: int, epoch: int) -> EpochPermutation:
+def epoch_permutation(n: int, seed: int, epoch: int, ordered: bool = False, *,
+                      salt: int | None = None) -> EpochPermutation:
     """The seeded permutation of ``0..n-1`` for ``epoch`` (module docstring): numpy's
     ``default_rng([seed, epoch]).permutation(n)`` for ``n <= SMALL_N``, the lazy Feistel
-    bijection above."""
-    return EpochPermutation(n, seed, epoch, small_n=SMALL_N)
+    bijection above; the identity when ``ordered`` (a stream); ``salt`` seeds
+    ``default_rng([seed, salt, epoch])`` instead."""
+    return EpochPermutation(n, seed, epoch, small_n=SMALL_N, ordered=ordered, salt=salt)

@@ -14,6 +14,14 @@ short), so the committed samples of epoch ``e`` are exactly a permutation of the
 The "data lake" reading of ``papers/000_3c734f3ffedcac15.txt`` Sec. III (workers draw i.i.d.
 mini-batches from the whole dataset) is what this gives each step: the union of a step's blocks is
 a uniformly random subset of the epoch's remaining samples, independent of which workers are up.
+
+**Streaming sources** (``ordered=True``; a workload whose training set is a stream,
+:class:`~spotwise.workloads.user.StreamDataset`): the epoch's order is the identity, so an
+"epoch" is one pass over the stream and the guarantee becomes: **within a pass, every stream
+position is in exactly one committed step, in stream order** (spotwise does not shuffle a
+stream; a released block is served again first, so a retried step reads the same positions).
+The position in the stream is the sampler's ``(epoch, cursor)`` plus its pending blocks, which
+checkpoints already hold; ``ordered`` is part of :meth:`EpochSampler.state`.
 """
 
 from __future__ import annotations
@@ -37,11 +45,13 @@ class Block:
 
 
 class EpochSampler:
-    def __init__(self, n: int, seed: int) -> None:
+    def __init__(self, n: int, seed: int, ordered: bool = False) -> None:
         if n < 1:
             raise ValueError("EpochSampler needs at least one sample")
         self.n = int(n)
         self.seed = int(seed)
+        #: a stream: the identity order every epoch (module docstring)
+        self.ordered = bool(ordered)
         self.epoch = 0
         self._cursor = 0
         self._perm = self._permutation(0)
@@ -53,8 +63,8 @@ class EpochSampler:
     def _permutation(self, epoch: int) -> EpochPermutation:
         """The epoch's order, sliced lazily (:mod:`spotwise.control.permutation`): numpy's
         ``default_rng([seed, epoch]).permutation(n)`` up to 2**22 samples, a seeded bijection above,
-        so the sampler's memory does not grow with the dataset."""
-        return epoch_permutation(self.n, self.seed, epoch)
+        so the sampler's memory does not grow with the dataset; the identity when ``ordered``."""
+        return epoch_permutation(self.n, self.seed, epoch, self.ordered)
 
     # ------------------------------------------------------------------ transactions
     def _advance_epoch_if_done(self) -> None:
@@ -121,15 +131,18 @@ class EpochSampler:
         """Plain-data state (checkpoints load it with ``weights_only=True``): in-flight blocks
         count as released, since a checkpoint holds only committed progress."""
         pending = [b.indices for b in sorted(self._reserved.values(), key=lambda b: b.id)] + list(self._pending)
-        return {
+        state = {
             "n": self.n, "seed": self.seed, "epoch": self.epoch, "cursor": self._cursor,
             "pending": [p.tolist() for p in pending], "next_id": self._next_id,
             "committed_in_epoch": self.committed_in_epoch,
         }
+        if self.ordered:  # only then: a shuffled sampler's state is what it always was
+            state["ordered"] = True
+        return state
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "EpochSampler":
-        s = cls(int(state["n"]), int(state["seed"]))
+        s = cls(int(state["n"]), int(state["seed"]), bool(state.get("ordered", False)))
         s.epoch = int(state["epoch"])
         s._perm = s._permutation(s.epoch)
         s._cursor = int(state["cursor"])

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from spotwise.training.recipe import Recipe
+from spotwise.workloads.base import is_ordered
 from spotwise.training.state import FlatModel, Updater, extra_state, load_extra_state, num_float_buffer_entries
 
 
@@ -47,6 +48,9 @@ class TrainingState(ABC):
     n_train: int
     #: name of the evaluation metric (``None`` if there is none besides the loss)
     metric_name: str | None
+    #: the training set is a stream read in order (:func:`spotwise.workloads.base.is_ordered`): the
+    #: epoch sampler uses the identity order instead of a seeded shuffle
+    ordered: bool = False
 
     @property
     @abstractmethod
@@ -90,6 +94,7 @@ class TorchState(TrainingState):
         # the coordinator needs the training set's size only (workers read the data): the dataset
         # object is dropped here, so an eager one the workload built is freed (issue 28 item 4)
         n_train = len(workload.train)
+        self.ordered = is_ordered(workload)
         if dataclasses.is_dataclass(workload) and not isinstance(workload.train, SizeOnly):
             workload = dataclasses.replace(workload, train=SizeOnly(n_train))
         self.workload = workload

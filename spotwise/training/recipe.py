@@ -249,7 +249,10 @@ class LoaderSpec:
 
     ``num_workers`` > 0 batches through ``torch.utils.data.DataLoader`` worker processes with
     ``prefetch`` batches in flight each (the runtime's own sampler is the batch sampler, so the
-    samples and their order are unchanged); 0 builds each batch in the training thread.
+    samples and their order are unchanged); 0 builds each batch in the training thread.  Used by the
+    collective plane's members, which know their blocks ahead (:mod:`spotwise.workloads.loading`);
+    a parameter-server worker learns its block only when a step starts and always builds it in its
+    training thread (:mod:`spotwise.planes.ps.worker` says why).
     """
 
     num_workers: int = 0

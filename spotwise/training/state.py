@@ -38,6 +38,8 @@ import torch
 
 from spotwise.errors import InputError
 from spotwise.training.recipe import Recipe
+import spotwise.workloads.device as _device  # its to_device: the one place tensors move
+from spotwise.workloads.base import check_loss
 
 
 def _tracks_statistics(mod: torch.nn.Module) -> bool:
@@ -76,7 +78,7 @@ class FlatModel:
 
     def __init__(self, model: torch.nn.Module, device: torch.device | str = "cpu", flat: torch.Tensor | None = None) -> None:
         self.device = torch.device(device)
-        self.model = model.to(self.device)
+        self.model = _device.to_device(model, self.device)
         self.params = list(self.model.parameters())
         bufs = _float_buffers(self.model)
         self.P = sum(p.numel() for p in self.params)
@@ -84,7 +86,7 @@ class FlatModel:
         init = torch.cat([t.detach().reshape(-1).to(torch.float32) for t in [*self.params, *(b for _, _, b in bufs)]]) \
             if self.P + self.B else torch.zeros(0)
         if flat is None:
-            self.flat = init.to(self.device).clone()
+            self.flat = _device.to_device(init, self.device).clone()
         else:  # a caller-owned vector (e.g. sharing memory with a numpy array)
             if flat.numel() != self.P + self.B:
                 raise ValueError(f"flat vector of {flat.numel()} entries for a model of {self.P + self.B}")
@@ -113,7 +115,7 @@ class FlatModel:
         v = torch.as_tensor(vec).reshape(-1)
         if v.numel() != self.P + self.B:
             raise ValueError(f"a model of {self.P} parameters and {self.B} buffer entries cannot take {v.numel()} values")
-        self.flat.copy_(v.to(device=self.device, dtype=torch.float32))
+        self.flat.copy_(v)  # copy_ converts dtype and device (callers move tensors with to_device)
 
     def int_buffers(self) -> dict[str, torch.Tensor]:
         return {n: b.detach().cpu().clone() for n, b in _int_buffers(self.model)}
@@ -208,7 +210,7 @@ class Updater:
         if _has_nonfinite(grad):
             return False
         off = 0
-        g = grad.to(device=fm.device, dtype=torch.float32)
+        g = _device.to_device(grad.to(torch.float32), fm.device)
         for p in fm.params:
             k = p.numel()
             p.grad = g[off:off + k].view_as(p)
@@ -228,7 +230,7 @@ class Updater:
     def _apply_scaled(self, grad: torch.Tensor, lr: float) -> bool:
         fm, opt, scaler = self.fm, self.optimizer, self.scaler
         assert opt is not None
-        g = grad.to(device=fm.device, dtype=torch.float32)
+        g = _device.to_device(grad.to(torch.float32), fm.device)
         off = 0
         for p in fm.params:
             k = p.numel()
@@ -296,23 +298,6 @@ def autocast_for(precision: str, device: torch.device) -> Iterator[None]:
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     with torch.autocast(device_type=torch.device(device).type, dtype=dtype):
         yield
-
-
-LOSS_FIX = ("a workload's loss is called as loss(model, batch) and must return the batch's mean loss as a "
-            "scalar tensor; for a criterion such as nn.CrossEntropyLoss() return it from module:function as the "
-            "loss (it is then called as loss(model(*batch[:-1]), batch[-1])), see docs/workloads.md")
-
-
-def check_loss(loss: Any) -> torch.Tensor:
-    """The workload's loss, checked: a scalar floating tensor with a graph (InputError otherwise)."""
-    if not isinstance(loss, torch.Tensor):
-        raise InputError(f"the workload's loss returned a {type(loss).__name__}, not a tensor", LOSS_FIX, "workload")
-    if loss.numel() != 1:
-        raise InputError(f"the workload's loss returned a tensor of shape {tuple(loss.shape)}, not a scalar "
-                         "(reduce it with .mean())", LOSS_FIX, "workload")
-    if not loss.requires_grad:
-        raise InputError("the workload's loss does not depend on the model's parameters (no gradient)", LOSS_FIX, "workload")
-    return loss.reshape(())
 
 
 def forward_backward(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],

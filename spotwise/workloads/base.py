@@ -116,6 +116,14 @@ class Workload:
     """Free-form facts about the workload (sizes, generator parameters, source path)."""
 
 
+def is_ordered(workload: Any) -> bool:
+    """Whether ``workload``'s training set is a stream read in order (``info["ordered"]``, set for a
+    :class:`~spotwise.workloads.user.StreamDataset`): its samplers then use the identity order
+    (:func:`spotwise.control.permutation.epoch_permutation` ``ordered=True``), never a shuffle."""
+    info = getattr(workload, "info", None) or {}
+    return bool(info.get("ordered", False)) or bool(getattr(getattr(workload, "train", None), "ordered", False))
+
+
 def seeded_factory(make: Callable[[], torch.nn.Module], seed: int) -> Callable[[], torch.nn.Module]:
     """Wrap ``make`` so each call initialises under ``torch.manual_seed(seed)`` in a forked RNG.
 
@@ -252,3 +260,20 @@ def positive(value: float, key: str, example: Any) -> None:
     """InputError unless ``value > 0``."""
     if not value > 0:
         raise InputError(f"must be positive, got {value!r}", f"use e.g. {example!r}", f"workload.params.{key}")
+
+
+LOSS_FIX = ("a workload's loss is called as loss(model, batch) and must return the batch's mean loss as a "
+            "scalar tensor; for a criterion such as nn.CrossEntropyLoss() return it from module:function as the "
+            "loss (it is then called as loss(model(*batch[:-1]), batch[-1])), see docs/workloads.md")
+
+
+def check_loss(loss: Any) -> torch.Tensor:
+    """The workload's loss, checked: a scalar floating tensor with a graph (InputError otherwise)."""
+    if not isinstance(loss, torch.Tensor):
+        raise InputError(f"the workload's loss returned a {type(loss).__name__}, not a tensor", LOSS_FIX, "workload")
+    if loss.numel() != 1:
+        raise InputError(f"the workload's loss returned a tensor of shape {tuple(loss.shape)}, not a scalar "
+                         "(reduce it with .mean())", LOSS_FIX, "workload")
+    if not loss.requires_grad:
+        raise InputError("the workload's loss does not depend on the model's parameters (no gradient)", LOSS_FIX, "workload")
+    return loss.reshape(())

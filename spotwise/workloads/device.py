@@ -55,6 +55,11 @@ def resolve_device(requested: str | torch.device = "auto") -> torch.device:
     raise InputError(f"unknown device {name!r}", "valid values are auto, cpu and cuda", "cluster.device")
 
 
+def cuda_available() -> bool:
+    """Whether this process sees a CUDA device (the one place outside placement that asks)."""
+    return bool(torch.cuda.is_available())
+
+
 def to_device(x: Any, device: torch.device) -> Any:
     """``x`` on ``device``: a tensor or a module (``.to``), or a tuple/list of them (element-wise).
 

@@ -17,7 +17,19 @@ is initialised reproducibly.  It may return:
   - ``dataset`` / ``test_dataset``: an :class:`~spotwise.workloads.base.IndexedDataset`, a
     ``torch.utils.data.TensorDataset``, or any map-style dataset (``__len__`` and
     ``__getitem__`` returning a tensor or a tuple of tensors; batches are made with
-    ``default_collate``).
+    ``default_collate``), or a streaming ``torch.utils.data.IterableDataset`` that implements
+    ``iter_from(position)`` and ``__len__`` (:class:`StreamDataset`; anything else is refused with
+    exit 2).
+
+**Streaming sources.**  Workers come and go, so spotwise must be able to start reading a stream
+at any position: an ``IterableDataset`` is accepted when it implements ``iter_from(position: int)``
+-- an iterator over its samples starting at stream position ``position`` of the current pass --
+and ``__len__`` -- the samples per pass (the epoch).  The workload is then *ordered*
+(``Workload.info["ordered"]``): every sampler uses the identity order, so with ``k`` members or
+workers, member ``r`` reads positions ``[pos + r*b, pos + (r+1)*b)`` of each step (sharded by
+member), the position is the sampler's ``(epoch, cursor)`` that checkpoints already hold, and the
+sampler guarantee becomes: **within a pass, every stream position is in exactly one committed
+step, in stream order** (spotwise does not shuffle a stream; shuffle inside the source if needed).
 
 ``evaluate`` reports the mean ``loss`` and, when the model maps a batch to ``N x C`` scores and
 the last tensor holds integer class labels, ``accuracy`` (then ``metric_name == "accuracy"``,
@@ -133,10 +145,87 @@ class MapDatasetAdapter:
         return tuple(out)
 
 
+class StreamDataset:
+    """:class:`IndexedDataset` over a resumable stream: an ``IterableDataset`` with ``iter_from(position)``
+    and ``__len__`` (module docstring).  Index ``i`` is stream position ``i`` of the current pass.
+
+    ``batch(indices)`` reads each contiguous ascending run of ``indices`` from a live iterator: the
+    one left where the previous request ended when the run continues it, else a new
+    ``iter_from(start)``.  The runtime asks for contiguous ranges (the sampler's order is the identity
+    for an ordered workload), so a worker reading consecutive blocks never seeks; a member of ``k``
+    seeks once per step (over its peers' shares), so ``iter_from`` should be a cheap seek (a file
+    offset, a shard and an offset in it).  Batches are ``default_collate`` of the samples.  Pickled
+    (DataLoader workers under ``spawn``) without its live iterator.
+    """
+
+    #: the samplers must use the identity order for this dataset
+    ordered = True
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+        self._n: int | None = None  # the user's __len__, read on first use (its errors are the workload's)
+        self._it: Any = None
+        self._next = -1
+
+    def __len__(self) -> int:
+        if self._n is None:
+            self._n = len(self.ds)
+        return self._n
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"ds": self.ds, "_n": self._n, "_it": None, "_next": -1}
+
+    def batch(self, indices: np.ndarray) -> Batch:
+        from torch.utils.data import default_collate
+
+        idx = as_index_array(indices, len(self))
+        if idx.size == 0:
+            raise ValueError("a stream has no empty batch to read")
+        samples: list[Any] = []
+        for run in np.split(idx, np.flatnonzero(np.diff(idx) != 1) + 1):
+            samples.extend(self._read(int(run[0]), len(run)))
+        out = default_collate(samples)
+        if isinstance(out, torch.Tensor):
+            return (out,)
+        return tuple(out)
+
+    def _read(self, start: int, count: int) -> list[Any]:
+        if self._it is None or self._next != start:
+            self._it = None
+            self._it = iter(self.ds.iter_from(start))
+            self._next = start
+        out = []
+        for _ in range(count):
+            try:
+                out.append(next(self._it))
+            except StopIteration:
+                self._it = None
+                raise InputError(f"the stream ended at position {self._next}, but its __len__ says a pass holds "
+                                 f"{self._n} samples", "make iter_from(position) yield every sample from position "
+                                 "to __len__() - 1 (and __len__ return the samples per pass)", "workload.name") from None
+            self._next += 1
+        return out
+
+
+#: why spotwise needs ``iter_from`` (the fix of a refused IterableDataset)
+STREAM_CONTRACT = ("implement iter_from(position) -> an iterator over the samples from stream position `position` "
+                   "of the current pass, and __len__() -> the samples per pass (the epoch): spotwise needs a "
+                   "resumable position because workers come and go (each reads its own share of every step, and a "
+                   "joiner or a resumed run starts mid-stream); see docs/workloads.md, Streaming sources")
+
+
 def as_indexed(ds: Any, where: str) -> IndexedDataset:
     """Adapt a user dataset to :class:`IndexedDataset` (see the module docstring)."""
     if callable(getattr(ds, "batch", None)) and hasattr(ds, "__len__"):
         return ds
+    if isinstance(ds, torch.utils.data.IterableDataset):
+        missing = [m for m, ok in (("iter_from(position)", callable(getattr(ds, "iter_from", None))),
+                                   ("__len__", callable(getattr(type(ds), "__len__", None)))) if not ok]
+        if missing:
+            raise InputError(f"the workload function returned an IterableDataset ({type(ds).__name__}) as {where} "
+                             f"without {' and '.join(missing)}, so it cannot be resumed at a position",
+                             STREAM_CONTRACT, "workload.name")
+        return StreamDataset(ds)
     if isinstance(ds, torch.utils.data.TensorDataset):
         return TensorIndexedDataset(*ds.tensors)
     if hasattr(ds, "__getitem__") and hasattr(ds, "__len__"):
@@ -178,7 +267,7 @@ def _check_loss_signature(fn: Callable[..., Any], name: str) -> None:
 def _probe_loss(loss: Callable[[nn.Module, Batch], torch.Tensor], model: nn.Module, ds: IndexedDataset,
                 name: str) -> None:
     """Call the loss once on two training samples: a scalar tensor with a gradient, or exit 2 with the contract."""
-    from spotwise.training.state import check_loss
+    from spotwise.workloads.base import check_loss
 
     batch = ds.batch(np.arange(min(2, len(ds))))
     try:
@@ -301,7 +390,8 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
         metric_name="accuracy" if classification else "loss",
         evaluate=_guard(spec.name, "while evaluating", _make_evaluate(loss, classification)),
         sparse_grads=sparse,
-        info={"n_train": len(train_ds), "n_test": len(test_ds) if test_ds is not None else 0, "source": spec.name},
+        info={"n_train": len(train_ds), "n_test": len(test_ds) if test_ds is not None else 0, "source": spec.name,
+              **({"ordered": True} if getattr(train_ds, "ordered", False) else {})},
     )
 
 

@@ -52,7 +52,7 @@ from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
-from spotwise.planes.collective.state_copy import POLL_S, REPLICA_WAIT_S, StateCopy
+from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
 from spotwise.training.state import encode_extra
 from spotwise.planes.collective.records import GossipRecords, StallWatch
 from spotwise.planes.collective.replica import DataCursor
@@ -96,8 +96,7 @@ class CollectivePlane:
         #: virtual end of the last logged step and the drawn round times of the next steps
         self._step_end = 0.0
         self._draws: list[tuple[int, float]] = []
-        #: the controller's copy of the state: replicas the leader sent, the newest adopted one (issue 28)
-        self.copy = StateCopy(self.ctl, lambda: self.job)
+        self.copy = StateCopy(self.ctl, lambda: self.job)  # the controller's copy of the state (issue 28)
         self.replicas = self.copy.replicas
         self._kill_time: float | None = None
         self._pending_ckpt: str | None = None  # asked for between two leases (a notice, a policy): taken at the next
@@ -109,9 +108,8 @@ class CollectivePlane:
         self._regroup_ms: list[float] = []
         self._fault_rng = random.Random(int(spec.seed))
         self.cursor: DataCursor | None = None
-        #: issue 28: the first record of a diverged step (its members halted); the schedule members use
-        self._nonfinite: dict[str, Any] | None = None
-        self._schedule: dict[str, Any] | None = None
+        self._nonfinite: dict[str, Any] | None = None  # issue 28: the first record of a diverged step
+        self._schedule: dict[str, Any] | None = None  # issue 28: the lr schedule the members use
 
     @property
     def job(self) -> "JobController":
@@ -153,11 +151,11 @@ class CollectivePlane:
         s = job.sampler.state()
         if s["pending"]:
             raise ValueError("a collective run cannot resume a checkpoint with pending sampler blocks")
-        self.cursor = DataCursor(job.state.n_train, int(job.spec.seed), int(s["epoch"]), int(s["cursor"]))
+        self.cursor = DataCursor(job.state.n_train, int(job.spec.seed), int(s["epoch"]), int(s["cursor"]),
+                                 bool(s.get("ordered", False)))
         self.replicas.reset(job.step, (self._cursor.epoch, self._cursor.pos), int(job.counters.samples))
         self._step_end = job.T
-        sched = job.recipe.schedule
-        self._schedule = dataclasses.asdict(sched) if sched is not None else None
+        self._schedule = dataclasses.asdict(job.recipe.schedule) if job.recipe.schedule is not None else None
 
     def sync_strategy(self, sync: str, sync_n: int | None) -> SyncStrategy:
         return make_sync(sync, self.local_steps if sync == "sma" else sync_n)
@@ -327,11 +325,12 @@ class CollectivePlane:
     def _pump(self, until: int) -> None:
         """Log the members' records until step ``until``, a regroup is needed, or the job is done."""
         job = self.job
-        next_dead_check = 0.0
+        next_dead_check, pause = 0.0, POLL_S
         self._stall.start()  # the members start on the lease now
         while job.step < until and not self._dirty:
             if self._take_records():
                 self._stall.progressed()
+                pause = POLL_S
                 if job.done():
                     return
                 continue
@@ -348,7 +347,8 @@ class CollectivePlane:
                     self._mark(f"generation {self.gen} stalled: no step record for {idle:.0f} s "
                                f"(steps {job.step + 1}..{until} leased)")
                     return
-            time.sleep(POLL_S)
+            time.sleep(pause)
+            pause = min(POLL_MAX_S, pause * 1.5)  # no record: look less often (a big model's step is seconds)
 
     def _check_membership(self) -> None:
         """Members whose loop ended on its own (a crashed process, a lost node) are lost; on a

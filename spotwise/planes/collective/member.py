@@ -50,6 +50,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -61,6 +62,7 @@ from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, gossip_p
 from spotwise.planes.collective.replica import DataCursor, Replica
 from spotwise.training.recipe import LrSchedule, Recipe
 from spotwise.training.state import check_precision_device, decode_extra, encode_extra
+from spotwise.workloads.base import is_ordered
 from spotwise.workloads.device import collective_backend, resolve_device, to_host
 
 
@@ -113,8 +115,10 @@ class CollectiveMember:
         recipe = Recipe(self.spec.optimizer_spec, None, self.spec.grad_clip_norm, int(self.spec.accumulate),
                         str(self.spec.precision))
         check_precision_device(recipe.precision, dev)
-        self.replica = Replica(self.workload, dev, recipe, float(self.spec.lr))
-        self.cursor = DataCursor(len(self.workload.train), int(seed))
+        #: ``workload.loader.num_workers > 0``: batches built ahead by DataLoader workers (:meth:`_train`)
+        self.replica = Replica(self.workload, dev, recipe, float(self.spec.lr), self.spec.loader)
+        #: a stream (``is_ordered``): the identity order, member r reads positions [pos + r*b, pos + (r+1)*b)
+        self.cursor = DataCursor(len(self.workload.train), int(seed), ordered=is_ordered(self.workload))
         #: issue 28 item 3: state the coordinator hands over (a generation with no source: the run's
         #: start, a resume, every member lost) and replicas it collects -- through Ray's object store
         #: by actor calls (this actor is threaded), never through the rendezvous store
@@ -154,9 +158,10 @@ class CollectiveMember:
         return True
 
     def take_replica(self, token: int) -> tuple[dict[str, Any], np.ndarray, bytes] | None:
-        """A replica this member announced under ``token`` (None once a newer one replaced it)."""
+        """A replica this member announced under ``token`` (None once a newer one replaced it); the
+        coordinator fetches each once, so it is dropped here (no copy of the state stays behind)."""
         with self._box_lock:
-            return self._outbox.get(int(token))
+            return self._outbox.pop(int(token), None)
 
     # ------------------------------------------------------------------ the member's life
     def run(self, address: StoreAddress, member: int, gen: int, timeout_s: float = 5.0,
@@ -182,6 +187,7 @@ class CollectiveMember:
             self._timing["plan"] = time.time()
             if plan is None or self.member not in plan.members:
                 g.close()
+                self.replica.close()
                 return {"member": self.member, "step": self.step, "gen": gen, "left": True, "regroups": regroups}
             try:
                 self._form(g, plan)
@@ -190,7 +196,9 @@ class CollectiveMember:
                 self._has_state = True
                 self._strategy = plan.strategy
                 self._barrier_done = self.step  # every member holds the same state: a barrier
-                self._snaps = {self.step: (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())}
+                # AD-PSGD's barrier replicas (a copy of the state): only a gossip generation needs them
+                self._snaps = {self.step: (self.cursor.epoch, self.cursor.pos, self.replica.flat.clone())} \
+                    if plan.strategy == "adpsgd" else {}
                 self._timing["state"] = time.time()
                 g.store.add(f"formed/{plan.gen}", 1)
                 if plan.stop:
@@ -199,9 +207,11 @@ class CollectiveMember:
                         self._send_records(g, plan.logged, self.step)
                         self._push_replica(g, "final")
                     g.close()
+                    self.replica.close()
                     return {"member": self.member, "step": self.step, "gen": gen, "left": False, "regroups": regroups}
                 self._train(g, plan)
             except GroupFailed:
+                self.replica.reset_loader()  # the next generation expects its own blocks
                 self._timing = {"failed": time.time()}
                 # S-SGD / S-MA: the last step this member committed (the coordinator rolls forward);
                 # AD-PSGD: the last barrier it completed (the coordinator rolls back to it)
@@ -249,6 +259,8 @@ class CollectiveMember:
         rep = self.replica
         if plan.source < 0:
             head, params, extra = self._wait_init(g, plan)
+            with self._box_lock:  # taken: no copy of the starting state stays behind
+                self._inbox.pop(plan.gen, None)
             rep.set_params(params)
             rep.load_extra_state(decode_extra(extra) if extra else None)
             self._adopt(int(head["step"]), int(head["epoch"]), int(head["pos"]))
@@ -322,6 +334,8 @@ class CollectiveMember:
         if gossip:
             self._sent = self.step  # the steps up to here were sent at their barriers
         first = True
+        if self.replica.loader is not None:
+            self.replica.expect(self._planned_blocks(plan))
         while True:
             if self.step >= lease or self.step >= plan.max_step:
                 if gossip:
@@ -360,6 +374,19 @@ class CollectiveMember:
             if leader and time.monotonic() >= next_flush:
                 next_flush = time.monotonic() + FLUSH_S
                 self._send_records(g, self._sent, self.step - 1)  # the step before this one is everyone's
+
+    def _planned_blocks(self, plan: Plan) -> Iterator[np.ndarray]:
+        """The blocks this member takes in ``plan``'s generation, in order, if no step fails: computed
+        on a copy of the cursor (epoch wraps included) -- S-SGD and AD-PSGD block ``r`` of each step,
+        S-MA blocks ``h*k + r`` for ``h < local_steps`` -- up to ``plan.max_step`` (what the replica's
+        loader builds ahead; a failed step ends the generation, and the next one expects anew)."""
+        cur = self.cursor.copy()
+        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
+        H = plan.local_steps if plan.strategy == "sma" else 1
+        for _ in range(max(0, plan.max_step - self.step)):
+            for h in range(H):
+                yield cur.block(h * k + r, b)
+            cur.advance(H * k, b)
 
     def _record(self, plan: Plan, loss: float, samples: int) -> dict[str, Any]:
         return {"step": self.step, "gen": plan.gen, "k": len(plan.members), "loss": loss, "samples": samples,
@@ -517,7 +544,7 @@ class CollectiveMember:
             head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
                     "member": self.member, "want": self._want_served, "token": token}
             extra = encode_extra(rep.extra_state()) if rep.has_extra else b""
-            self._outbox = {t: v for t, v in self._outbox.items() if t > token - 2}  # the newest two
+            self._outbox.clear()  # only the newest offer is kept: one copy of the state at most
             self._outbox[token] = (head, rep.host_params().copy(), extra)
         g.store.queue_push("replicas", json.dumps(head).encode())
 

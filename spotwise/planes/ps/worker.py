@@ -9,6 +9,18 @@ a *new* worker handed the current parameters.
 A worker trains on its device (issue 20 item 4, :mod:`spotwise.workloads.device`): the model and
 each mini-batch live there, the parameters arrive once per step and are copied there once, and the
 gradient is computed there and copied to CPU numpy once per step for the wire.
+
+**No prefetching here** (``workload.loader``, issue 28 item 4).  A parameter-server worker learns its
+block of indices only when the coordinator starts the step (the block depends on which workers are
+up, N-sync cancellations and released blocks), so there is nothing to build ahead: the collective
+plane, whose members know their future blocks, is where ``loader.num_workers`` prefetches through
+DataLoader workers (:mod:`spotwise.workloads.loading`).  Splitting the block into ``num_workers``
+sub-batches fetched by a thread pool was measured and not adopted (256 samples, 2 threads, 2 cores):
+an I/O-bound ``__getitem__`` (0.5 ms sleep) went from 162 to 92 ms, but a CPU-bound one got slower
+-- a pure-Python one 81 -> 142 ms (the GIL), a torch one 105 -> 247 ms (contending with the
+worker's own compute threads) -- and it would call a user's ``__getitem__`` from several threads at
+once, which many datasets (open file handles, decoders) do not allow.  So here ``batch(indices)``
+is always built in the training thread.
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ import torch
 from spotwise.config import JobSpec, WorkloadSpec
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.specload import build, to_plain
-from spotwise.workloads.device import DeviceDataset, resolve_device, to_host
+from spotwise.workloads.device import DeviceDataset, resolve_device, to_device, to_host
 from spotwise.training.recipe import worker_recipe
 from spotwise.training.state import FlatModel, check_precision_device, forward_backward
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, zero_grad
@@ -135,7 +147,7 @@ class GradientWorker:
         """
         t0 = time.perf_counter()
         for _ in range(MAX_SCALE_RETRIES):
-            self.fm.set_flat(_as_tensor(params))
+            self.fm.set_flat(to_device(_as_tensor(params), self.device))
             zero_grad(self.model)
             loss = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
                                     self.device, self._scale)

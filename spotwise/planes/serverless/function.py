@@ -129,7 +129,9 @@ class WorkerInvocation:
         self.model = self.workload.build_model()
         self.model.train()
         self.n = num_params(self.model)
-        self.stream = SampleStream(len(self.workload.train), int(self.args["seed"]))
+        from spotwise.workloads.base import is_ordered
+
+        self.stream = SampleStream(len(self.workload.train), int(self.args["seed"]), is_ordered(self.workload))
 
     def _check_live(self) -> None:
         inc, stop = self.r.mget(self.k.per("inc", self.w), self.k.stop)

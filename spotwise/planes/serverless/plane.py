@@ -159,7 +159,7 @@ class ServerlessPlane:
     @property
     def stream(self) -> SampleStream:
         if self._stream is None:
-            self._stream = SampleStream(self.job.state.n_train, self.spec.seed)
+            self._stream = SampleStream(self.job.state.n_train, self.spec.seed, bool(getattr(self.job.state, "ordered", False)))
         return self._stream
 
     # ================================================================== the DataPlane interface

@@ -10,7 +10,11 @@ Data: one stream of seeded per-epoch permutations of the training set; step ``t`
 ``P(t) * B`` indices and the worker of rank ``k`` (among the step's workers, by id) takes the
 ``k``-th block of ``B`` (MLLess keeps ``B`` fixed when workers leave: "Weak scaling", Sec. 3.2).
 So a function redoing a step after a failure computes on exactly the same samples, and within an
-epoch every sample is in exactly one step.
+epoch every sample is in exactly one step.  Epoch ``e``'s order is
+:func:`~spotwise.control.permutation.epoch_permutation` with ``salt=7919``: for ``n <= 2**22`` it
+is ``default_rng([seed, 7919, e]).permutation(n)`` (the order this stream always used), above a
+lazily evaluated seeded bijection (memory independent of ``n``); for a stream (``ordered``) the
+identity, so positions are read in stream order.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from spotwise.control.permutation import EpochPermutation, epoch_permutation
+
+#: seeds this stream's orders apart from the epoch sampler's (``default_rng([seed, SALT, epoch])``)
+SALT = 7919
 
 
 @dataclass
@@ -81,20 +90,21 @@ class Schedule:
 
 
 class SampleStream:
-    """Concatenated seeded permutations of ``0..n-1`` (epoch ``e``: ``default_rng([seed, e])``)."""
+    """Concatenated seeded permutations of ``0..n-1`` (epoch ``e``: ``epoch_permutation(n, seed, e,
+    salt=SALT)``, module docstring); the identity every epoch when ``ordered``."""
 
-    def __init__(self, n: int, seed: int) -> None:
+    def __init__(self, n: int, seed: int, ordered: bool = False) -> None:
         if n < 1:
             raise ValueError("the training set is empty")
-        self.n, self.seed = int(n), int(seed)
-        self._cache: dict[int, np.ndarray] = {}
+        self.n, self.seed, self.ordered = int(n), int(seed), bool(ordered)
+        self._cache: dict[int, EpochPermutation] = {}
 
-    def _perm(self, epoch: int) -> np.ndarray:
+    def _perm(self, epoch: int) -> EpochPermutation:
         p = self._cache.get(epoch)
         if p is None:
             if len(self._cache) > 4:
                 self._cache.clear()
-            p = self._cache[epoch] = np.random.default_rng([self.seed, 7919, epoch]).permutation(self.n)
+            p = self._cache[epoch] = epoch_permutation(self.n, self.seed, epoch, self.ordered, salt=SALT)
         return p
 
     def take(self, start: int, count: int) -> np.ndarray:
