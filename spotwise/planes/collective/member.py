@@ -44,6 +44,7 @@ regroup could take back.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -64,6 +65,10 @@ from spotwise.training.recipe import LrSchedule, Recipe
 from spotwise.training.state import check_precision_device, decode_extra, encode_extra
 from spotwise.workloads.base import is_ordered
 from spotwise.workloads.device import collective_backend, resolve_device, to_host
+
+
+#: a replica moves to the coordinator in chunks of this many bytes (:meth:`CollectiveMember.take_replica`)
+REPLICA_CHUNK_BYTES = 32 << 20
 
 
 class Diverged(ArithmeticError):
@@ -123,7 +128,7 @@ class CollectiveMember:
         #: start, a resume, every member lost) and replicas it collects -- through Ray's object store
         #: by actor calls (this actor is threaded), never through the rendezvous store
         self._inbox: dict[int, tuple[dict[str, Any], np.ndarray, bytes]] = {}
-        self._outbox: dict[int, tuple[dict[str, Any], np.ndarray, bytes]] = {}
+        self._outbox: dict[int, tuple[dict[str, Any], np.ndarray, io.BytesIO]] = {}
         self._next_token = 0
         self._box_lock = threading.Lock()
         self._schedule: LrSchedule | None = None
@@ -157,11 +162,23 @@ class CollectiveMember:
             self._inbox[int(gen)] = (dict(head), np.asarray(vec, dtype=np.float32), bytes(extra))
         return True
 
-    def take_replica(self, token: int) -> tuple[dict[str, Any], np.ndarray, bytes] | None:
-        """A replica this member announced under ``token`` (None once a newer one replaced it); the
-        coordinator fetches each once, so it is dropped here (no copy of the state stays behind)."""
+    def take_replica(self, token: int, offset: int = 0, size: int = REPLICA_CHUNK_BYTES) -> bytes | None:
+        """Bytes ``[offset, offset + size)`` of the replica offered under ``token`` -- its flat float32
+        vector, then its encoded extra state -- or None once a newer offer replaced it.  The coordinator
+        fetches it in chunks, so neither side ever puts the whole state into Ray's object store at
+        once (a transfer costs one chunk of memory); the last chunk drops the offer."""
         with self._box_lock:
-            return self._outbox.pop(int(token), None)
+            got = self._outbox.get(int(token))
+            if got is None:
+                return None
+            head, vec, extra = got
+            vb, eb = memoryview(vec).cast("B"), extra.getbuffer()
+            total = len(vb) + len(eb)
+            lo, hi = int(offset), min(total, int(offset) + int(size))
+            out = bytes(vb[lo:min(hi, len(vb))]) + bytes(eb[max(0, lo - len(vb)):max(0, hi - len(vb))])
+            if hi >= total:
+                self._outbox.pop(int(token), None)
+            return out
 
     # ------------------------------------------------------------------ the member's life
     def run(self, address: StoreAddress, member: int, gen: int, timeout_s: float = 5.0,
@@ -535,17 +552,24 @@ class CollectiveMember:
 
     def _push_replica(self, g: ElasticGroup, why: str) -> None:
         """Offer the coordinator this replica (the whole training state): it is kept here under a
-        token and only its header goes through the store; the coordinator fetches the state with an
-        actor call (:meth:`take_replica`, Ray's object store) -- any model size."""
+        token and only its header goes through the store; the coordinator fetches the state in chunks
+        with actor calls (:meth:`take_replica`, Ray's object store) -- any model size.  A periodic or
+        requested offer is a copy (the member trains on); the final one is the live state (the member
+        trains no more), so it costs no copy."""
         rep = self.replica
         with self._box_lock:
             self._next_token += 1
             token = self._next_token
-            head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
-                    "member": self.member, "want": self._want_served, "token": token}
-            extra = encode_extra(rep.extra_state()) if rep.has_extra else b""
             self._outbox.clear()  # only the newest offer is kept: one copy of the state at most
-            self._outbox[token] = (head, rep.host_params().copy(), extra)
+            vec = rep.host_params()
+            vec = np.ascontiguousarray(vec if why == "final" else vec.copy(), dtype=np.float32)
+            extra = io.BytesIO()
+            if rep.has_extra:
+                torch.save(rep.extra_state(), extra)
+            head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
+                    "member": self.member, "want": self._want_served, "token": token,
+                    "vec_bytes": int(vec.nbytes), "extra_bytes": int(extra.getbuffer().nbytes)}
+            self._outbox[token] = (head, vec, extra)
         g.store.queue_push("replicas", json.dumps(head).encode())
 
     def _send_records(self, g: ElasticGroup, after: int, upto: int) -> None:

@@ -29,7 +29,7 @@ import numpy as np
 
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
 from spotwise.planes.collective.calls import call_member, wait_calls
-from spotwise.planes.collective.member import Plan, remote_member_class
+from spotwise.planes.collective.member import REPLICA_CHUNK_BYTES, Plan, remote_member_class
 from spotwise.planes.ps.compute import RayCompute
 
 
@@ -157,11 +157,27 @@ class PlaneControl:
             m = member_of(int(head["member"]))
             if m is None:
                 continue
-            got = wait_calls([call_member(m, "take_replica", int(head["token"]))], timeout_s=max(30.0, 4 * self.timeout_s))
-            if got and got[0] is not None:
-                h, vec, extra = got[0]
-                out.append((h, np.asarray(vec, dtype=np.float32), bytes(extra)))
+            got = self._fetch(m, head)
+            if got is not None:
+                out.append(got)
         return out
+
+    def _fetch(self, member: Any, head: dict[str, Any]) -> tuple[dict[str, Any], np.ndarray, bytes] | None:
+        """One offered replica, in chunks (:meth:`CollectiveMember.take_replica`); None if its member
+        died or replaced the offer meanwhile."""
+        nv, ne = int(head["vec_bytes"]), int(head["extra_bytes"])
+        buf = bytearray(nv + ne)
+        off = 0
+        while off < len(buf) or off == 0:
+            got = wait_calls([call_member(member, "take_replica", int(head["token"]), off, REPLICA_CHUNK_BYTES)],
+                             timeout_s=max(30.0, 4 * self.timeout_s))[0]
+            if got is None or (not got and len(buf)):
+                return None
+            buf[off:off + len(got)] = got
+            off += len(got)
+            if not len(buf):
+                break
+        return head, np.frombuffer(buf, dtype=np.float32, count=nv // 4), bytes(memoryview(buf)[nv:])
 
     def close(self) -> None:
         """Stop serving the store (the members are gone): its port and thread are released."""
