@@ -125,3 +125,21 @@ def test_loss_at_equal_samples_with_revocations_is_within_5_percent(ray_session:
     assert rough.extra["samples"] >= target and calm.extra["samples"] >= target
     a, b = eval_at(tmp_path / "calm", target), eval_at(tmp_path / "rough", target)
     assert abs(a - b) / a < 0.05, (a, b)
+
+
+def test_a_diverged_collective_step_stops_with_exit_2_after_a_checkpoint(ray_session: Any, tmp_path: Path) -> None:
+    """Every member sees the same non-finite all-reduced loss: they halt, the leader serves the last
+    good step's replica, the controller checkpoints it and stops (InputError: exit 2)."""
+    import re
+
+    from spotwise.errors import InputError
+
+    spec = spec_with(BASE, workload__lr=1e6, target__iterations=300, cluster__replica_every=1000)
+    out = tmp_path / "run"
+    with pytest.raises(InputError, match=r"at step (\d+): training diverged") as e:
+        run(spec, out)
+    bad = int(re.search(r"at step (\d+)", str(e.value)).group(1))
+    ck = list(read_events(out / "events.jsonl", kinds=["checkpoint"]))
+    assert ck and ck[-1]["why"] == "nonfinite" and ck[-1]["step"] == bad - 1
+    state, _ = load_latest_checkpoint(out)
+    assert int(state["step"]) == bad - 1 and bool(torch.isfinite(state["params"]).all())

@@ -291,3 +291,13 @@ def test_the_planners_pilot_trains_with_the_jobs_recipe() -> None:
                      cluster__workers=2, target__iterations=200)
     err, _ = run_pilot(spec, steps=40)
     assert any("recipe (optimizer AdamW" in n for n in err.notes)
+
+
+def test_the_cli_exits_2_on_a_bad_recipe(tmp_path: Path, cli: Any) -> None:
+    import yaml
+
+    d = {**BASE, "workload": {**BASE["workload"], "optimizer": {"name": "Adamm", "lr": 0.001}}}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(d))
+    code, _, err = cli("run", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and "did you mean 'Adam'" in err and "valid torch.optim names" in err
