@@ -102,51 +102,25 @@ class EpochPermutation:
     def __getitem__(self, key: Any) -> Any:
         if self._full is not None:
             return self._full[key]
-        if self.ordered:
-            return self._identity(key)
-        if isinstance(key, slice):
-            start, stop, step = key.indices(self.n)
-            if step == 1:
-                pos = np.arange(start, max(start, stop), dtype=np.uint64)
-            else:
-                pos = np.arange(start, stop, step, dtype=np.int64).astype(np.uint64)
-            return self._at(pos)
-        if isinstance(key, (int, np.integer)):
-            i = int(key)
-            if i < 0:
-                i += self.n
-            if not 0 <= i < self.n:
-                raise IndexError(f"index {int(key)} is out of range for a permutation of {self.n}")
-            return self._at(np.array([i], dtype=np.uint64))[0]
-        idx = np.asarray(key)
-        if idx.dtype.kind not in "iu":
-            raise TypeError(f"a permutation is indexed by a slice, an int or integers, not {idx.dtype}")
-        idx = idx.astype(np.int64)
-        idx = np.where(idx < 0, idx + self.n, idx)
-        if idx.size and (idx.min() < 0 or idx.max() >= self.n):
-            raise IndexError(f"index out of range for a permutation of {self.n}")
-        return self._at(idx.astype(np.uint64))
+        pos, scalar = self._positions(key)
+        out = pos if self.ordered else self._at(pos.astype(np.uint64))  # ordered: position i is sample i
+        return out[0] if scalar else out
 
-    def _identity(self, key: Any) -> Any:
-        """``ordered``: position ``i`` is sample ``i`` (same indexing rules as the other orders)."""
+    def _positions(self, key: Any) -> tuple[np.ndarray, bool]:
+        """The int64 positions ``key`` (a slice, an int or an integer array, numpy's rules) selects,
+        and whether it was a single int."""
         if isinstance(key, slice):
             start, stop, step = key.indices(self.n)
-            return np.arange(start, stop, step, dtype=np.int64)
-        if isinstance(key, (int, np.integer)):
-            i = int(key)
-            if i < 0:
-                i += self.n
-            if not 0 <= i < self.n:
-                raise IndexError(f"index {int(key)} is out of range for a permutation of {self.n}")
-            return np.int64(i)
-        idx = np.asarray(key)
+            return np.arange(start, stop, step, dtype=np.int64), False
+        scalar = isinstance(key, (int, np.integer))
+        idx = np.asarray([int(key)] if scalar else key)
         if idx.dtype.kind not in "iu":
             raise TypeError(f"a permutation is indexed by a slice, an int or integers, not {idx.dtype}")
         idx = idx.astype(np.int64)
         idx = np.where(idx < 0, idx + self.n, idx)
         if idx.size and (idx.min() < 0 or idx.max() >= self.n):
-            raise IndexError(f"index out of range for a permutation of {self.n}")
-        return idx
+            raise IndexError(f"index {int(key) if scalar else ''} out of range for a permutation of {self.n}".replace("  ", " "))
+        return idx, scalar
 
     # ------------------------------------------------------------------ the bijection
     def _round(self, r: np.ndarray, key: np.uint64) -> np.ndarray:

@@ -54,7 +54,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
@@ -519,6 +519,19 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     return err, rt
 
 
+def _pilot_loop(torch: Any, sampler: Any, batch: int, losses: np.ndarray, seed: int,
+                step: Callable[[int, np.ndarray], float]) -> None:
+    """``losses[j] = step(j, indices)`` for global batches from ``sampler`` (a seeded, forked RNG)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for j in range(losses.size):
+            block = sampler.reserve(batch)
+            if block is None:  # pragma: no cover - nothing else holds reservations here
+                raise RuntimeError("the epoch sampler has no samples left to reserve")
+            losses[j] = step(j, block.indices)
+            sampler.commit(block)
+
+
 def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float,
                   losses: np.ndarray, seed: int) -> None:
     """Like :func:`_sgd` with the job's recipe: the real optimizer through the same
@@ -529,39 +542,33 @@ def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any
     recipe = recipe_of(spec.workload, spec.planned_samples())
     fm = FlatModel(model, "cpu")
     up = Updater(fm, recipe, lr)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for j in range(losses.size):
-            block = sampler.reserve(batch)
-            if block is None:  # pragma: no cover - nothing else holds reservations here
-                raise RuntimeError("the epoch sampler has no samples left to reserve")
-            model.zero_grad(set_to_none=True)
-            loss = forward_backward(model, workload.loss, workload.train.batch, block.indices, recipe, fm.device)
-            grad = torch.cat([(p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1) if p.grad is not None
-                              else torch.zeros(p.numel()) for p in fm.params])
-            if not up.apply(grad, recipe.lr_at(lr, j * batch)):
-                raise InputError(f"the pilot's loss diverged at step {j + 1} (NaN or infinite gradient)",
-                                 "lower the learning rate, add a warm-up or grad_clip_norm", "workload.optimizer")
-            sampler.commit(block)
-            losses[j] = float(loss)
+
+    def step(j: int, idx: np.ndarray) -> float:
+        model.zero_grad(set_to_none=True)
+        loss = forward_backward(model, workload.loss, workload.train.batch, idx, recipe, fm.device)
+        grad = torch.cat([(p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1) if p.grad is not None
+                          else torch.zeros(p.numel()) for p in fm.params])
+        if not up.apply(grad, recipe.lr_at(lr, j * batch)):
+            raise InputError(f"the pilot's loss diverged at step {j + 1} (NaN or infinite gradient)",
+                             "lower the learning rate, add a warm-up or grad_clip_norm", "workload.optimizer")
+        return float(loss)
+
+    _pilot_loop(torch, sampler, batch, losses, seed, step)
 
 
 def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float, losses: np.ndarray, seed: int) -> None:
     """Plain SGD ``w -= lr g`` on global batches from ``sampler``; ``losses[j]`` = loss before step j's update."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for j in range(losses.size):
-            block = sampler.reserve(batch)
-            if block is None:  # pragma: no cover - nothing else holds reservations here
-                raise RuntimeError("the epoch sampler has no samples left to reserve")
-            model.zero_grad(set_to_none=True)
-            loss = workload.loss(model, workload.train.batch(block.indices))
-            loss.backward()
-            with torch.no_grad():
-                for p in model.parameters():
-                    if p.grad is None:
-                        continue
-                    g = p.grad.to_dense() if p.grad.is_sparse else p.grad
-                    p.sub_(lr * g)
-            sampler.commit(block)
-            losses[j] = float(loss.detach())
+
+    def step(j: int, idx: np.ndarray) -> float:
+        model.zero_grad(set_to_none=True)
+        loss = workload.loss(model, workload.train.batch(idx))
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is None:
+                    continue
+                g = p.grad.to_dense() if p.grad.is_sparse else p.grad
+                p.sub_(lr * g)
+        return float(loss.detach())
+
+    _pilot_loop(torch, sampler, batch, losses, seed, step)
