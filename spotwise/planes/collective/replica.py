@@ -189,7 +189,6 @@ class Replica:
                 return False
         if self.B and grad_sum.numel() >= self.N:
             self.fm.buffer_vec.copy_(grad_sum[self.P:self.N]).div_(float(total))
-            self.fm.advance_int_buffers(0)  # each member's own forwards counted them already
         return True
 
     def _restore_grad_views(self) -> None:
