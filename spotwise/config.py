@@ -156,12 +156,25 @@ class TargetSpec:
 
     iterations: int | None = None
     loss: float | None = None
+    #: issue 29: the job's size as hours of training on its cluster (``workers`` x the instance type or
+    #: ``cluster.accelerators``) at full strength; turned into ``iterations`` (or a step time) on load
+    #: (:mod:`spotwise.spec_hardware`)
+    hours: float | None = None
+    #: issue 29: the probability of meeting the deadline a recommended strategy must have shown
+    #: (measured on the traces' past windows where there are any, else the model's)
+    deadline_probability: float = 0.95
 
     def __post_init__(self) -> None:
-        if self.iterations is None and self.loss is None:
-            raise InputError("needs iterations and/or loss", "set target.iterations (e.g. 1000) or target.loss (e.g. 0.1)", "")
+        if self.iterations is None and self.loss is None and self.hours is None:
+            raise InputError("needs iterations, hours and/or loss", "set target.iterations (e.g. 1000), target.hours "
+                             "(e.g. 24: hours of training on the cluster) or target.loss (e.g. 0.1)", "")
         _positive(self.iterations, "iterations", "use a positive number of iterations")
         _positive(self.loss, "loss", "use a positive target loss")
+        _positive(self.hours, "hours", "give the hours of training on the cluster, e.g. 24")
+        p = self.deadline_probability
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < float(p) <= 1.0):
+            raise InputError(f"must be a probability in (0, 1], got {p!r}", "e.g. 0.95: the plan recommends only strategies "
+                             "that met the deadline in at least 95% of the tested windows", "deadline_probability")
 
 
 @dataclass
@@ -185,6 +198,9 @@ class ClusterSpec:
     sync_n: int | None = None
     bids: list[float] | float | None = None
     coordinator_instance: str | None = None
+    #: issue 29: SkyPilot's notation ``NAME:COUNT`` (e.g. ``V100:1``): picks ``instance_type`` from the catalog
+    #: (:mod:`spotwise.spec_hardware`)
+    accelerators: str | None = None
     cloud: Cloud | None = None
     region: str | None = None
     straggler: float = 0.3
@@ -221,9 +237,10 @@ class ClusterSpec:
             raise InputError(f"must lie in [0, 1], got {self.straggler}", "0 = no straggler noise, 1 = purely exponential step times (paper 000 eq. 14)", "straggler")
         _non_negative(self.sync_overhead_s, "sync_overhead_s", "the parameter server's update-and-push time, e.g. 0.05")
         _non_negative(self.standby, "standby", "use 0 to start every joining worker on demand")
-        if not self.instance_type and self.kind == "vm":
-            raise InputError("required field is missing", "name an instance type from the catalog, e.g. 'c5.xlarge' "
-                             "(or set cluster.kind: serverless to train on functions)", "instance_type")
+        if not self.instance_type and self.kind == "vm" and not self.accelerators:
+            raise InputError("required field is missing", "name an instance type from the catalog, e.g. 'c5.xlarge', or "
+                             "the accelerators, e.g. accelerators: V100:1 (or set cluster.kind: serverless to train on "
+                             "functions)", "instance_type")
         _positive(self.workers, "workers", "provision at least one worker")
         for name in ("workers", "max_workers", "standby", "sync_n"):
             v = getattr(self, name)
@@ -439,12 +456,18 @@ class JobSpec:
         return to_plain(self)
 
 
-def spec_from_dict(data: Any, source: str = "spec") -> JobSpec:
-    """Build a :class:`JobSpec` from parsed YAML/JSON; errors name ``source`` and the field."""
+def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> JobSpec:
+    """Build a :class:`JobSpec` from parsed YAML/JSON; errors name ``source`` and the field.  ``resolve``:
+    also turn ``cluster.accelerators`` / ``target.hours`` into the concrete fields (:mod:`spotwise.spec_hardware`)."""
+    from spotwise.spec_hardware import resolve_hardware
+
     try:
-        return build(JobSpec, data)
+        spec = build(JobSpec, data)
+        if resolve:
+            resolve_hardware(spec)
+        return spec
     except InputError as e:
-        e.where = f"{source}: {e.where}" if e.where else source
+        e.where = f"{source}: {e.where}" if e.where and not e.where.startswith(source) else (e.where or source)
         e.args = (e.message,)
         raise
 
@@ -470,8 +493,15 @@ def load_spec(path: str | Path) -> JobSpec:
         raise InputError(f"not valid YAML{at}", "fix the YAML syntax (indentation, colons, quotes)", str(p)) from None
     if not isinstance(data, dict):
         raise InputError("the spec must be a YAML mapping", "start from examples/demo.yaml", str(p))
-    spec = spec_from_dict(data, str(p))
+    spec = spec_from_dict(data, str(p), resolve=False)
     _resolve_paths(spec, p.parent)
+    from spotwise.spec_hardware import resolve_hardware
+
+    try:
+        resolve_hardware(spec)  # after the paths: a market.catalog file is relative to the spec
+    except InputError as e:
+        e.where = f"{p}: {e.where}" if e.where else str(p)
+        raise
     return spec
 
 

@@ -27,6 +27,7 @@ from spotwise.config import JobSpec
 from spotwise.market.price_points import check_price_points
 from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
+from spotwise.market.coordinator import coordinator_for
 from spotwise.market.catalog import Catalog, InstanceType
 from spotwise.market.preemption import (
     AvailabilityTraceRevocation,
@@ -233,11 +234,7 @@ def build_market(spec: JobSpec, horizon_s: float | None = None, catalog: Catalog
             [(p.market.revocation, len(p.slots)) for p in pools.pools])
         return dataclasses.replace(first, revocation=revocation, pools=pools)
     instance = catalog.instance(spec.cluster.instance_type, cloud=spec.cluster.cloud, region=spec.cluster.region)
-    coord_name = spec.cluster.coordinator_instance or spec.cluster.instance_type
-    coordinator = catalog.instance(coord_name, cloud=spec.cluster.cloud, region=spec.cluster.region)
-    if coordinator.on_demand_per_hour is None:
-        raise InputError(f"the coordinator {coordinator.name} has no on-demand price in the catalog",
-                         "pick a cluster.coordinator_instance with an on-demand price", "cluster.coordinator_instance")
+    coordinator = coordinator_for(spec, catalog)  # one rule for plan, simulate, sweep, run and emit (issue 29)
     if horizon_s is None:
         horizon_s = max(7 * 24 * 3600.0, 4 * (spec.deadline_s or 0.0))
     if not (horizon_s > 0 and math.isfinite(horizon_s)):

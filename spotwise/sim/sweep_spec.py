@@ -81,10 +81,9 @@ def sweep_job(spec: JobSpec, *, work_hours: float | None = None, restart_s: floa
         work, _ = pilot_work_s(spec, pilot_dir)
     else:
         work = job_work_s(spec, catalog)
-    coord = 0.0
-    if spec.cluster.coordinator_instance:
-        ci = catalog.instance(spec.cluster.coordinator_instance, cloud=spec.cluster.cloud)
-        coord = float(ci.on_demand_per_hour or 0.0)
+    from spotwise.market.coordinator import coordinator_for
+
+    coord = float(coordinator_for(spec, catalog).on_demand_per_hour or 0.0)  # billed as in plan/simulate/run (issue 29)
     billing = BillingPolicy.per_second(minimum_s=spec.market.min_charge_s) if spec.market.billing == "per-second" else BillingPolicy.per_hour()
     its = int(spec.target.iterations or max(1, round(work)))
     return SweepJob(work_s=work, deadline_s=float(deadline), workers=int(spec.cluster.workers), restart_s=float(restart_s),
