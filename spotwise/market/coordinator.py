@@ -37,15 +37,13 @@ def default_coordinator(catalog: "Catalog", cloud: str, region: str | None = Non
     """The cheapest on-demand CPU-only instance of ``cloud`` with ``min_vcpus`` / ``min_memory_gb``.
 
     Entries for ``region`` win over region-agnostic ones of the same name; entries for another
-    region never count.  Ties break by name.  InputError when the catalog has none for the cloud.
+    region never count (without ``region`` every entry does).  Ties break by name.  InputError when the catalog has none for the cloud.
     """
     best: dict[str, InstanceType] = {}
     for it in catalog.instances(cloud=cloud):
         if it.accelerator or it.on_demand_per_hour is None:
             continue
         if it.region and region and it.region != region and not region.startswith(it.region):
-            continue
-        if it.region and not region:
             continue
         if (it.vcpus or 0) < min_vcpus or (it.memory_gb or 0.0) < min_memory_gb:
             continue

@@ -179,17 +179,21 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     budget = spec.budget_usd
     ok = [a for a in alts if a.feasible and a.expected_cost is not None and (budget is None or a.expected_cost <= budget)]
     if not ok:
-        reasons = "; ".join(f"{a.strategy}: {a.reason or 'over budget'}" for a in alts)
-        raise InfeasibleError(f"no strategy meets the deadline {inp.deadline:.0f} s" + (f" and budget ${budget:g}" if budget else ""),
-                              f"relax the binding constraint ({reasons})", "plan")
+        from spotwise.planner.constraint_msg import infeasible_message
+
+        raise InfeasibleError(*infeasible_message(alts, inp.deadline, budget), "plan")  # what binds, by how much
     key = (lambda a: (a.expected_cost, a.expected_time_s)) if objective == "cost" else (lambda a: (a.expected_time_s, a.expected_cost))
-    best = min(ok, key=key)  # type: ignore[arg-type]
+    target_p = float(spec.target.deadline_probability)
+    sure = [a for a in ok if a.deadline_probability is None or a.deadline_probability >= target_p]
+    best = min(sure or ok, key=key)  # type: ignore[arg-type]
     others = sorted((a for a in ok if a is not best), key=key)  # type: ignore[arg-type]
     runner = others[0] if others else None
     why = (f"lowest expected cost (${best.expected_cost:.4g}) among the strategies that meet the deadline in expectation "
            "and the error target" if objective == "cost" else f"shortest expected time ({best.expected_time_s:.0f} s) within the budget")
     if best.deadline_probability is not None:
         why += f"; P(finish by the deadline) = {best.deadline_probability:.2f}"
+        why += (f" (target {target_p:.2f})" if sure else f", and none reaches the target {target_p:.2f}: relax the "
+                "deadline or lower target.deadline_probability")
     if runner is not None and runner.expected_cost:
         why += (f"; next best: {runner.strategy} at ${runner.expected_cost:.4g}"
                 f" ({100 * (runner.expected_cost / best.expected_cost - 1):.0f}% more)" if objective == "cost" else
@@ -226,10 +230,49 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
                         f"in {sw['deadline_met']:.0%} (95% CI {sw['ci95'][0]:.0%}-{sw['ci95'][1]:.0%}) at "
                         f"${sw['mean_cost']:.4g} mean cost")
     extra["recommendation"] = _recommendation(inp, spec, best, alts, placement)
+    tested = _tested_plan(spec, inp, alts, placement, objective, extra)
+    if tested is not None:  # issue 29 item 2: the backtest's best strategy leads, the model's table stays beside it
+        return tested
     return Plan(best.strategy, best.bids, best.workers, best.iterations, float(best.expected_cost),
                 float(best.expected_time_s), float(best.expected_error or inp.eps), objective, inp.deadline, why,
                 tuple(alts), inp.measured, inp.assumed, inp.price_source, policies, extra,
                 deadline_probability=best.deadline_probability)
+
+def _tested_plan(spec: JobSpec, inp: Inputs, alts: list[Alternative], placement: dict[str, Any] | None, objective: str,
+                 extra: dict[str, Any]) -> Plan | None:
+    """The plan of the best backtested strategy (:mod:`spotwise.planner.recommend`), or ``None`` without a backtest."""
+    from spotwise.planner.recommend import choose_tested
+
+    bt = (placement or {}).get("backtest")
+    if not bt:
+        return None
+    one = next((a for a in alts if a.strategy == "one-bid" and a.feasible and a.bids), None)
+    od_price = float((placement or {}).get("choice", {}).get("on_demand_price") or _on_demand_or_none(inp) or 0.0)
+    ch = choose_tested(bt, float(spec.target.deadline_probability), objective, spec.budget_usd, int(spec.cluster.workers),
+                       od_price, one.bids[0] if one else None)
+    if ch is None:
+        return None
+    e = ch.entry
+    od = next((x for x in bt["strategies"] if x["strategy"] == "on-demand"), None)
+    finish_h = e.get("mean_finish_h")
+    time_s = float(finish_h) * 3600.0 if finish_h is not None else float(inp.deadline)
+    model = extra["recommendation"]
+    rec = {**model, "strategy": ch.strategy, "bids": list(ch.bids), "policies": [dict(p) for p in ch.policies],
+           "expected_cost": float(e["mean_cost"]), "expected_cost_range": [float(e["p5_cost"]), float(e["p95_cost"])],
+           "expected_time_s": time_s, "deadline_probability": float(e["deadline_met"]),
+           "deadline_measured": float(e["deadline_met"]), "deadline_ci95": [float(v) for v in e["ci95"]],
+           "meets_target": ch.meets_target, "target_deadline_probability": float(spec.target.deadline_probability),
+           "on_demand_cost": None if od is None else float(od["mean_cost"]),
+           "saving_vs_on_demand": None if not od or not od["mean_cost"] else 1.0 - float(e["mean_cost"]) / float(od["mean_cost"]),
+           "basis": "backtest", "windows": bt.get("windows"), "model_strategy": model.get("strategy")}
+    ex = {**extra, "recommendation": rec, "trace_paths": list((placement or {}).get("traces") or []), "tested": {"strategy": ch.strategy, "policies": [dict(p) for p in ch.policies],
+                                                    "on_demand": ch.on_demand}}
+    iterations = int(spec.target.iterations or next((a.iterations for a in alts if a.strategy == "on-demand"), 1))
+    err = next((a.expected_error for a in alts if a.strategy == "on-demand" and a.expected_error is not None), inp.eps)
+    return Plan("on-demand" if ch.on_demand else ch.strategy, ch.bids, int(spec.cluster.workers), iterations,
+                float(e["mean_cost"]), time_s, float(err or inp.eps), objective, inp.deadline, ch.why, tuple(alts),
+                inp.measured, inp.assumed, inp.price_source, ch.policies, ex, deadline_probability=float(e["deadline_met"]))
+
 
 def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     """The spec (as plain data, ready for YAML) with the plan carried out: workers, bids, iterations, policies.
@@ -264,7 +307,16 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     if place:  # the place the plan was made for (issue 18 item 2)
         cl["region"], cl["instance_type"] = place["region"], place["instance_type"]
     rev = d["market"]["revocation"]
-    if plan.strategy in ("no-interruptions", "one-bid", "two-bids"):
+    tested = plan.extra.get("tested")
+    if tested and not tested.get("on_demand"):  # a backtested strategy (issue 29 item 2): its bid rule and policies
+        cl["bids"] = [float(b) for b in plan.bids] or None
+        if cl["bids"] and rev["model"] in ("none", "bid"):
+            rev["model"] = "bid"
+        own = {str(p["name"]) for p in tested.get("policies", [])}
+        d["policies"] = [p for p in d["policies"] if p["name"] not in own] + [dict(p) for p in tested.get("policies", [])]
+        if plan.extra.get("trace_paths") and not d["market"].get("traces"):  # replay the traces the strategy was tested on
+            d["market"]["traces"], d["market"]["synthetic"] = list(plan.extra["trace_paths"]), None
+    elif plan.strategy in ("no-interruptions", "one-bid", "two-bids"):
         cl["bids"] = [float(b) for b in plan.bids]
         rev["model"] = "bid"
     elif plan.strategy == "dynamic":

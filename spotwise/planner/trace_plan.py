@@ -21,6 +21,7 @@ The job is the spec's (its iterations, workers and step-time law, :func:`spotwis
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -85,6 +86,7 @@ def plan_placement(spec: JobSpec, traces: list[str], start: float, *, types: Seq
     out: dict[str, Any] = {"choice": choice.to_dict(), "job": {"work_h": job.work_s / 3600, "deadline_h": job.deadline_s / 3600,
                                                               "workers": job.workers, "restart_s": job.restart_s}}
     out["ranked"] = rank_places(places, start)
+    out["traces"] = [str(Path(t).expanduser().resolve()) for t in traces]  # a planned spec replays the same traces
     if hi < lo:
         out["backtest"] = None
         out["note"] = (f"no past window fits before {iso8601(start)} (needs {job.history_s / 86400:.0f} d of history plus "
@@ -97,7 +99,21 @@ def plan_placement(spec: JobSpec, traces: list[str], start: float, *, types: Seq
         "every_h": every_s / 3600, "strategies": [
             {"strategy": s.strategy, "deadline_met": s.deadline_met, "ci95": list(s.deadline_met_ci), "mean_cost": s.mean_cost,
              "p95_cost": float(np.quantile([r.cost for r in res.rows if r.strategy == s.strategy], 0.95)),
+             "p5_cost": float(np.quantile([r.cost for r in res.rows if r.strategy == s.strategy], 0.05)),
+             "mean_finish_h": _mean_finish_h(res.rows, s.strategy), "bid": _first_bid(res.rows, s.strategy, start),
              "vs_oracle": s.cost_ratio_of_means, "vs_free_move": s.cost_ratio_free, "vs_restart_bound": s.cost_ratio_restart, "vs_on_demand": s.vs_on_demand}
             for s in res.summaries],
     }
     return out
+
+
+def _mean_finish_h(rows: Sequence[Any], strategy: str) -> float | None:
+    """Mean hours from start to finish over the windows the strategy finished (``None``: none finished)."""
+    done = [r.finish_s for r in rows if r.strategy == strategy and r.finish_s is not None]
+    return float(np.mean(done)) / 3600.0 if done else None
+
+
+def _first_bid(rows: Sequence[Any], strategy: str, start: float) -> float | None:
+    """The bid of the strategy's last past window (its rule applied nearest the job's start), if it bids."""
+    bids = [(r.start, r.bid) for r in rows if r.strategy == strategy and r.bid is not None]
+    return float(max(bids)[1]) if bids else None
