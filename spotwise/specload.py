@@ -128,6 +128,12 @@ def convert(tp: Any, value: Any, where: str) -> Any:
             raise InputError(f"expected a finite number, got {value!r}", "write a finite number", where)
         return f
     if tp is str:
+        import datetime as _dt
+
+        if isinstance(value, _dt.datetime):  # YAML reads an unquoted 2020-03-21T23:50:20Z as a timestamp
+            if value.tzinfo is None:
+                value = value.replace(tzinfo=_dt.timezone.utc)
+            return value.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise InputError(f"expected a string, got {value!r}", "write a plain string", where)
         return str(value)

@@ -75,3 +75,10 @@ def test_the_cli_exits_2_naming_the_valid_accelerators(tmp_path: Path, cli) -> N
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(BASE))
     assert load_spec(good).cluster.instance_type == "p3.2xlarge"
+
+
+def test_an_unquoted_yaml_timestamp_is_a_start_time(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text("name: t\nworkload: {name: mlp-digits}\ntarget: {iterations: 10}\ncluster: {instance_type: c5.xlarge}\n"
+                 "market:\n  synthetic: {kind: constant, price: 0.1}\n  start: 2020-03-21T23:50:20Z\n")
+    assert load_spec(p).market.start == "2020-03-21T23:50:20Z"
