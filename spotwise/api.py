@@ -120,20 +120,40 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
     return result
 
 
-def run(spec: SpecLike | None, out: str | os.PathLike[str], *, resume: bool = False, overwrite: bool = False,
+def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, resume: bool = False, overwrite: bool = False,
         ray_address: str | None = None, autoscale: bool = False, notice_source: str = "none", metadata_url: str | None = None,
         compare_on_demand: bool = False, redis_url: str | None = None, lithops_config: str | os.PathLike[str] | None = None,
-        emulate_network_mbps: float = 0.0, progress: bool = False) -> "RunSummary":
+        emulate_network_mbps: float = 0.0, progress: bool = False, staging: str | os.PathLike[str] | None = None) -> "RunSummary":
     """Train ``spec`` for real into the run directory ``out`` (``spotwise run``): PyTorch workers on Ray on
     the emulated spot market (a private local Ray unless ``ray_address``), or Lithops functions for
     ``cluster.kind: serverless``.  ``resume=True`` (``spec`` None) continues the run in ``out`` from its
     last checkpoint.  ``compare_on_demand`` then trains the same samples on on-demand workers and puts
     both in the summary.  A run that makes no progress raises
-    :class:`~spotwise.control.progress.NoProgressError` (an InputError) holding its summary."""
-    from spotwise.control.runner import run_job
+    :class:`~spotwise.control.progress.NoProgressError` (an InputError) holding its summary.
 
-    out = Path(out)
-    if resume:
+    With ``outputs.uri`` in the spec the run directory is mirrored there as the run goes (``out`` None:
+    a local staging folder derived from the URI).  ``resume=True`` with ``out`` a URI string
+    (``"s3://bucket/prefix"``) continues that run on this machine: it is downloaded into ``staging``
+    (default: derived from the URI) and goes on mirroring to the URI."""
+    from spotwise.control.runner import run_job
+    from spotwise.remote.uri import check_uri, default_staging_dir, is_uri
+
+    fetch_uri = check_uri(out, "--resume") if resume and isinstance(out, str) and is_uri(out) else None
+    if staging is not None and fetch_uri is None:
+        raise InputError("a staging folder applies to a resume from a URI", "pass the run directory as out instead",
+                         "--out")
+    if fetch_uri is not None:
+        if spec is not None:
+            raise InputError("give either a spec or --resume, not both", "spotwise run --resume URI continues the run there",
+                             "spotwise run")
+        out = Path(staging) if staging is not None else default_staging_dir(fetch_uri)
+    if out is None and (resume or spec is None):
+        raise InputError("no run directory given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
+    if fetch_uri is not None:
+        job = None
+    elif resume:
+        assert out is not None
+        out = Path(out)
         if spec is not None:
             raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
         from spotwise.control.rundir_io import load_run_spec
@@ -148,6 +168,15 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str], *, resume: bool = Fa
         if spec is None:
             raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
         job = check_spec(spec, import_user_code=True, local_workers=not ray_address)
+        if out is None:  # with outputs.uri, the run is staged in a folder derived from it
+            if job.outputs.uri is None:
+                raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots), "
+                                 "or set outputs.uri", "--out")
+            out = default_staging_dir(job.outputs.uri)
+        out = Path(out)
+        if job.cluster.kind == "serverless" and job.outputs.uri is not None:
+            raise InputError("outputs.uri is supported for VM jobs only (for now)", "remove outputs.uri and copy the "
+                             "--out folder to storage yourself, or use cluster.kind: vm", "outputs.uri")
         if job.cluster.kind == "serverless":
             if ray_address or compare_on_demand:
                 raise InputError("--ray-address and --compare-on-demand apply to VM jobs",
@@ -172,7 +201,8 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str], *, resume: bool = Fa
 
         after = functools.partial(baseline, out_dir=out, progress=progress)
     return run_job(job, out, resume=resume, ray_address=ray_address, progress=progress, overwrite=overwrite,
-                   notice_source=notice_source, metadata_url=metadata_url, after=after, autoscale=autoscale)
+                   notice_source=notice_source, metadata_url=metadata_url, after=after, autoscale=autoscale,
+                   uri=fetch_uri, fetch=fetch_uri is not None)
 
 
 def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot: str | os.PathLike[str] | None = None,

@@ -20,7 +20,8 @@ import typer
 from rich.console import Console
 
 from spotwise import __version__
-from spotwise.cli_tables import _placement_table, _plan_table, _recommendation_lines, _serverless_table, _summary_table
+from spotwise.cli_help import command_kw
+from spotwise.cli_tables import _serverless_table, _summary_table
 from spotwise.errors import InputError
 from spotwise.outputfiles import check_output_file
 
@@ -32,8 +33,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    **command_kw(""),
 )
-traces_app = typer.Typer(help="Inspect price and availability traces.", no_args_is_help=True)
+traces_app = typer.Typer(help="Inspect price and availability traces.", no_args_is_help=True, **command_kw("traces"))
 app.add_typer(traces_app, name="traces")
 
 err_console = Console(stderr=True)
@@ -63,7 +65,9 @@ def guarded(fn: F) -> F:
             if details:  # e.g. the traceback of a user workload that raised: theirs to read, on stderr
                 sys.stderr.write(details.rstrip("\n") + "\n")
                 sys.stderr.flush()
-            err_console.print(f"[bold red]error:[/bold red] {e.message}", highlight=False, soft_wrap=True)
+            from rich.markup import escape  # a message's own brackets (pip install 'spotwise[cloud]') are text
+
+            err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err_console.print("interrupted")
@@ -167,7 +171,7 @@ def _root(
 
 
 # ------------------------------------------------------------------------------------- traces
-@traces_app.command("show")
+@traces_app.command("show", **command_kw("traces show"))
 @guarded
 def traces_show(
     paths: list[Path] = typer.Argument(..., help="Trace files or folders: AWS DescribeSpotPriceHistory JSON, Azure price CSV, SkyPilot JSON."),
@@ -216,11 +220,15 @@ def _demo_spec_path() -> Path:
 
 def _run_and_report(job: Any, out: Path, *, as_json: bool, **kw: Any) -> None:
     """:func:`spotwise.api.run`, then its summary: one JSON object, or the tables."""
+    import time
+
     from spotwise.api import run as api_run
     from spotwise.control.progress import NoProgressError
 
+    t0 = time.monotonic()
     try:
         summary = api_run(job, out, progress=not as_json, **kw)
+        out = Path(kw.get("staging") or out)  # a resume from a URI: the local staging folder
     except NoProgressError as e:
         if as_json:  # the run's summary is still the one JSON object; the message goes to stderr, exit 2
             print_json(e.summary.to_dict())
@@ -233,12 +241,12 @@ def _run_and_report(job: Any, out: Path, *, as_json: bool, **kw: Any) -> None:
         console.print(_serverless_table(summary))
         console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}; report: {out / 'report' / 'index.html'}")
         return
-    console.print(_summary_table(summary, out))
+    console.print(_summary_table(summary, out, elapsed_s=time.monotonic() - t0))
     console.print(f"report: {out / 'report' / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png "
                   f"beside it); events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
 
 
-@app.command()
+@app.command(**command_kw("demo"))
 @guarded
 def demo(
     out: Path = typer.Option(Path("spotwise-demo"), "--out", help="Run directory to write (an earlier spotwise run there is replaced; other files are kept; a non-spotwise directory is refused)."),
@@ -251,7 +259,7 @@ def demo(
     _run_and_report(job, out, as_json=as_json, overwrite=True, compare_on_demand=True)
 
 
-@app.command()
+@app.command(**command_kw("plan"))
 @guarded
 def plan(
     spec: Path = typer.Argument(..., help="Job spec (YAML)."),
@@ -286,32 +294,18 @@ def plan(
         d["expected_time_s"] = result.expected_time_s
         print_json(d)
         return
-    console = Console()
-    for line in _recommendation_lines(result.extra.get("recommendation") or {}):
-        console.print(line)
-    console.print(_plan_table(result))
-    placement = result.extra.get("placement")
-    if placement and placement.get("backtest"):
-        console.print(_placement_table(placement))
-    elif placement:
-        console.print(f"placement: {placement.get('error') or placement.get('note')}")
-    console.print(f"why: {result.why}")
-    console.print(f"prices: {result.price_source}")
-    for m in result.measured:
-        console.print(f"measured: {m}")
-    if explain:
-        for a in result.assumed:
-            console.print(f"assumed: {a}")
-    else:
-        console.print(f"({len(result.assumed)} assumptions behind these numbers: --explain prints them)")
+    from spotwise.reports.plan_view import print_plan
+
+    print_plan(result, Console(), explain=explain)
 
 
-@app.command()
+@app.command(**command_kw("run"))
 @guarded
 def run(
     spec: Optional[Path] = typer.Argument(None, help="Job spec (YAML)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Resume the run in this directory from its last checkpoint."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Resume the run in this directory, or at this s3://, gs:// "
+                                         "or file:// URI (staged in --out or a cache folder), from its last checkpoint."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
     autoscale: bool = typer.Option(False, "--autoscale", help="With --ray-address: the cluster's autoscaler provides the "
                                    "spot nodes (ray up); ask it for the job's worker slots and replace lost nodes."),
@@ -333,19 +327,26 @@ def run(
 ) -> None:
     """Train for real: PyTorch workers on Ray on the emulated spot market, or (cluster.kind: serverless) Lithops functions
     exchanging updates through Redis; writes OUT/summary.json, events.jsonl, plots."""
-    target = resume if resume is not None else out
+    from spotwise.remote.uri import default_staging_dir, is_uri
+
+    uri = resume if resume is not None and is_uri(resume) else None  # --resume s3://...: staged in --out or a cache folder
+    target: Any = uri or (Path(resume) if resume is not None else out)
     if target is None:
         if spec is None:
             raise InputError("no spec given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
-        _check_spec(spec)  # the spec's own errors first, then the missing flag
-        raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots)", "--out")
+        job = _check_spec(spec)  # the spec's own errors first, then the missing flag
+        if job.outputs.uri is None:
+            raise InputError("no output directory", "pass --out DIR (it receives summary.json, events.jsonl and plots), or "
+                             "set outputs.uri", "--out")
+        target = default_staging_dir(job.outputs.uri)
     _run_and_report(spec, target, as_json=as_json, resume=resume is not None, overwrite=overwrite, ray_address=ray_address,
+                    staging=(out or default_staging_dir(uri)) if uri else None,
                     autoscale=autoscale, notice_source=notice_source, metadata_url=metadata_url,
                     compare_on_demand=compare_on_demand, redis_url=redis_url, lithops_config=lithops_config,
                     emulate_network_mbps=emulate_network_mbps)
 
 
-@app.command()
+@app.command(**command_kw("simulate"))
 @guarded
 def simulate(
     spec: Path = typer.Argument(..., help="Job spec (YAML)."),
@@ -432,6 +433,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
 
     from spotwise.api import sweep as api_sweep
     from spotwise.reports.sweep_view import sweep_table
+    from spotwise.reports.units import human_duration
     from spotwise.sim.sweep_spec import TextProgress
 
     def go(progress: Any) -> Any:
@@ -456,12 +458,12 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(sweep_table(result, breakdown=breakdown))
     console.print(f"{len(result.homes)} home place(s), {result.places} place(s) in all; {result.worker_iterations / 1e6:.1f} M "
-                  f"simulated worker-iterations in {result.wall_s:.1f} s")
+                  f"simulated worker-iterations in {human_duration(result.wall_s)}")
     if result.written:
         console.print("written: " + ", ".join(result.written))
 
 
-@app.command()
+@app.command(**command_kw("report"))
 @guarded
 def report(
     run_dirs: list[Path] = typer.Argument(..., help="A run directory, or several run or sweep directories to compare."),
@@ -488,6 +490,43 @@ def report(
         for f in rep.flags:
             err_console.print(f"not like for like: {f}")
     Console().print("written: " + ", ".join(str(p) for p in rep.files))
+
+
+@app.command(**command_kw("runs"))
+@guarded
+def runs(
+    root: Path = typer.Argument(Path("."), help="Folder holding run directories (default: the current one)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object {dir, runs: [...]} on stdout."),
+) -> None:
+    """List the run directories below DIR: status, steps done of the target, cost so far, deadline and time left."""
+    from spotwise.reports.runs_view import list_runs, runs_table
+
+    states = list_runs(root)
+    if as_json:
+        print_json({"dir": str(root), "runs": [s.to_dict() for s in states]})
+    else:
+        Console().print(runs_table(states) if states else f"no run directories below {root}")
+
+
+@app.command(**command_kw("status"))
+@guarded
+def status(
+    run_dir: Path = typer.Argument(..., help="A run directory (the --out of spotwise run or simulate), running or finished."),
+    as_json: bool = typer.Option(False, "--json", help="Print the run's state as one JSON object on stdout."),
+    watch: bool = typer.Option(False, "--watch", help="Keep the view up to date until the run ends (Ctrl-C stops)."),
+    interval: float = typer.Option(2.0, "--interval", help="With --watch: seconds between updates."),
+) -> None:
+    """One run's state, read from its event log while it runs: status, steps, loss, workers, cost so far, time left."""
+    from spotwise.reports.runs_view import one_run, status_table, watch_status
+
+    if watch and as_json:
+        raise InputError("--watch and --json together", "use --json for one snapshot, --watch to follow the run", "--watch")
+    if watch:
+        watch_status(run_dir, Console(), interval)
+    elif as_json:
+        print_json(one_run(run_dir).to_dict())
+    else:
+        Console().print(status_table(one_run(run_dir)))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -24,6 +24,7 @@ import yaml
 
 from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
+from spotwise.remote.uri import check_uri
 from spotwise.policies.schema import validate_policies
 from spotwise.spec_checks import MAX_SEED, _non_negative, _positive, _seed  # noqa: F401  (re-exported)
 from spotwise.spec_market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
@@ -367,14 +368,19 @@ class PolicySpec:
 
 @dataclass
 class OutputSpec:
-    """Where results go and how often to checkpoint (``checkpoint_every`` committed steps; 0 = only on notice)."""
+    """Where results go and how often to checkpoint (``checkpoint_every`` committed steps; 0 = only on notice).
+    ``uri``: ``s3://bucket/prefix``, ``gs://...`` or ``file:///...``: ``spotwise run`` mirrors its run
+    directory there as it goes (:mod:`spotwise.remote`); ``spotwise run --resume URI`` continues it anywhere."""
 
     dir: str | None = None
     plots: bool = True
     checkpoint_every: int = 100
     log_every: int = 1
+    uri: str | None = None
 
     def __post_init__(self) -> None:
+        if self.uri is not None:
+            self.uri = check_uri(self.uri, "uri")
         _non_negative(self.checkpoint_every, "checkpoint_every", "use 0 to checkpoint only on revocation notices")
         _positive(self.log_every, "log_every", "log every N >= 1 steps")
 
@@ -461,6 +467,11 @@ def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> 
     also turn ``cluster.accelerators`` / ``target.hours`` into the concrete fields (:mod:`spotwise.spec_hardware`)."""
     from spotwise.spec_hardware import resolve_hardware
 
+    if isinstance(data, dict) and "output" in data:  # ``output:`` is another name of ``outputs:``
+        if "outputs" in data:
+            raise InputError("both output: and outputs: are given", "keep one of them (output: is another name of "
+                             "outputs:)", f"{source}: output")
+        data = {("outputs" if k == "output" else k): v for k, v in data.items()}
     try:
         spec = build(JobSpec, data)
         if resolve:

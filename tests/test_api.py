@@ -135,13 +135,15 @@ def test_the_example_policy_is_swept_against_the_built_in_ones_in_one_table(poli
                          strategies=["on-demand", "spot+guard", SlackGuard(margin_h=0.5), "slack_guard:SlackGuard"],
                          out=tmp_path / "sweep")
     names = [s.strategy for s in res.summaries]
-    assert names == ["on-demand", "spot+guard", "slack-guard", "slack_guard:SlackGuard"]
+    # a user policy is shown by its declared name; a second one of that name also by its reference (issue 29)
+    ref = "slack-guard (slack_guard:SlackGuard)"
+    assert names == ["on-demand", "spot+guard", "slack-guard", ref]
     by = {s.strategy: s for s in res.summaries}
     assert all(s.windows == by["on-demand"].windows > 5 for s in res.summaries)
     # the policy decides: a wider margin (the default 2 h, more than the job's slack) buys on-demand
     # sooner than 0.5 h does, and nearly as much as on-demand itself
-    assert by["slack_guard:SlackGuard"].mean_on_demand_h > by["slack-guard"].mean_on_demand_h > 0
-    assert by["slack_guard:SlackGuard"].mean_on_demand_h > 0.9 * by["on-demand"].mean_on_demand_h
+    assert by[ref].mean_on_demand_h > by["slack-guard"].mean_on_demand_h > 0
+    assert by[ref].mean_on_demand_h > 0.9 * by["on-demand"].mean_on_demand_h
     assert by["slack-guard"].deadline_met >= by["spot+guard"].deadline_met - 0.2
     assert "slack-guard" in repr(res) or "SweepResult(" in repr(res)
     table = json.loads((tmp_path / "sweep" / "sweep.json").read_text())

@@ -23,6 +23,7 @@ from spotwise.errors import InputError
 from spotwise.planner import emit
 
 REPO = Path(__file__).resolve().parents[1]
+URI = "s3://bucket/spotwise-job"
 EXAMPLES = REPO / "examples"
 
 
@@ -151,7 +152,14 @@ def test_on_demand_and_dynamic_recommendations() -> None:
     ray_validate(cfg)
     w = cfg["available_node_types"]["workers"]
     assert "InstanceMarketOptions" not in w["node_config"]
-    assert cfg["available_node_types"]["head"]["node_config"]["InstanceType"] == emit.DEFAULT_HEAD["aws"][0]
+    # no coordinator_instance: the cheapest on-demand CPU instance of the cloud, the machine plan/simulate bill
+    from spotwise.market.coordinator import coordinator_for
+    from spotwise.market.world import load_catalog
+
+    spec = _spec(coordinator_instance=None)
+    head = cfg["available_node_types"]["head"]
+    assert head["node_config"]["InstanceType"] == coordinator_for(spec, load_catalog(spec)).name
+    assert "InstanceMarketOptions" not in head["node_config"]
     dyn = emit.ray_cluster_config(_rec(strategy="dynamic", workers=8, bids=[1.0] * 8), _spec())
     # the dynamic strategy starts with half: spotwise run --autoscale asks for the slots it wants itself
     assert not any("request_resources" in c for c in dyn["head_start_ray_commands"])
@@ -226,28 +234,31 @@ def _sky_validate(task: dict[str, Any]) -> None:
 
 
 def test_skypilot_task_holds_the_plan_and_its_scripts_parse() -> None:
-    task = emit.skypilot_task(_rec(), _spec(), spec_file="/x/planned.yaml")
+    task = emit.skypilot_task(_rec(), _spec(), spec_file="/x/planned.yaml", uri=URI)
     res = task["resources"]
     assert res["cloud"] == "aws" and res["use_spot"] is True
     assert res["ordered"][0] == {"region": "us-east-1", "zone": "us-east-1b", "instance_type": "p3.2xlarge"}
     assert [p["zone"] for p in res["ordered"]] == ["us-east-1b", "us-east-1a", "us-west-2b"]
-    assert task["num_nodes"] == 4 and task["envs"] == {"SPOTWISE_INSTALL": ""}
-    assert "--notice-source aws" in task["run"] and "spotwise run" in task["run"]
+    assert task["num_nodes"] == 4 and task["envs"] == {"SPOTWISE_INSTALL": "", "SPOTWISE_RAY_PORT": "6379"}
+    # a managed job: recovered after preemption, across the plan's regions; the run resumes from the bucket
+    assert task["resources"]["job_recovery"] == {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 3}
+    assert f'run --resume "{URI}"' in task["run"] and "nvidia-smi" in task["setup"]
+    assert "--notice-source aws" in task["run"] and "bin/spotwise\" run" in task["run"]
     _bash_ok(task["setup"])
     _bash_ok(task["run"])
-    gcp = emit.skypilot_task(_gcp_rec(), _gcp_spec())
+    gcp = emit.skypilot_task(_gcp_rec(), _gcp_spec(), uri=URI)
     assert gcp["resources"]["instance_type"] == "n1-standard-8" and gcp["resources"]["accelerators"] == "V100:1"
     assert "--notice-source gcp" in gcp["run"]
 
 
 def test_skypilot_task_passes_skypilots_schemas() -> None:
-    _sky_validate(emit.skypilot_task(_rec(), _spec()))
-    _sky_validate(emit.skypilot_task(_gcp_rec(), _gcp_spec()))
-    _sky_validate(emit.skypilot_task(_rec(strategy="on-demand", ranked_places=[]), _spec()))
+    _sky_validate(emit.skypilot_task(_rec(), _spec(), uri=URI))
+    _sky_validate(emit.skypilot_task(_gcp_rec(), _gcp_spec(), uri=URI))
+    _sky_validate(emit.skypilot_task(_rec(strategy="on-demand", ranked_places=[]), _spec(), uri=URI))
 
 
 def test_skypilots_schemas_refuse_broken_tasks() -> None:
-    good = emit.skypilot_task(_rec(), _spec())
+    good = emit.skypilot_task(_rec(), _spec(), uri=URI)
     unknown = copy.deepcopy(good)
     unknown["num_node"] = 2
     spot_word = copy.deepcopy(good)
@@ -260,19 +271,28 @@ def test_skypilots_schemas_refuse_broken_tasks() -> None:
 # ------------------------------------------------------------------------------------------ the command
 def test_plan_emit_writes_both_files(cli: Any, tmp_path: Path) -> None:
     cluster, task, planned = tmp_path / "cluster.yaml", tmp_path / "task.yaml", tmp_path / "planned.yaml"
-    code, _, err = cli("plan", str(EXAMPLES / "p3-24h-traces.yaml"), "--pilot-steps", "10", "--write-spec", str(planned),
+    d = yaml.safe_load((EXAMPLES / "p3-24h-traces.yaml").read_text())
+    d["outputs"] = {"uri": URI}
+    spec = tmp_path / "p3.yaml"
+    spec.write_text(yaml.safe_dump(d))
+    code, _, err = cli("plan", str(spec), "--pilot-steps", "10", "--write-spec", str(planned),
                        "--emit", f"ray-cluster={cluster}", "--emit", f"skypilot={task}", "--install", "git+https://x/s.git")
     assert code == 0, err
     assert "ray-cluster file written" in err and "skypilot file written" in err
     cfg = yaml.safe_load(cluster.read_text())
     ray_validate(cfg)
-    assert cfg["file_mounts"][emit.REMOTE_SPEC] == str(planned.resolve())
+    # the nodes read the planned spec, rewritten beside the file (its inputs at their mounted copies)
+    node_spec = tmp_path / "cluster.node-spec.yaml"
+    assert cfg["file_mounts"][emit.REMOTE_SPEC] == str(node_spec)
+    assert load_spec(node_spec).cluster.workers == load_spec(planned).cluster.workers
     assert cfg["provider"]["availability_zone"].startswith("us-east-1b")
     text = cluster.read_text()
     assert "ray up cluster.yaml" in text and "--ray-address auto --notice-source aws --autoscale" in text
+    assert "resolve:ssm:/aws/service/deeplearning/ami/" in text and "Deep Learning Base OSS NVIDIA Driver GPU AMI" in text
+    assert "sky jobs launch" in task.read_text() and URI in task.read_text()
     assert yaml.safe_load(task.read_text())["resources"]["zone"] == "us-east-1b"
     # never overwritten: a second run refuses before planning
-    code, _, err = cli("plan", str(EXAMPLES / "p3-24h-traces.yaml"), "--emit", f"ray-cluster={cluster}")
+    code, _, err = cli("plan", str(spec), "--emit", f"ray-cluster={cluster}")
     assert code == 2 and "already exists" in err
 
 

@@ -51,12 +51,21 @@ def test_cost_falls_and_time_rises_with_the_deadline() -> None:
 
 
 def test_plan_prefers_cheaper_bids_over_no_interruptions() -> None:
-    plan = make_plan(zhang(), error_model=MODEL)
+    """With a target P(deadline) the bids' own probability admits (paper 000 designs them to finish *in
+    expectation*), the cheapest feasible strategy wins; with the default 0.95 (issue 29) only strategies whose
+    P(deadline) reaches it are recommended, the cheaper ones staying in the table."""
+    d = zhang().to_dict()
+    d["target"]["deadline_probability"] = 0.3
+    plan = make_plan(spec_from_dict(d), error_model=MODEL)
     by = {a.strategy: a for a in plan.alternatives}
     assert by["no-interruptions"].expected_cost > by["one-bid"].expected_cost
     assert plan.strategy in ("one-bid", "two-bids", "dynamic")
     assert plan.expected_cost == min(a.expected_cost for a in plan.alternatives if a.feasible)
     assert plan.expected_time_s <= plan.deadline_s * (1 + 1e-9)
+    sure = make_plan(zhang(), error_model=MODEL)
+    assert sure.deadline_probability is not None and sure.deadline_probability >= 0.95
+    cheaper = [a for a in sure.alternatives if a.feasible and a.expected_cost < sure.expected_cost]
+    assert cheaper and all(a.deadline_probability < 0.95 for a in cheaper), "only less sure strategies are cheaper"
     time_plan = make_plan(zhang(), error_model=MODEL, objective="time")
     assert time_plan.expected_time_s <= plan.expected_time_s
 

@@ -39,8 +39,10 @@ def test_recommendation_names_the_place_whose_prices_it_uses() -> None:
     assert f":{rec['place']}:" in plan.price_source, (rec["place"], plan.price_source)
     assert plan.extra["instance"] == rec["instance"]
     assert rec["strategy"] == plan.strategy and rec["expected_cost"] == pytest.approx(plan.expected_cost)
-    od = next(a for a in plan.alternatives if a.strategy == "on-demand")
-    assert rec["saving_vs_on_demand"] == pytest.approx(1 - plan.expected_cost / od.expected_cost)
+    # issue 29: the recommendation is the backtest's best strategy, its saving against on-demand on the same windows
+    assert rec["basis"] == "backtest"
+    od = next(e for e in plan.extra["placement"]["backtest"]["strategies"] if e["strategy"] == "on-demand")
+    assert rec["saving_vs_on_demand"] == pytest.approx(1 - plan.expected_cost / od["mean_cost"])
     assert rec["deadline_ci95"] is not None and rec["deadline_ci95"][0] <= rec["deadline_measured"] <= rec["deadline_ci95"][1]
     # a spot bid of the recommended place: at least that zone's price at the start is covered by no-interruptions
     if plan.strategy == "no-interruptions":

@@ -113,7 +113,8 @@ def compare_on_demand(summary: Any, out_dir: str | Path, *, progress: bool = Tru
     per_step = spec.cluster.workers * spec.workload.batch_size
     if progress:
         Console(stderr=True).print(f"on-demand baseline: the same {samples} samples on {spec.cluster.workers} on-demand workers")
-    with RunProgress(math.ceil(samples / per_step), progress) as bar:
+    # the steps are an estimate: a step may hold fewer samples than workers x batch (n-sync, epoch ends)
+    with RunProgress(math.ceil(samples / per_step), progress, estimated=True, label="on-demand") as bar:
         measured = run_on_demand_baseline(spec, samples, out / BASELINE_DIR, progress=bar.update if progress else None)
     measured["dir"] = BASELINE_DIR  # relative to the run directory
     summary.extra["on_demand_model"] = summary.extra.get("on_demand")

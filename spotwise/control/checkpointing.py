@@ -12,7 +12,8 @@ job into a checkpoint, :meth:`restore` puts the newest valid one back into the j
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -38,6 +39,9 @@ class Checkpointer:
         self.job = job
         #: the step of the newest checkpoint (-1: none this session)
         self.last_step = -1
+        #: called with the checkpoint's path once it is committed (e.g. a
+        #: :class:`~spotwise.remote.mirror.RunMirror` uploading it to ``outputs.uri``)
+        self.listeners: list[Callable[[Path], None]] = []
 
     def take(self, why: str) -> None:
         """Write a checkpoint of the job's current step (logged as a ``checkpoint`` event)."""
@@ -64,6 +68,8 @@ class Checkpointer:
         self.last_step = job.step
         job.counters.checkpoints += 1
         job.log.emit("checkpoint", step=job.step, path=str(path), why=why)
+        for listener in self.listeners:
+            listener(path)
 
     def export_model(self) -> None:
         """``OUT/model.pt``: the final model's ``state_dict`` (parameters and buffers), which plain

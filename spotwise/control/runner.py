@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from spotwise.config import JobSpec
 from spotwise.errors import InputError
@@ -18,28 +18,23 @@ from spotwise.control.progress import NoProgressError, check_progress_possible
 from spotwise.control.rundir_io import load_run_spec
 from spotwise.capacity.placement import placement_for
 from spotwise.capacity.raystart import check_local_workers, ensure_ray
-from spotwise.rundir import open_run_dir
-
-
-def _fmt_t(seconds: float) -> str:
-    h, rem = divmod(int(seconds), 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}"
+from spotwise.remote.location import open_run_location
+from spotwise.remote.mirror import RunMirror
 
 
 class RunProgress:
     """A rich progress bar on stderr: steps, loss, active workers, virtual time, cost so far."""
 
-    def __init__(self, total: int | None, enabled: bool) -> None:
-        self.enabled = enabled
+    def __init__(self, total: int | None, enabled: bool, *, estimated: bool = False, label: str = "training") -> None:
+        from spotwise.reports.progress_view import progress_columns
+
+        self.enabled, self.estimated, self.total = enabled, estimated, total
         self.console = Console(stderr=True)
-        self.progress = Progress(
-            TextColumn("[bold]training"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
-            TextColumn("loss {task.fields[loss]}"), TextColumn("workers {task.fields[active]}"),
-            TextColumn("virtual {task.fields[vt]}"), TextColumn("cost ${task.fields[cost]}"), TimeElapsedColumn(),
+        self.progress = Progress(  # columns sized to the terminal (80 columns: nothing cut)
+            *progress_columns(self.console.width, label=label, estimated=estimated),
             console=self.console, transient=False, disable=not enabled, refresh_per_second=8,
         )
-        self.task = self.progress.add_task("run", total=total, loss="-", active="-", vt="0:00:00", cost="0.0000")
+        self.task = self.progress.add_task("run", total=total, loss="-", active="-", vt="0 s", cost="0.0000")
 
     def __enter__(self) -> "RunProgress":
         self.progress.__enter__()
@@ -49,9 +44,14 @@ class RunProgress:
         self.progress.__exit__(*exc)
 
     def update(self, snap: dict[str, Any]) -> None:
+        from spotwise.reports.progress_view import grown_total
+        from spotwise.reports.units import human_duration
+
         loss = "-" if snap["loss"] is None else f"{snap['loss']:.4f}"
-        self.progress.update(self.task, completed=snap["step"], loss=loss, active=f"{snap['active']}/{snap['provisioned']}",
-                             vt=_fmt_t(snap["t"]), cost=f"{snap['cost']:.4f}")
+        self.total = grown_total(self.total, int(snap["step"]), self.estimated)  # type: ignore[assignment]
+        self.progress.update(self.task, completed=snap["step"], total=self.total, loss=loss,
+                             active=f"{snap['active']}/{snap['provisioned']}", vt=human_duration(snap["t"]),
+                             cost=f"{snap['cost']:.4f}")
 
 
 def run_job(
@@ -67,6 +67,8 @@ def run_job(
     metadata_url: str | None = None,
     after: Callable[[RunSummary], RunSummary] | None = None,
     autoscale: bool = False,
+    uri: str | None = None,
+    fetch: bool = False,
 ) -> RunSummary:
     """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary.
 
@@ -82,6 +84,9 @@ def run_job(
     ``overwrite`` removes only the files an earlier run wrote; the user's own files stay.
     ``autoscale`` (with ``ray_address``): the cluster's autoscaler provides the spot nodes; the
     run asks it for its worker slots instead of refusing a cluster that has none yet.
+    ``uri`` (default: the spec's ``outputs.uri``): mirror the run directory there as the run goes;
+    ``fetch`` (with ``resume``): first download the run from ``uri`` into ``out_dir``, a local
+    staging folder (:func:`spotwise.remote.location.open_run_location`).
     """
     out = Path(out_dir)
     if notice_source not in ("none", "aws", "gcp"):
@@ -94,14 +99,32 @@ def run_job(
     if autoscale and not ray_address:
         raise InputError("--autoscale needs --ray-address", "start a Ray cluster with an autoscaler (ray up) and pass "
                          "--ray-address auto", "--autoscale")
-    with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
+    if fetch and not (resume and uri):
+        raise InputError("fetching a run needs --resume and its URI", "spotwise run --resume s3://bucket/prefix", "--resume")
+    if uri is None and not fetch:
+        uri = _spec_uri(spec, out, resume)
+    with open_run_location(out, "resume" if resume else ("overwrite" if overwrite else "new"), uri, fetch=fetch) as mirror:
         summary = _run_locked(spec, out, resume=resume, ray_address=ray_address, progress=progress, plots=plots,
-                              notice_source=notice_source, metadata_url=metadata_url, autoscale=autoscale)
+                              notice_source=notice_source, metadata_url=metadata_url, autoscale=autoscale, mirror=mirror)
         return after(summary) if after is not None else summary
 
 
+def _spec_uri(spec: JobSpec | None, out: Path, resume: bool) -> str | None:
+    """The ``outputs.uri`` of ``spec`` (a local resume: of the run's ``spec.json``; a missing or bad
+    one is reported by the resume itself)."""
+    if spec is not None:
+        return spec.outputs.uri
+    if resume:
+        try:
+            return load_run_spec(out).outputs.uri
+        except InputError:
+            return None
+    return None
+
+
 def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: str | None, progress: bool,
-                plots: bool | None, notice_source: str, metadata_url: str | None, autoscale: bool = False) -> RunSummary:
+                plots: bool | None, notice_source: str, metadata_url: str | None, autoscale: bool = False,
+                mirror: RunMirror | None = None) -> RunSummary:
     """:func:`run_job` once the run directory is prepared and locked."""
     if resume:
         spec = load_run_spec(out)
@@ -129,6 +152,8 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
                                                       progress=callback)
         else:  # the data plane is the spec's (cluster.data_plane)
             coord = JobController(spec, out, market=market, resume=resume, progress=callback)
+        if mirror is not None:  # uploads each checkpoint once committed, the log as it grows
+            mirror.attach(coord.checkpointer)
         try:
             summary = coord.run()
         except NoProgressError:

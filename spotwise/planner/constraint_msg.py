@@ -4,7 +4,8 @@ relax it, in the user's units; the theorems' reasons follow in a parenthesis at 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from spotwise.reports.units import human_duration as _hours
 from spotwise.reports.units import humanize_seconds
@@ -25,10 +26,11 @@ def infeasible_message(alts: Sequence[Any], deadline_s: float, budget: float | N
     if budget is not None and in_time:
         cheapest = min(in_time, key=lambda a: float(a.expected_cost))
         need = float(cheapest.expected_cost)
-        return (f"the budget ${budget:g} is below the cheapest plan's ${need:.4g} ({cheapest.strategy} within the "
-                f"{_hours(deadline_s)} deadline)",
-                f"raise budget_usd to at least ${need * 1.001:.4g}, or relax the deadline (a longer one lets a lower "
-                f"bid or fewer workers finish cheaper){tail}")
+        what = (f"the budget ${budget:g} is below the cheapest plan's ${need:.4g} ({cheapest.strategy} within the "
+                f"{_hours(deadline_s)} deadline)")
+        fix = (f"raise budget_usd to at least ${math.ceil(need * 100) / 100:,.2f}, or relax the deadline (a longer one "
+               f"lets a lower bid or fewer workers finish cheaper){tail}")
+        return what, fix
     timed = [a for a in alts if a.expected_time_s is not None and a.expected_time_s > 0]
     what = f"no strategy finishes within the {_hours(deadline_s)} deadline" + (f" and the ${budget:g} budget" if budget else "")
     if timed:

@@ -258,7 +258,7 @@ def _tested_plan(spec: JobSpec, inp: Inputs, alts: list[Alternative], placement:
     time_s = float(finish_h) * 3600.0 if finish_h is not None else float(inp.deadline)
     model = extra["recommendation"]
     rec = {**model, "strategy": ch.strategy, "bids": list(ch.bids), "policies": [dict(p) for p in ch.policies],
-           "expected_cost": float(e["mean_cost"]), "expected_cost_range": [float(e["p5_cost"]), float(e["p95_cost"])],
+           "expected_cost": float(e["mean_cost"]), "expected_cost_interval": [float(e["p5_cost"]), float(e["p95_cost"])],
            "expected_time_s": time_s, "deadline_probability": float(e["deadline_met"]),
            "deadline_measured": float(e["deadline_met"]), "deadline_ci95": [float(v) for v in e["ci95"]],
            "meets_target": ch.meets_target, "target_deadline_probability": float(spec.target.deadline_probability),

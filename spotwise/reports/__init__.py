@@ -6,10 +6,10 @@ import math
 
 
 def fmt_duration(seconds: float | None, digits: int = 1) -> str:
-    """``"-"``, ``"42 s"``, ``"3.5 min"``, ``"2.1 h"`` or ``"1.5 d"``: the unit a person reads easily."""
+    """``"-"``, ``"42 s"``, ``"3.5 min"``, ``"25.2 h"`` or ``"2.1 d"``: :func:`spotwise.reports.units.human_duration`
+    (hours below 48 h, days above), the one formatter for durations a person reads."""
+    from spotwise.reports.units import human_duration
+
     if seconds is None or not math.isfinite(seconds):
         return "-"
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if seconds >= size:
-            return f"{seconds / size:.{digits}f} {unit}"
-    return f"{seconds:.{max(digits - 1, 0)}f} s"
+    return human_duration(seconds, digits=digits)

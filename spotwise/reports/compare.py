@@ -5,7 +5,8 @@
 embedded) with loss against time and loss against cost of every run overlaid, and a table of cost,
 time, deadline and what each run did; trace sweeps (directories holding ``sweep.json``) get one
 row per strategy.  The like-for-like rules of the demo hold: runs that did different work -- another
-workload, target or dataset, or a different number of samples trained on (more than 1% apart) --
+workload or dataset, or a different number of samples trained on (more than 1% apart; the target, a stopping
+rule, counts only where the samples differ or are unknown) --
 are flagged at the top of the page, as are sweeps of different jobs or windows; the numbers are
 still shown, but the page says they do not compare.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import InputError
+from spotwise.reports.units import human_hours
 
 #: relative difference of samples trained on above which two runs did different work
 SAMPLES_TOLERANCE = 0.01
@@ -48,8 +50,20 @@ class Report:
 
 
 def single_report(run_dir: Path, plots: bool = True) -> Report:
-    """One run's report (``RUN_DIR/report/index.html`` and its PNGs; ``plots=False``: nothing written)."""
+    """One run's report (``RUN_DIR/report/index.html`` and its PNGs; ``plots=False``: nothing written); a sweep
+    directory (one holding ``sweep.json``) gets its strategies' page in ``SWEEP_DIR/report/index.html``."""
     from spotwise.reports.run_report import load_run, report_json, write_report
+
+    if (Path(run_dir) / "sweep.json").is_file() and not (Path(run_dir) / "summary.json").exists():
+        page = Path(run_dir) / "report" / "index.html"
+        if not plots:
+            entries = _sweep_entries(Path(run_dir))
+            return Report([str(run_dir)], page, [], entries, like_for_like(entries), "sweep")
+        if not page.parent.is_dir() and not page.parent.is_symlink():
+            page.parent.mkdir()
+        rep = compare_runs([Path(run_dir)], page)
+        rep.kind = "sweep"
+        return rep
 
     run = load_run(run_dir)
     files = write_report(run_dir) if plots else []
@@ -105,10 +119,15 @@ def like_for_like(entries: list[dict[str, Any]]) -> list[str]:
         ref = runs[0]
         for e in runs[1:]:
             w0, w1 = ref["work"], e["work"]
-            for key in ("workload", "dataset", "target"):
+            a, b = ref.get("samples"), e.get("samples")
+            # the target is a stopping rule, not the work done: runs that trained on the same samples did the same
+            # work whatever their step targets (the demo's on-demand baseline stops at the spot run's samples,
+            # with a step target of its own), so the target is compared only where the samples differ or are unknown
+            same_samples = bool(a and b and abs(a - b) <= SAMPLES_TOLERANCE * max(a, b))
+            keys = ("workload", "dataset") if same_samples else ("workload", "dataset", "target")
+            for key in keys:
                 if w0.get(key) != w1.get(key):
                     flags.append(f"{e['dir']} trains a different {key} ({w1.get(key)!r}) than {ref['dir']} ({w0.get(key)!r})")
-            a, b = ref.get("samples"), e.get("samples")
             if a and b and abs(a - b) > SAMPLES_TOLERANCE * max(a, b):
                 flags.append(f"{e['dir']} trained on {b:,} samples, {ref['dir']} on {a:,}: different work, the costs "
                              "and times do not compare")
@@ -181,26 +200,26 @@ def _page(entries: list[dict[str, Any]], flags: list[str], images: list[tuple[st
     runs = [e for e in entries if e["kind"] == "run"]
     if runs:
         parts.append("<h2>runs</h2><table><tr><th>run</th><th>mode</th><th>status</th><th>steps</th><th>samples</th>"
-                     "<th>final metric</th><th>final loss</th><th>time (h)</th><th>cost ($)</th><th>on-demand est. ($)</th>"
-                     "<th>deadline (h)</th><th>met</th><th>revocations</th></tr>")
+                     "<th>final metric</th><th>final loss</th><th>time</th><th>cost ($)</th><th>on-demand est. ($)</th>"
+                     "<th>deadline</th><th>met</th><th>revocations</th></tr>")
         for e in runs:
             metric = f"{_fmt(e['final_metric'])} {esc(e['metric_name'] or '')}"
             parts.append(f"<tr><td>{esc(e['name'])}<br><small>{esc(e['dir'])}</small></td><td>{esc(e['mode'])}</td>"
                          f"<td>{esc(e['status'])}</td><td>{e['steps']}</td><td>{_fmt(e['samples'], ',')}</td><td>{metric}</td>"
-                         f"<td>{_fmt(e['final_loss'])}</td><td>{_fmt(e['virtual_h'])}</td><td>{_fmt(e['cost_usd'])}</td>"
-                         f"<td>{_fmt(e['on_demand_cost_usd'])}</td><td>{_fmt(e['deadline_h'])}</td>"
+                         f"<td>{_fmt(e['final_loss'])}</td><td>{esc(human_hours(e['virtual_h']))}</td><td>{_fmt(e['cost_usd'])}</td>"
+                         f"<td>{_fmt(e['on_demand_cost_usd'])}</td><td>{esc(human_hours(e['deadline_h']))}</td>"
                          f"<td>{_fmt(e['deadline_met'])}</td><td>{e['revocations']}</td></tr>")
         parts.append("</table>")
     sweeps = [e for e in entries if e["kind"] == "sweep"]
     if sweeps:
         parts.append("<h2>sweeps</h2><table><tr><th>sweep: strategy</th><th>windows</th><th>P(deadline)</th><th>95% CI</th>"
-                     "<th>mean cost ($)</th><th>vs oracle</th><th>vs on-demand</th><th>p95 finish (h)</th></tr>")
+                     "<th>mean cost ($)</th><th>vs oracle</th><th>vs on-demand</th><th>p95 finish</th></tr>")
         for e in sweeps:
             ci = e.get("deadline_met_ci") or [None, None]
             parts.append(f"<tr><td>{esc(e['name'])}</td><td>{e['windows']}</td><td>{_fmt(e['deadline_met'], '.1%')}</td>"
                          f"<td>{_fmt(ci[0], '.1%')} - {_fmt(ci[1], '.1%')}</td><td>{_fmt(e['mean_cost'])}</td>"
                          f"<td>{_fmt(e['vs_oracle'], '.3f')}x</td><td>{_fmt(e['vs_on_demand'], '.3f')}x</td>"
-                         f"<td>{_fmt(e['p95_finish_h'])}</td></tr>")
+                         f"<td>{esc(human_hours(e['p95_finish_h']))}</td></tr>")
         parts.append("</table>")
     for title, src in images:
         parts.append(f"<h2>{esc(title)}</h2><img alt='{esc(title)}' src='{src}'>")

@@ -232,4 +232,4 @@ def _mismatches(run: RunData) -> list[str]:
 
 
 def _fmt_s(seconds: float | None) -> str:
-    return fmt_duration(seconds, digits=2 if seconds is not None and seconds >= 3600 else 1)
+    return fmt_duration(seconds)

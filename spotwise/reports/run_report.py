@@ -33,6 +33,7 @@ import numpy as np
 
 from spotwise.reports.run_data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _clean, _fmt_s, _num, load_run  # noqa: F401
 from spotwise.reports.run_plots import _dest, plot_run
+from spotwise.reports.units import humanize_seconds
 
 
 # --------------------------------------------------------------------------------------------- JSON
@@ -132,6 +133,43 @@ def _counts(c: dict[str, int], limit: int = 6) -> str:
     return text + (f", +{len(items) - limit} more" if len(items) > limit else "")
 
 
+_SECTIONS = (("by_category", "by kind"), ("by_market", "by market"), ("by_pool", "by pool"), ("by_instance", "by instance"))
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def cost_rows(breakdown: dict[str, Any], limit: int = 4) -> list[tuple[str, str]]:
+    """The cost breakdown as rows a person reads (issue 29): the kinds one row each, every other split
+    (market, pool, instance) one row of ``name $x`` items, a split that repeats an earlier one's amounts
+    (one pool per kind) left out, and the total (the ``cost`` row) not repeated."""
+    rows: list[tuple[str, str]] = []
+    seen: list[list[float]] = []
+    for key, v in breakdown.items():  # scalar parts other than the total (older summaries)
+        if key != "total" and _is_num(v) and not any(key == s for s, _ in _SECTIONS):
+            rows.append((f"  cost: {key}", _fmt_usd(v)))
+    for key, label in _SECTIONS:
+        part = breakdown.get(key)
+        if not isinstance(part, dict):
+            continue
+        items = [(str(k), float(v)) for k, v in part.items() if _is_num(v)]
+        amounts = sorted(round(v, 9) for _, v in items)
+        if not items or amounts in seen:
+            continue
+        seen.append(amounts)
+        if key == "by_category":  # one row per kind, its market beside it where each kind has one market
+            market = {round(v, 9): str(k).replace("_", "-") for k, v in (breakdown.get("by_market") or {}).items() if _is_num(v)}
+            named = len(market) == len(items) and sorted(market) == amounts
+            rows += [(f"  {k.replace('_', '-')}" + (f" ({market[round(v, 9)]})" if named else ""), _fmt_usd(v))
+                     for k, v in items]
+            continue
+        items.sort(key=lambda kv: -kv[1])
+        text = ", ".join(f"{k.replace('_', '-')} {_fmt_usd(v)}" for k, v in items[:limit])
+        rows.append((f"  {label}", text + (f", +{len(items) - limit} more" if len(items) > limit else "")))
+    return rows
+
+
 def summary_rows(run: RunData) -> list[tuple[str, str]]:
     """(label, value) rows shared by :func:`summary_table` and the HTML page."""
     j = report_json(run)
@@ -143,10 +181,9 @@ def summary_rows(run: RunData) -> list[tuple[str, str]]:
     if j["metric_name"] or j["final_metric"] is not None:
         rows.append((f"final {j['metric_name'] or 'metric'}", _fmt_num(j["final_metric"])))
     rows.append(("virtual time", _fmt_s(j["virtual_s"])))
-    rows.append(("wall time", _fmt_s(j["wall_s"])))
+    rows.append(("wall time (training)", _fmt_s(j["wall_s"])))
     rows.append(("cost", _fmt_usd(j["cost_usd"])))
-    for k, v in j["cost_breakdown"].items():
-        rows.append((f"  cost: {k}", _fmt_usd(v)))
+    rows.extend(cost_rows(j["cost_breakdown"]))
     if j["workers_provisioned"] is not None or j["workers_active_mean"] is not None:
         rows.append(("workers", f"{j['workers_provisioned'] if j['workers_provisioned'] is not None else '?'} provisioned"
                      + (f", {j['workers_active_mean']:.2f} active on average" if j["workers_active_mean"] is not None else "")))
@@ -200,7 +237,7 @@ def _html(run: RunData, images: list[Path], dest: Path) -> str:
         shown = run.decisions[-200:]
         drows = "\n".join(
             f"<tr><td>{e(_fmt_s(_num(d.get('t'))))}</td><td>{e(str(d.get('policy')))}</td>"
-            f"<td>{e(str(d.get('decision')))}</td><td>{e(str(d.get('reason')))}</td></tr>" for d in shown)
+            f"<td>{e(str(d.get('decision')))}</td><td>{e(humanize_seconds(str(d.get('reason'))))}</td></tr>" for d in shown)
         more = f" (last {len(shown)} of {len(run.decisions)})" if len(shown) < len(run.decisions) else ""
         decisions = (f"<h2>Decisions{more}</h2><table><tr><th>virtual time</th><th>policy</th><th>decision</th>"
                      f"<th>reason</th></tr>\n{drows}</table>")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.reports.finite_json import dumps_finite
+from spotwise.reports.units import human_hours
 from spotwise.sim.sweep import SweepResult
 
 
@@ -22,7 +23,7 @@ def sweep_table(result: SweepResult, breakdown: bool = False) -> Any:
 
     d = result.to_dict()
     job = d["job"]
-    t = Table(title=(f"{result.job.name}: {job['work_h']:.1f} h of work, {job['deadline_h']:.0f} h deadline, "
+    t = Table(title=(f"{result.job.name}: {human_hours(job['work_h'])} of work, {human_hours(job['deadline_h'])} deadline, "
                      f"{job['workers']} worker(s); {len(result.rows) // max(1, len(result.summaries))} windows "
                      f"({d['windows']} starts, {d['first_start']} .. {d['last_start']}), {d['places']} places"))
     cols = ["strategy", "deadline met", "95% CI", "mean cost $", "vs free-move", "vs restart bound", "vs oracle", "vs on-demand", "p95 finish h",

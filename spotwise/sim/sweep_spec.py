@@ -175,8 +175,10 @@ class TextProgress:
         self.last = now
         spent = now - self.t0
         left = spent * (total - done) / done if done > 0 else math.nan
-        eta = f", about {left:.0f} s left" if math.isfinite(left) else ""
-        self.stream.write(f"sweep: {done:,}/{total:,} start times ({100.0 * done / total:.1f}%), {spent:.0f} s{eta}\n")
+        from spotwise.reports.units import human_duration
+
+        eta = f", about {human_duration(left)} left" if math.isfinite(left) else ""
+        self.stream.write(f"sweep: {done:,}/{total:,} start times ({100.0 * done / total:.1f}%), {human_duration(spent)}{eta}\n")
         self.stream.flush()
         self.lines += 1
 

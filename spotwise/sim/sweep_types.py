@@ -61,8 +61,10 @@ class SweepJob:
         if not isinstance(self.workers, int) or self.workers < 1 or not isinstance(self.iterations, int) or self.iterations < 1:
             raise InputError("workers and iterations must be integers >= 1", where="sweep job")
         if self.work_s + self.start_s > self.deadline_s:  # type: ignore[operator]
-            raise InputError(f"{self.work_s / 3600:.2f} h of work plus a {self.start_s:.0f} s start cannot finish in "
-                             f"the {self.deadline_s / 3600:.2f} h deadline even on on-demand",
+            from spotwise.reports.units import human_duration as hd
+
+            raise InputError(f"{hd(self.work_s)} of work plus a {hd(self.start_s)} start cannot finish in "
+                             f"the {hd(self.deadline_s)} deadline even on on-demand",
                              "extend the deadline or shrink the job", "deadline")
 
 
@@ -117,10 +119,12 @@ def user_strategy(policy: Any) -> Strategy:
     """A user policy as a sweep strategy (issue 22): spot at the home place up to the on-demand
     price, the policy deciding; ``policy`` is a ``package.module:ClassName`` name or a Policy object."""
     if isinstance(policy, str):
-        from spotwise.policies.user import check_reference
+        from spotwise.policies.user import check_reference, load_policy_class
 
         check_reference(policy)
-        return Strategy(policy, "home", "on-demand", "spot", (policy,), f"user policy {policy}")
+        declared = getattr(load_policy_class(policy), "name", None)  # the table shows its declared name (issue 29)
+        name = declared if isinstance(declared, str) and declared.strip() else policy
+        return Strategy(name, "home", "on-demand", "spot", (policy,), f"user policy {policy}")
     from spotwise.policies.user import guard
 
     g = guard(policy)
@@ -151,6 +155,21 @@ def parse_strategies(text: str | Sequence[Any] | None) -> list[Strategy]:
         out.append(STRATEGIES[n])
     if not out:
         raise InputError("no strategies given", f"name some of {', '.join(STRATEGIES)}", "--strategies")
+    return _unique_names(out)
+
+
+def _unique_names(strategies: list[Strategy]) -> list[Strategy]:
+    """A user policy named like an earlier strategy gets its reference beside the name (``slack-guard
+    (slack_guard:SlackGuard)``): one row per strategy, and every row tells which one it is."""
+    import dataclasses
+
+    seen: set[str] = set()
+    out = []
+    for s in strategies:
+        if s.name in seen and s.description.startswith("user policy "):
+            s = dataclasses.replace(s, name=f"{s.name} ({s.description[len('user policy '):]})")
+        seen.add(s.name)
+        out.append(s)
     return out
 
 
@@ -273,7 +292,7 @@ class SweepResult:
             "windows": len(self.starts), "places": self.places, "first_start": iso8601(self.starts[0]) if self.starts else None,
             "last_start": iso8601(self.starts[-1]) if self.starts else None,
             "job": {"work_h": self.job.work_s / 3600, "deadline_h": self.job.deadline_s / 3600, "workers": self.job.workers,
-                    "restart_s": self.job.restart_s},
+                    "restart_s": self.job.restart_s, "coordinator_per_hour": self.job.coordinator_per_hour},
             "oracle_mean_cost": float(np.mean([o.cost for o in self.oracle])) if self.oracle else None,
             "free_move_mean_cost": float(np.mean([o.cost for o in self.free])) if self.free else None,
             "restart_bound_mean_cost": float(np.mean(self.restart)) if self.restart else None,

@@ -1,0 +1,181 @@
+"""What the nodes of an emitted cluster need besides the image (issue 29 item 3): spotwise, the spec,
+every file the spec names, and the workload's code.
+
+* :func:`parse_install` -- how the nodes get spotwise (``--install``): a git URL or requirement, a
+  wheel or a source folder (mounted).
+* :func:`node_files` -- every input file the spec names (``market.traces``, ``market.catalog``,
+  ``market.synthetic.fit_to``, ``market.revocation.lifetimes``, ``workload.dataset`` and the pools'
+  own traces and lifetimes), each mounted under :data:`REMOTE_INPUTS`, and a ``module:function``
+  workload's module or package, mounted under :data:`REMOTE_CODE` (on ``PYTHONPATH`` there).  A
+  path that does not exist here cannot be mounted: :class:`InputError` (exit 2).
+* :func:`node_spec_dict` -- the spec as the nodes read it: the same job with those paths rewritten
+  to the mounted copies (relative to the spec's folder on the node, :data:`REMOTE_DIR`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from spotwise.config import JobSpec
+from spotwise.errors import InputError
+
+#: where the job lives on the nodes: the spec, its inputs, the workload's code, the run directory
+REMOTE_DIR = "~/spotwise-job"
+REMOTE_SPEC = f"{REMOTE_DIR}/spec.yaml"
+REMOTE_RUN = f"{REMOTE_DIR}/run"
+REMOTE_INPUTS = f"{REMOTE_DIR}/inputs"
+REMOTE_CODE = f"{REMOTE_DIR}/code"
+#: the virtual environment the setup creates on every node
+REMOTE_VENV = "~/spotwise-venv"
+INSTALL_MISSING = ("no spotwise install source: rerun spotwise plan with --install (a git URL such as "
+                   "git+https://github.com/OWNER/spotwise.git, a wheel file or a source folder), or set SPOTWISE_INSTALL")
+
+
+# ------------------------------------------------------------------------------------- spotwise itself
+@dataclass(frozen=True)
+class Install:
+    """How the nodes get spotwise: a pip argument, and a local wheel or folder to mount first."""
+
+    pip_arg: str | None  # None: not given (the setup stops with a message)
+    local: Path | None = None
+    remote: str | None = None
+
+    @property
+    def mounts(self) -> dict[str, str]:
+        return {self.remote: str(self.local)} if self.local is not None and self.remote else {}
+
+    @property
+    def is_folder(self) -> bool:
+        return self.local is not None and self.local.is_dir()
+
+
+def parse_install(value: str | None) -> Install:
+    """``--install``: a URL / requirement (used as it is), or an existing wheel file or source folder (mounted)."""
+    if value is None or not value.strip():
+        return Install(None)
+    v = value.strip()
+    if "://" in v or v.startswith("git+"):
+        return Install(v)
+    p = Path(v).expanduser()
+    if p.is_file() and p.suffix == ".whl":
+        remote = f"{REMOTE_DIR}/{p.name}"
+        return Install(remote, p.resolve(), remote)
+    if p.is_dir() and ((p / "pyproject.toml").is_file() or (p / "setup.py").is_file()):
+        return Install(f"{REMOTE_DIR}/src", p.resolve(), f"{REMOTE_DIR}/src")
+    if p.exists() or v.endswith(".whl") or "/" in v or v in (".", ".."):
+        raise InputError(f"{v!r} is neither a wheel file nor a folder with pyproject.toml",
+                         "give --install a spotwise wheel (.whl), the source folder, or a git URL "
+                         "(git+https://github.com/OWNER/spotwise.git)", "--install")
+    return Install(v)  # a requirement pip resolves on the nodes (e.g. an index of your own)
+
+
+# ------------------------------------------------------------------------------------- the spec's files
+def _spec_paths(d: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """``(where, container, key)`` of every input path in a spec dict (``JobSpec.to_dict()`` form)."""
+    def market(m: Any, at: str) -> Iterator[tuple[str, Any, Any]]:
+        if not isinstance(m, dict):
+            return
+        for key in ("traces", "catalog"):
+            for i, _ in enumerate(m.get(key) or []):
+                yield f"{at}.{key}[{i}]", m[key], i
+        synth = m.get("synthetic")
+        if isinstance(synth, dict) and synth.get("fit_to"):
+            yield f"{at}.synthetic.fit_to", synth, "fit_to"
+        rev = m.get("revocation")
+        if isinstance(rev, dict) and rev.get("lifetimes"):
+            yield f"{at}.revocation.lifetimes", rev, "lifetimes"
+
+    yield from market(d.get("market"), "market")
+    wl = d.get("workload")
+    if isinstance(wl, dict) and wl.get("dataset"):
+        yield "workload.dataset", wl, "dataset"
+    for j, pool in enumerate((d.get("cluster") or {}).get("pools") or []):
+        if isinstance(pool, dict):
+            rev = pool.get("revocation")
+            if isinstance(rev, dict) and rev.get("lifetimes"):
+                yield f"cluster.pools[{j}].revocation.lifetimes", rev, "lifetimes"
+            yield from market(pool.get("market"), f"cluster.pools[{j}].market")
+
+
+def _local(path: str, base: Path | None) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (base or Path.cwd()) / p
+
+
+@dataclass(frozen=True)
+class NodeFiles:
+    """What ``file_mounts`` carries besides spotwise: ``inputs`` (local path, path on the node relative to
+    :data:`REMOTE_DIR`) for every file the spec names, and ``code`` (local module file or package, its
+    path on the node) of a ``module:function`` workload."""
+
+    inputs: tuple[tuple[str, str], ...] = ()
+    code: tuple[str, str] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def mounts(self) -> dict[str, str]:
+        out = {f"{REMOTE_DIR}/{rel}": local for local, rel in self.inputs}
+        if self.code is not None:
+            out[self.code[1]] = self.code[0]
+        return out
+
+    def remote(self, local: str, base: Path | None = None) -> str | None:
+        key = str(_local(local, base).resolve())
+        return next((rel for loc, rel in self.inputs if loc == key), None)
+
+
+def workload_code(spec: JobSpec, base: Path | None = None) -> tuple[tuple[str, str] | None, list[str]]:
+    """A ``module:function`` workload's top-level module or package here, and where it goes on the node.
+
+    Looked up without importing it (importing runs the user's code): on ``PYTHONPATH``, in the current
+    folder, the spec's folder, then ``sys.path``.  An installed package (site-packages) is not mounted
+    (a note says to install it on the nodes); a module found nowhere is an InputError (exit 2)."""
+    name = spec.workload.name
+    if ":" not in name:
+        return None, []
+    top = name.partition(":")[0].split(".")[0]
+    dirs = [*filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)), os.getcwd(),
+            *([str(base)] if base else []), *sys.path[1:]]
+    for d in dirs:
+        for cand in (Path(d) / top, Path(d) / f"{top}.py"):
+            if (cand.is_dir() and any(cand.glob("*.py"))) or cand.is_file():
+                if {"site-packages", "dist-packages"} & set(cand.resolve().parts):
+                    return None, [f"the workload's module {top} is an installed package ({cand}): it is not mounted; "
+                                  "add its pip install to the nodes' setup"]
+                return (str(cand.resolve()), f"{REMOTE_CODE}/{cand.name}"), []
+    raise InputError(f"cannot find the workload's module {top!r} here, so --emit cannot mount it on the nodes",
+                     f"run spotwise plan from the folder that holds {top}.py (or the {top}/ package), or add that "
+                     "folder to PYTHONPATH", "workload.name")
+
+
+def node_files(spec: JobSpec, base: Path | None = None) -> NodeFiles:
+    """Every input file of ``spec`` (paths relative to ``base``, the spec's folder, else the current
+    folder) with its place on the node, and the workload's code; InputError for a path that is missing here."""
+    inputs: dict[str, str] = {}
+    for where, box, key in _spec_paths(spec.to_dict()):
+        raw = str(box[key])
+        p = _local(raw, base)
+        if not p.exists():
+            raise InputError(f"{where} names {raw!r}, which does not exist here: --emit cannot mount it on the nodes",
+                             "fix the path in the spec (a relative path is read from the spec's folder) or remove the "
+                             "entry, then emit again", where)
+        local = str(p.resolve())
+        if local not in inputs:
+            inputs[local] = f"inputs/{len(inputs)}-{p.resolve().name or 'input'}"
+    code, notes = workload_code(spec, base)
+    return NodeFiles(tuple(inputs.items()), code, tuple(notes))
+
+
+def node_spec_dict(spec: JobSpec, files: NodeFiles, base: Path | None = None) -> dict[str, Any]:
+    """``spec`` as the nodes read it: every input path replaced by its mounted copy (relative to the
+    spec's folder on the node, where spotwise resolves it)."""
+    d = spec.to_dict()
+    for _, box, key in _spec_paths(d):
+        rel = files.remote(str(box[key]), base)
+        if rel is not None:
+            box[key] = rel
+    return d

@@ -1,0 +1,239 @@
+"""Issue 29 item 3: the emitted launch files do what they say, rehearsed on a scratch "node".
+
+``spotwise plan --emit skypilot=... --emit ray-cluster=... --install SRC`` for a small job whose spec
+names a file (a user catalog, ``market.catalog``); then, in a scratch home standing in for a node:
+every ``file_mounts`` source is copied to its target (``~`` is the scratch home), the emitted setup
+runs as written (a fresh venv; the driver check skipped by ``SPOTWISE_REHEARSAL=1``, the only switch),
+and the emitted run runs as written with SkyPilot's variables of a one-node job: it starts the job's
+Ray head itself, trains on the emulated market and writes the run to ``outputs.uri`` (``file://``
+here).  Relaunched, it finds the run completed and does nothing.  The Ray cluster file's run script
+(written by its head setup) then runs against a Ray head with ``spot`` slots, as the launcher's would be.
+
+The "image" is this machine's base Python with this test venv's packages on ``PYTHONPATH`` (as an
+image's preinstalled packages), so pip installs only spotwise from the mounted source folder.
+Ray processes started by the run script are ended by their session id (never ``ray stop``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[1]
+IGNORED = shutil.ignore_patterns(".venv", ".git", "__pycache__", "*.pyc", "*.egg-info", ".pytest_cache", ".hypothesis",
+                                 "build", "dist", "runs", "out", "spotwise-demo")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _image(tmp: Path) -> dict[str, str]:
+    """PATH with the base interpreter as ``python3`` and PYTHONPATH with this venv's packages except spotwise."""
+    bin_dir, site = tmp / "image-bin", tmp / "image-site"
+    bin_dir.mkdir()
+    site.mkdir()
+    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    (bin_dir / "python3").symlink_to(base)
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if not entry.name.startswith(("spotwise", "__editable__", "_spotwise")) and entry.suffix != ".pth":
+            (site / entry.name).symlink_to(entry)
+    return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(site)}
+
+
+def _mount(file_mounts: dict[str, str], home: Path) -> None:
+    for target, source in file_mounts.items():
+        dest = Path(target.replace("~", str(home), 1))
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if Path(source).is_dir():
+            shutil.copytree(source, dest, ignore=IGNORED)
+        else:
+            shutil.copy2(source, dest)
+
+
+def _bash(script: str, env: dict[str, str], log: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in its own session; afterwards end every process still in that session (the Ray daemons
+    ``ray start`` left behind), by pid."""
+    proc = subprocess.Popen(["bash", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    log.write_text(out)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def _end_session(sid: int) -> None:
+    for _ in range(3):
+        pids = []
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                    if int(stat.rsplit(")", 1)[1].split()[3]) == sid:
+                        pids.append(int(d.name))
+                except (OSError, ValueError, IndexError):
+                    continue
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.5)
+
+
+def _spec(tmp: Path, uri: str | None) -> Path:
+    (tmp / "catalog.yaml").write_text("instances:\n  - {name: rehearsal-extra, cloud: aws, vcpus: 2, memory_gb: 4, "
+                                      "on_demand_per_hour: 0.2, throughput: {mlp: 1.0}, source: rehearsal}\n")
+    d: dict[str, Any] = {
+        "name": "rehearsal", "seed": 0,
+        "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
+        "target": {"iterations": 40}, "deadline": "1h",
+        "cluster": {"instance_type": "c5.xlarge", "workers": 1, "coordinator_instance": "c5.large", "region": "us-east-1b"},
+        "market": {"synthetic": {"kind": "constant", "price": 0.07}, "catalog": ["catalog.yaml"]},
+        "outputs": {"checkpoint_every": 10, "plots": False, **({"uri": uri} if uri else {})},
+    }
+    p = tmp / "job.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket" / "rehearsal"
+    uri = f"file://{bucket}"
+    spec = _spec(tmp_path, uri)
+    task_file, cluster_file = tmp_path / "task.yaml", tmp_path / "cluster.yaml"
+    code, _, err = cli("plan", str(spec), "--pilot-steps", "10", "--write-spec", str(tmp_path / "planned.yaml"),
+                       "--emit", f"skypilot={task_file}", "--emit", f"ray-cluster={cluster_file}", "--install", str(REPO))
+    assert code == 0, err
+    task = yaml.safe_load(task_file.read_text())
+    assert task["resources"]["job_recovery"]["strategy"] in ("FAILOVER", "EAGER_NEXT_REGION")
+    # the spec, the catalog file it names and spotwise's source are mounted; the nodes' spec points at the copy
+    mounts = task["file_mounts"]
+    assert any(t.startswith("~/spotwise-job/inputs/") and s == str((tmp_path / "catalog.yaml").resolve())
+               for t, s in mounts.items())
+    node_spec = yaml.safe_load(Path(mounts["~/spotwise-job/spec.yaml"]).read_text())
+    assert node_spec["market"]["catalog"][0].startswith("inputs/") and node_spec["outputs"]["uri"] == uri
+
+    home = tmp_path / "node"
+    home.mkdir()
+    _mount(mounts, home)
+    port = _free_port()
+    ray_tmp = tempfile.mkdtemp(prefix="swr-", dir="/tmp")
+    env = {**_image(tmp_path), "HOME": str(home), "SPOTWISE_REHEARSAL": "1", "RAY_TMPDIR": ray_tmp,
+           "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "LANG": "C.UTF-8",
+           # what SkyPilot sets on the one node of this job, and the task's envs (the port moved off 6379)
+           "SKYPILOT_NODE_IPS": "127.0.0.1", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_NODES": "1",
+           **{k: str(v) for k, v in task["envs"].items()}, "SPOTWISE_RAY_PORT": str(port)}
+    setup = _bash(task["setup"], env, tmp_path / "setup.log", 600)
+    assert setup.returncode == 0, setup.stdout[-4000:]
+    assert (home / "spotwise-venv" / "bin" / "spotwise").exists()
+
+    run = subprocess.Popen(["bash", "-c", task["run"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, start_new_session=True)
+    try:
+        out, _ = run.communicate(timeout=400)
+        assert run.returncode == 0, out[-4000:]
+        summary = json.loads((bucket / "summary.json").read_text())
+        assert summary["status"] == "completed", summary.get("status")
+        assert (bucket / "checkpoints" / "manifest.json").exists()
+        # relaunched (SkyPilot's recovery after the job ended): the completed run is left alone
+        again = subprocess.run(["bash", "-c", task["run"]], env=env, capture_output=True, text=True, timeout=200)
+        assert again.returncode == 0 and "has completed; nothing to do" in again.stdout, again.stdout + again.stderr
+
+        # the Ray cluster file: its head setup writes run.sh; run it on a Ray cluster with spot slots (this head)
+        cfg = yaml.safe_load(cluster_file.read_text())
+        assert cfg["available_node_types"]["head"]["node_config"]["InstanceType"] == "c5.large"
+        home2 = tmp_path / "head"
+        home2.mkdir()
+        _mount(cfg["file_mounts"], home2)
+        (home2 / "spotwise-venv").symlink_to(home / "spotwise-venv")  # the setup above, as ray up would run it
+        env2 = {**env, "HOME": str(home2), "RAY_ADDRESS": f"127.0.0.1:{port}"}
+        ray_spec = yaml.safe_load((home2 / "spotwise-job" / "spec.yaml").read_text())
+        bucket2 = tmp_path / "bucket2"
+        ray_spec["outputs"]["uri"] = f"file://{bucket2}"  # a run of its own (the first one has completed)
+        (home2 / "spotwise-job" / "spec.yaml").write_text(yaml.safe_dump(ray_spec))
+        wrote = _bash(cfg["head_setup_commands"][-1], env2, tmp_path / "head-setup.log", 60)
+        assert wrote.returncode == 0, wrote.stdout
+        script = (home2 / "spotwise-job" / "run.sh").read_text().replace(str(bucket), str(bucket2))
+        ray_run = _bash(script, env2, tmp_path / "ray-run.log", 400)
+        assert ray_run.returncode == 0, ray_run.stdout[-4000:]
+        assert json.loads((bucket2 / "summary.json").read_text())["status"] == "completed"
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+        _end_session(run.pid)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_setup_stops_without_a_gpu_driver_and_says_why(tmp_path: Path) -> None:
+    """The driver check of a GPU instance: a failing nvidia-smi fails the setup with the reason;
+    SPOTWISE_REHEARSAL=1 skips it (and nothing else)."""
+    from spotwise.planner.emit_scripts import driver_check
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{fake}:/usr/bin:/bin"}
+    res = subprocess.run(["bash", "-c", driver_check("p3.2xlarge", 1, "V100")], env=env, capture_output=True, text=True)
+    assert res.returncode == 1 and "nvidia-smi failed" in res.stderr and "p3.2xlarge" in res.stderr
+    res = subprocess.run(["bash", "-c", driver_check("p3.2xlarge", 1, "V100")], env={**env, "SPOTWISE_REHEARSAL": "1"},
+                         capture_output=True, text=True)
+    assert res.returncode == 0 and "skipped" in res.stdout
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"market": {"synthetic": {"kind": "constant", "price": 0.07}, "catalog": ["missing-catalog.yaml"]}},
+     "not found"),  # spotwise's own check of the spec comes first
+    ({"outputs": {"checkpoint_every": 10}}, "outputs.uri"),
+])
+def test_plan_emit_refuses_what_cannot_run_on_the_nodes(cli: Any, tmp_path: Path, change: dict[str, Any], says: str) -> None:
+    spec = _spec(tmp_path, "s3://bucket/job")
+    d = yaml.safe_load(spec.read_text())
+    d.update(change)
+    spec.write_text(yaml.safe_dump(d))
+    code, _, err = cli("plan", str(spec), "--pilot-steps", "10", "--emit", f"skypilot={tmp_path / 't.yaml'}",
+                       "--install", str(REPO))
+    assert code == 2 and says in err and "Traceback" not in err, err
+    assert not (tmp_path / "t.yaml").exists()
+
+
+def test_a_file_the_spec_names_must_exist_to_be_mounted(tmp_path: Path) -> None:
+    from spotwise.config import spec_from_dict
+    from spotwise.errors import InputError
+    from spotwise.planner.emit_files import node_files
+
+    d = yaml.safe_load(_spec(tmp_path, None).read_text())
+    d["market"]["revocation"] = {"model": "lifetime", "lifetimes": "gone.csv"}
+    with pytest.raises(InputError, match="does not exist here") as e:
+        node_files(spec_from_dict(d), tmp_path)
+    assert e.value.where == "market.revocation.lifetimes"
+    files = node_files(spec_from_dict(yaml.safe_load(_spec(tmp_path, None).read_text())), tmp_path)
+    assert files.mounts == {"~/spotwise-job/inputs/0-catalog.yaml": str((tmp_path / "catalog.yaml").resolve())}
+
+
+def test_unknown_emit_kind_exits_2(cli: Any, tmp_path: Path) -> None:
+    code, _, err = cli("plan", str(_spec(tmp_path, None)), "--emit", f"kubernetes={tmp_path / 'k.yaml'}")
+    assert code == 2 and "ray-cluster, skypilot" in err
