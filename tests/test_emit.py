@@ -11,6 +11,7 @@ so it is not run here).  Each validator is also shown to refuse a broken file.  
 from __future__ import annotations
 
 import copy
+import importlib.util
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -291,6 +292,20 @@ def test_plan_emit_writes_both_files(cli: Any, tmp_path: Path) -> None:
     assert "resolve:ssm:/aws/service/deeplearning/ami/" in text and "Deep Learning Base OSS NVIDIA Driver GPU AMI" in text
     assert "sky jobs launch" in task.read_text() and URI in task.read_text()
     assert yaml.safe_load(task.read_text())["resources"]["zone"] == "us-east-1b"
+    # issue 29 item 1: the one on-demand machine of each file is the coordinator plan and simulate bill
+    from spotwise.market.coordinator import coordinator_for
+    from spotwise.market.world import load_catalog
+
+    job = load_spec(spec)
+    billed = coordinator_for(job, load_catalog(job)).name
+    assert cfg["available_node_types"][cfg["head_node_type"]]["node_config"]["InstanceType"] == billed
+    sky_cfg = yaml.safe_load((tmp_path / "task.sky-config.yaml").read_text())
+    assert sky_cfg == emit.sky_controller_config("aws", billed)
+    assert "SKYPILOT_CONFIG=task.sky-config.yaml sky jobs launch" in task.read_text()
+    if importlib.util.find_spec("sky") is not None:  # SkyPilot's own config schema accepts it
+        from sky.utils import common_utils, schemas
+
+        common_utils.validate_schema(sky_cfg, schemas.get_config_schema(), "Invalid config YAML: ")
     # never overwritten: a second run refuses before planning
     code, _, err = cli("plan", str(spec), "--emit", f"ray-cluster={cluster}")
     assert code == 2 and "already exists" in err

@@ -115,9 +115,12 @@ def _header(kind: str, t: EmitTarget, spec: JobSpec, rec: Mapping[str, Any], fil
     else:
         lines += ["A SkyPilot managed job: SkyPilot relaunches it after a preemption (resources.job_recovery) and the run "
                   f"resumes from the last checkpoint in {uri}; every node is spot, rank 0 runs the coordinator.",
+                  f"The one on-demand machine is SkyPilot's jobs controller: {file.stem}.sky-config.yaml pins it to the {head} "
+                  "that spotwise plan bills as the coordinator (SKYPILOT_CONFIG=... below; a controller already up keeps "
+                  "its type and is shared by your managed jobs).",
                   "Image: SkyPilot's default (image_id left out): it has the NVIDIA driver, CUDA and a Python 3.10 conda.",
                   "Run it (README, 'Running on AWS or GCP spot'):",
-                  f"  sky jobs launch -n {name} {file.name}"
+                  f"  SKYPILOT_CONFIG={file.stem}.sky-config.yaml sky jobs launch -n {name} {file.name}"
                   + ("" if install.pip_arg else " --env SPOTWISE_INSTALL=git+https://github.com/OWNER/spotwise.git"),
                   f"  sky jobs queue; sky jobs logs -n {name}",
                   f"Results: {uri} (summary.json, events.jsonl, checkpoints/); spotwise run --resume {uri} continues it "
@@ -183,6 +186,17 @@ def check_emit_file(path: Path) -> Path:
 def node_spec_path(path: Path) -> Path:
     """The spec the nodes of ``path`` read, written beside it: ``task.yaml`` -> ``task.node-spec.yaml``."""
     return path.with_name(f"{path.stem}.node-spec.yaml")
+
+
+def sky_config_path(path: Path) -> Path:
+    """The SkyPilot config beside a managed-job file: ``task.yaml`` -> ``task.sky-config.yaml``."""
+    return path.with_name(f"{path.stem}.sky-config.yaml")
+
+
+def sky_controller_config(cloud: str, head: str) -> dict[str, Any]:
+    """SkyPilot's config pinning the managed-jobs controller to the coordinator the plan bills (issue 29 item 1):
+    in a managed job the controller is the one on-demand machine, where a Ray cluster has its head."""
+    return {"jobs": {"controller": {"resources": {"cloud": cloud, "instance_type": head}}}}
 
 
 def prepare_emits(values: Sequence[str], spec: JobSpec, *, install: str | None, spec_file: str | Path,
@@ -255,9 +269,19 @@ def write_emits(ep: EmitPlan | None, spec: JobSpec, plan: Any) -> list[str]:
         write_output_text(node_path, node_text, "--emit")
         write_output_text(r.path, render(cfg, _header(r.kind, t, spec, rec, r.path, str(ep.spec_file), ep.install, head,
                                                       uri)), "--emit")
-        out.append(f"{r.kind} file written to {r.path} (the nodes' spec: {node_path.name}): head {head} on demand, "
-                   f"{t.nodes} {t.instance.name} node(s) in {t.zone or t.region} ({'spot' if t.spot else 'on-demand'}); "
-                   "see its header for the commands")
+        where = f"{t.nodes} {t.instance.name} node(s) in {t.zone or t.region} ({'spot' if t.spot else 'on-demand'})"
+        if r.kind == "skypilot":
+            cfg_path = sky_config_path(r.path)
+            check_emit_file(cfg_path)
+            write_output_text(cfg_path, f"# SkyPilot config for {r.path.name}: its managed-jobs controller is the on-demand "
+                              f"{head} that spotwise plan bills as the coordinator\n# use: SKYPILOT_CONFIG={cfg_path.name} "
+                              f"sky jobs launch {r.path.name}\n" + yaml.safe_dump(sky_controller_config(t.cloud, head),
+                                                                                 sort_keys=False), "--emit")
+            out.append(f"{r.kind} file written to {r.path} (the nodes' spec: {node_path.name}; SkyPilot config: "
+                       f"{cfg_path.name}, its jobs controller {head} on demand): {where}; see its header for the commands")
+        else:
+            out.append(f"{r.kind} file written to {r.path} (the nodes' spec: {node_path.name}): head {head} on demand, "
+                       f"{where}; see its header for the commands")
     if not ep.install.pip_arg:
         out.append("note: no --install given: the nodes' setup stops until SPOTWISE_INSTALL names spotwise's git URL or "
                    "wheel (spotwise is not on PyPI)")

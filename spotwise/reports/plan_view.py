@@ -71,9 +71,20 @@ def headline_lines(plan: Any) -> list[str]:
     lines = [f"[bold]recommended:[/bold] {rec.get('strategy', getattr(plan, 'strategy', '?'))}"
              + (f" in {where}" if where else "") + f", {rec.get('workers', '?')} x {inst}" + (f", {bids}" if bids else "")]
     ci = _interval(rec.get("expected_cost_ci95") or rec.get("cost_ci95") or rec.get("expected_cost_interval"))
-    cost = _money(rec.get("expected_cost")) + (f" ({_money(ci[0])}-{_money(ci[1])})" if ci else "")
     p = rec.get("deadline_probability")
-    lines.append(f"  expected cost {cost}, P(deadline) " + ("-" if p is None else f"{p:.2f} (model)"))
+    tested = rec.get("basis") == "backtest"  # issue 29: a backtested strategy's figures are measured, not modelled
+    if tested:  # its P(deadline) is on the deadline line below
+        cost = _money(rec.get("expected_cost")) + (f" (90% of past windows: {_money(ci[0])}-{_money(ci[1])})" if ci else "")
+        lines.append(f"  expected cost {cost}")
+    else:
+        cost = _money(rec.get("expected_cost")) + (f" ({_money(ci[0])}-{_money(ci[1])})" if ci else "")
+        lines.append(f"  expected cost {cost}, P(deadline) " + ("-" if p is None else f"{p:.2f} (model)"))
+    if tested and rec.get("meets_target") is False:
+        lines.append(f"  [bold yellow]no tested strategy reached the target P(deadline) "
+                     f"{float(rec.get('target_deadline_probability') or 0):.0%}[/bold yellow]: relax the deadline")
+    if tested and rec.get("policies"):
+        lines.append("  policies: " + ", ".join(str(q.get("name")) for q in rec["policies"])
+                     + (f" (the model's pick was {rec['model_strategy']})" if rec.get("model_strategy") else ""))
     od, saving = rec.get("on_demand_cost"), rec.get("saving_vs_on_demand")
     if od is None or saving is None:
         lines.append("  on-demand: no price to compare")
