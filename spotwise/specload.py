@@ -40,6 +40,15 @@ def parse_duration(value: object, where: str) -> float:
     raise InputError(f"expected a duration, got {value!r}", "write seconds (e.g. 3600) or a string such as '1h', '30m', '90s' or '2d'", where)
 
 
+def duration_text(seconds: float) -> str | float:
+    """A duration as a person writes it in a spec (``"36h"``, ``"2.5d"``, ``"90m"``): days from 48 h, hours from
+    1 h, minutes from 1 min, each only when it states the duration exactly to three decimals; else seconds.  :func:`parse_duration` reads it back."""
+    for unit, size, least in (("d", 86400.0, 172800.0), ("h", 3600.0, 3600.0), ("m", 60.0, 60.0)):  # days from 48 h
+        if seconds >= least and abs(seconds / size - round(seconds / size, 3)) < 1e-9:
+            return f"{round(seconds / size, 3):g}{unit}"
+    return float(seconds)
+
+
 #: floats above 2**53 are not exact integers; larger ones are refused where an integer is wanted
 _MAX_EXACT_FLOAT_INT = float(2**53)
 

@@ -143,6 +143,7 @@ from spotwise.planner.plan_types import (  # noqa: F401  (re-exported)
     Objective,
     Plan,
 )
+from spotwise.specload import duration_text
 from spotwise.theory.bounds import ErrorModel
 
 
@@ -189,7 +190,7 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     others = sorted((a for a in ok if a is not best), key=key)  # type: ignore[arg-type]
     runner = others[0] if others else None
     why = (f"lowest expected cost (${best.expected_cost:.4g}) among the strategies that meet the deadline in expectation "
-           "and the error target" if objective == "cost" else f"shortest expected time ({best.expected_time_s:.0f} s) within the budget")
+           "and the error target" if objective == "cost" else f"shortest expected time ({best.expected_time_s / 3600:.3g} h) within the budget")
     if best.deadline_probability is not None:
         why += f"; P(finish by the deadline) = {best.deadline_probability:.2f}"
         why += (f" (target {target_p:.2f})" if sure else f", and none reaches the target {target_p:.2f}: relax the "
@@ -197,7 +198,7 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     if runner is not None and runner.expected_cost:
         why += (f"; next best: {runner.strategy} at ${runner.expected_cost:.4g}"
                 f" ({100 * (runner.expected_cost / best.expected_cost - 1):.0f}% more)" if objective == "cost" else
-                f"; next best: {runner.strategy} at {runner.expected_time_s:.0f} s")
+                f"; next best: {runner.strategy} at {runner.expected_time_s / 3600:.3g} h")
     policies: tuple[dict[str, Any], ...] = ()
     if best.strategy == "dynamic":
         policies = (dynamic_policy_params(inp, spec, best.iterations),)
@@ -300,7 +301,7 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     d = spec.to_dict()
     d["target"]["iterations"] = plan.iterations
     d["target"]["loss"] = None
-    d["deadline"] = plan.deadline_s
+    d["deadline"] = duration_text(plan.deadline_s)
     cl = d["cluster"]
     cl["workers"] = plan.workers
     place = plan.extra.get("place")
@@ -358,7 +359,7 @@ def _apply_serverless(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     d = spec.to_dict()
     d["target"]["iterations"] = plan.iterations
     d["target"]["loss"] = None
-    d["deadline"] = plan.deadline_s
+    d["deadline"] = duration_text(plan.deadline_s)
     cl = d["cluster"]
     if cl.get("kind") != "serverless":  # a VM spec's functions alternative: MLLess's defaults
         cl.update(kind="serverless", sync="isp", sync_n=None, bids=None, max_workers=None, standby=None,
