@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
@@ -89,11 +90,16 @@ class RunMirror:
             self._thread.start()
 
     def _events_loop(self) -> None:
-        while not self._stop.wait(self.events_every_s):
+        """Upload the event log every ``events_every_s``, paced so that re-sending a long log (an object store
+        has no append) takes at most ~2 % of the time: the next upload waits 50x the last one's duration."""
+        wait = self.events_every_s
+        while not self._stop.wait(wait):
+            t0 = time.monotonic()
             try:
                 self.sync_events()
             except Exception as e:  # noqa: BLE001 - never let the thread die silently
                 self._failed(EVENTS, e)
+            wait = max(self.events_every_s, 50.0 * (time.monotonic() - t0))
 
     def stop(self) -> None:
         """Stop the background uploads (idempotent)."""
