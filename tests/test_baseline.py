@@ -126,6 +126,6 @@ def test_item7_demo_table_shows_both_accuracies(spot_run: tuple[Any, Path]) -> N
     con = Console(width=200, record=True)
     con.print(_summary_table(summary, out))
     text = con.export_text()
-    assert "samples trained on" in text and "same samples on 4 on-demand workers" in text
+    assert "samples trained on" in text and "on-demand x4, same samples" in text
     row = next(line for line in text.splitlines() if "final accuracy" in line)
     assert row.count("0.") >= 2 and "not trained" not in row
