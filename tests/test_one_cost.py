@@ -102,3 +102,16 @@ def test_run_bills_what_plan_and_simulate_quote(ray_session, costs: dict[str, An
     assert summary.cost_usd == pytest.approx(costs["plan"].expected_cost, rel=0.05)
     assert summary.cost_usd == pytest.approx(costs["sim"].cost_usd, rel=0.05)
     assert math.isfinite(summary.cost_usd)
+
+
+def test_the_emitted_cluster_starts_the_coordinator_that_was_billed(costs: dict[str, Any]) -> None:
+    from spotwise.planner import emit
+
+    spec = spec_from_dict(JOB)
+    rec = costs["plan"].extra["recommendation"]
+    cfg = emit.ray_cluster_config(rec, spec, install=emit.parse_install("git+https://example.org/spotwise.git"))
+    head = cfg["available_node_types"][cfg["head_node_type"]]
+    assert head["node_config"]["InstanceType"] == costs["plan"].extra["coordinator"] == "c5.large"
+    assert "InstanceMarketOptions" not in head["node_config"]  # on demand, as billed
+    sky = emit.sky_controller_config("aws", costs["plan"].extra["coordinator"])
+    assert sky["jobs"]["controller"]["resources"]["instance_type"] == "c5.large"
