@@ -455,8 +455,8 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
         d["homes"], d["skipped_series"], d["written"] = result.homes, result.skipped, result.written
         print_json(d)
         return
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(sweep_table(result, breakdown=breakdown))
+    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
+    console.print(sweep_table(result, breakdown=breakdown, width=console.width))
     console.print(f"{len(result.homes)} home place(s), {result.places} place(s) in all; {result.worker_iterations / 1e6:.1f} M "
                   f"simulated worker-iterations in {human_duration(result.wall_s)}")
     if result.written:

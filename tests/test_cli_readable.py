@@ -319,3 +319,26 @@ def test_plan_cli_budget_error_exits_2_with_the_amount(tmp_path: Path) -> None:
     res = CliRunner().invoke(app, ["plan", str(spec), "--pilot-steps", "20"], env={"COLUMNS": "200"})
     assert res.exit_code == 2, res.output
     assert "raise budget_usd to at least $" in res.output and "Traceback" not in res.output
+
+
+def test_the_sweep_table_fits_80_columns_and_keeps_every_column_on_wide_terminals() -> None:
+    """Issue 29 item 5: `simulate --trace` at 80 columns: no line wider, no strategy name split."""
+    from rich.console import Console
+
+    from spotwise import api
+    from spotwise.reports.sweep_view import sweep_table
+
+    job = {"name": "narrow", "workload": {"name": "mlp-digits", "step_time_s": 30.0}, "target": {"iterations": 240},
+           "deadline": "4h", "cluster": {"instance_type": "c5.xlarge", "workers": 2, "region": "us-east-1"},
+           "market": {"synthetic": {"kind": "constant", "price": 0.05}, "revocation": {"model": "none"}}}
+    res = api.sweep(job, spec_market=True, strategies="on-demand,no-interruptions,spot+guard,spotwise-avail",
+                    restart="0s", horizon="3d", history="1h")
+    narrow = Console(width=80, record=True)
+    narrow.print(sweep_table(res, width=80))
+    text = narrow.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for name in ("no-interruptions", "spotwise-avail", "spot+guard", "on-demand"):
+        assert any(name in line for line in text.splitlines()), name
+    wide = Console(width=240, record=True)
+    wide.print(sweep_table(res, width=240))
+    assert "vs restart bound" in wide.export_text()  # the full table where it fits

@@ -17,10 +17,40 @@ from spotwise.reports.units import human_hours
 from spotwise.sim.sweep import SweepResult
 
 
-def sweep_table(result: SweepResult, breakdown: bool = False) -> Any:
-    """The sweep's table: one row per strategy; ``breakdown`` adds where the hours went (issue 23 item 1)."""
+#: below this many columns the sweep's table keeps the seven columns a person compares (issue 29 item 5)
+WIDE_COLUMNS = 160
+
+
+def narrow_sweep_table(result: SweepResult) -> Any:
+    """The sweep's table for a terminal of 80 columns: strategy, P(deadline) with its interval, mean cost, against
+    the oracle and on-demand, p95 finish time; the full table (:func:`sweep_table`) on wider terminals."""
     from rich.table import Table
 
+    d = result.to_dict()
+    job = d["job"]
+    t = Table(title=f"{result.job.name}: {human_hours(job['work_h'])} of work, {human_hours(job['deadline_h'])} deadline, "
+                    f"{d['windows']} starts x {len(result.homes) or 1} home(s)", title_justify="left")
+    t.add_column("strategy", no_wrap=True, overflow="ellipsis", max_width=22)
+    for col in ("P(dl)", "95% CI", "mean $", "/oracle", "/on-dem", "p95 finish"):
+        t.add_column(col, justify="right", no_wrap=True)
+    for s in result.summaries:
+        lo, hi = s.deadline_met_ci
+        t.add_row(s.strategy, f"{s.deadline_met:.0%}", f"{100 * lo:.0f}-{hi:.0%}", f"{s.mean_cost:.2f}",
+                  "-" if s.cost_ratio_of_means is None else f"{s.cost_ratio_of_means:.2f}x",
+                  "-" if s.vs_on_demand is None else f"{s.vs_on_demand:.2f}x",
+                  "-" if s.p95_finish_h is None else human_hours(s.p95_finish_h))
+    t.caption = (f"P(dl): share of windows that met the deadline; /oracle: mean cost over the cheapest single place in "
+                 f"hindsight (mean {d['oracle_mean_cost']:.2f} $); a wider terminal shows every column")
+    return t
+
+
+def sweep_table(result: SweepResult, breakdown: bool = False, width: int | None = None) -> Any:
+    """The sweep's table: one row per strategy; ``breakdown`` adds where the hours went (issue 23 item 1).
+    ``width`` below :data:`WIDE_COLUMNS` (and no ``breakdown``): :func:`narrow_sweep_table`."""
+    from rich.table import Table
+
+    if width is not None and width < WIDE_COLUMNS and not breakdown and result.oracle:
+        return narrow_sweep_table(result)
     d = result.to_dict()
     job = d["job"]
     t = Table(title=(f"{result.job.name}: {human_hours(job['work_h'])} of work, {human_hours(job['deadline_h'])} deadline, "
