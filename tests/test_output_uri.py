@@ -144,7 +144,8 @@ def test_a_node_killed_mid_run_is_resumed_from_the_bucket_by_a_fresh_process(s3:
     spec["workload"] = {**DIGITS, "batch_size": 2}  # 300 steps x 2 workers x 2 < one epoch: every block is whole
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, **s3, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled"}
+    # a lease that goes stale 5 s after its holder dies (default 90 s): the fresh process waits that long at most
+    env = {**os.environ, **s3, "PYTHONUNBUFFERED": "1", "RAY_AUTH_MODE": "disabled", "SPOTWISE_LEASE_TTL_S": "5"}
     fs, root = _fs(), f"{BUCKET}/runs/kill"
     node1 = tmp_path / "node1"
     proc = subprocess.Popen([sys.executable, "-m", "spotwise.cli", "run", str(spec_file), "--out", str(node1), "--json"],
@@ -169,6 +170,8 @@ def test_a_node_killed_mid_run_is_resumed_from_the_bucket_by_a_fresh_process(s3:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == -signal.SIGKILL
+    fs.invalidate_cache()
+    assert fs.exists(f"{root}/lease.json")  # the dead node still "holds" the URI until its lease goes stale
     committed = max(_manifest_steps(fs, root))
     assert 20 <= committed < 300, committed
     # a fresh "machine": another, empty local folder; only the URI is given
@@ -184,6 +187,8 @@ def test_a_node_killed_mid_run_is_resumed_from_the_bucket_by_a_fresh_process(s3:
     assert json.loads(fs.cat_file(f"{root}/summary.json"))["steps"] == 300
     assert max(_manifest_steps(fs, root)) == 300
     assert not (tmp_path / "node1" / "summary.json").exists()
+    fs.invalidate_cache()
+    assert not fs.exists(f"{root}/lease.json")  # released at the end
 
 
 @pytest.mark.parametrize("uri, words", [

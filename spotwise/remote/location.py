@@ -14,7 +14,9 @@ local directory is touched and before training starts (all InputError, exit 2):
   along (same ``spec.json``, a checkpoint as new).  A staging folder holding another run is refused.
 
 It yields the :class:`~spotwise.remote.mirror.RunMirror` (``None`` without a URI); on leaving,
-the mirror uploads everything the run wrote.  The local lock is held throughout.
+the mirror uploads everything the run wrote.  The local lock is held throughout, and so is the URI's
+lease (:mod:`spotwise.remote.lease`): a second machine on the same URI waits for a dead holder's
+lease to go stale and is refused while the holder lives.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Iterator
 
 from spotwise.errors import InputError
 from spotwise.remote.fetch import SPEC, fetch_run, holds_run, local_manifest, newest_step, read_small, remove_run
+from spotwise.remote.lease import RemoteLease
 from spotwise.remote.mirror import RunMirror
 from spotwise.remote.uri import RemoteRoot, connect, probe_writable
 from spotwise.rundir import Mode, RunDirLock, is_spotwise_run_dir, open_run_dir, remove_run_files
@@ -42,32 +45,37 @@ def open_run_location(out: Path, mode: Mode, uri: str | None, *, fetch: bool = F
         return
     remote = connect(uri)
     probe_writable(remote)
-    downloaded: list[str] = []
-    if fetch:
-        lock, downloaded = _stage_from_uri(out, remote)
-    else:
-        if mode == "new" and holds_run(remote):
-            raise InputError("outputs.uri already holds a run",
-                             f"continue it with `spotwise run --resume {remote.uri}`, pass --overwrite to replace it, "
-                             "or choose another outputs.uri", remote.uri)
-        lock = open_run_dir(out, mode)
-        try:
-            if mode == "overwrite":
-                remove_run(remote)
-            elif mode == "resume":
-                _refuse_older_local(out, remote)
-        except BaseException:
-            lock.release()
-            raise
-    with lock:
-        mirror = RunMirror(remote, out)
-        mirror.mark_current(downloaded)
-        ok = False
-        try:
-            yield mirror
-            ok = True
-        finally:
-            mirror.finish(failed=not ok)
+    if mode == "new" and not fetch and holds_run(remote):
+        raise InputError("outputs.uri already holds a run",
+                         f"continue it with `spotwise run --resume {remote.uri}`, pass --overwrite to replace it, "
+                         "or choose another outputs.uri", remote.uri)
+    lease = RemoteLease(remote)  # one machine at a time on the URI (a relaunch waits for a dead node's to go stale)
+    lease.acquire()
+    try:
+        downloaded: list[str] = []
+        if fetch:
+            lock, downloaded = _stage_from_uri(out, remote)
+        else:
+            lock = open_run_dir(out, mode)
+            try:
+                if mode == "overwrite":
+                    remove_run(remote)
+                elif mode == "resume":
+                    _refuse_older_local(out, remote)
+            except BaseException:
+                lock.release()
+                raise
+        with lock:
+            mirror = RunMirror(remote, out)
+            mirror.mark_current(downloaded)
+            ok = False
+            try:
+                yield mirror
+                ok = True
+            finally:
+                mirror.finish(failed=not ok)
+    finally:
+        lease.release()
 
 
 def _refuse_older_local(out: Path, remote: RemoteRoot) -> None:
