@@ -187,14 +187,18 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
     target_p = float(spec.target.deadline_probability)
     sure = [a for a in ok if a.deadline_probability is None or a.deadline_probability >= target_p]
     best = min(sure or ok, key=key)  # type: ignore[arg-type]
-    others = sorted((a for a in ok if a is not best), key=key)  # type: ignore[arg-type]
+    others = sorted((a for a in (sure or ok) if a is not best), key=key)  # type: ignore[arg-type]
     runner = others[0] if others else None
-    why = (f"lowest expected cost (${best.expected_cost:.4g}) among the strategies that meet the deadline in expectation "
-           "and the error target" if objective == "cost" else f"shortest expected time ({best.expected_time_s / 3600:.3g} h) within the budget")
+    why = (f"lowest expected cost (${best.expected_cost:.4g}) among the strategies that meet the error target and "
+           "the deadline with the target probability" if objective == "cost" else f"shortest expected time ({best.expected_time_s / 3600:.3g} h) within the budget")
     if best.deadline_probability is not None:
         why += f"; P(finish by the deadline) = {best.deadline_probability:.2f}"
         why += (f" (target {target_p:.2f})" if sure else f", and none reaches the target {target_p:.2f}: relax the "
                 "deadline or lower target.deadline_probability")
+    unsure = sorted((a for a in ok if sure and a not in sure and a.expected_cost < best.expected_cost), key=key)  # type: ignore[operator,arg-type]
+    if unsure:
+        why += "; cheaper but below the target: " + ", ".join(
+            f"{a.strategy} ${a.expected_cost:.4g} (P {a.deadline_probability:.2f})" for a in unsure)
     if runner is not None and runner.expected_cost:
         why += (f"; next best: {runner.strategy} at ${runner.expected_cost:.4g}"
                 f" ({100 * (runner.expected_cost / best.expected_cost - 1):.0f}% more)" if objective == "cost" else
