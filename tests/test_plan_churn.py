@@ -40,6 +40,13 @@ def _with_seed(d: dict[str, Any], seed: int, market_seed: bool) -> dict[str, Any
     return out
 
 
+def _bid_one_level() -> dict[str, Any]:
+    d = _spec("demo.yaml")
+    d["cluster"].update(workers=4, bids=0.10, standby=None)
+    d["policies"] = []
+    return d
+
+
 CASES = {
     # Bernoulli churn q = 0.15 with rejoin 0.3 (paper 000 Remark 2): a Markov active count, 60 s minimum per re-join
     "chaos": (lambda: _spec("chaos.yaml"), 4, False),
@@ -47,6 +54,8 @@ CASES = {
     "demo": (lambda: _spec("demo.yaml"), 8, True),
     # the no-interruptions bid of paper 000 Sec. VI
     "zhang-uniform": (lambda: _spec("zhang-uniform.yaml"), 3, False),
+    # issue 30 item 15: one bid in the middle of the price range, every worker revoked together, 60 s minimums
+    "bid-one-level": (lambda: _bid_one_level(), 8, True),
     # exponential lifetimes (mean 30 s, repair 60 s): revocations inside rounds, restarts, idle time
     "lifetime-mttf30": (lambda: _spec("chaos.yaml", revocation={"model": "lifetime", "mttf_s": 30}), 6, False),
     # lifetimes shorter than a mini-batch: most rounds abort, most time has no worker, minimums dominate
