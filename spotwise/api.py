@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
 
+from spotwise.api_args import name_list, path_arg, path_list
 from spotwise.errors import InputError
 
 if TYPE_CHECKING:  # types only: each function imports what it runs
@@ -92,6 +93,11 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
 
     if objective not in ("cost", "time"):
         raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
+    # argument types first: traces="file.json" is one path, never its characters (issue 30 item 13)
+    trace_list = path_list(traces, "traces")
+    type_list = name_list(types, "types", "types=['p3.2xlarge']") or None
+    emit = name_list(emit, "emit", "emit=['ray-cluster=cluster.yaml']")
+    pilot, plot, write_spec = path_arg(pilot, "pilot"), path_arg(plot, "plot"), path_arg(write_spec, "write_spec")
     if plot is not None and Path(plot).suffix.lower() != ".png":
         raise InputError(f"--plot needs a .png file name, got {str(plot)!r}", "write e.g. --plot cost.png", "--plot")
     _check_pilot_steps(pilot_steps)
@@ -101,8 +107,6 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
         check_output_file(Path(write_spec), "--write-spec")
     spec_file = spec if isinstance(spec, (str, os.PathLike)) else None
     job = check_spec(spec)
-    trace_list = [str(t) for t in traces]
-    type_list = list(types) if types else None
     emits = prepare_emits(list(emit), job, install=install, spec_file=spec_file or "spec.yaml",
                           planned_spec=write_spec, traces=trace_list, types=type_list)
     pilot_dir = str(pilot) if pilot else None
@@ -123,11 +127,14 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
 def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, resume: bool = False, overwrite: bool = False,
         ray_address: str | None = None, autoscale: bool = False, notice_source: str = "none", metadata_url: str | None = None,
         compare_on_demand: bool = False, redis_url: str | None = None, lithops_config: str | os.PathLike[str] | None = None,
-        emulate_network_mbps: float = 0.0, progress: bool = False, staging: str | os.PathLike[str] | None = None) -> "RunSummary":
+        emulate_network_mbps: float = 0.0, progress: bool = False, staging: str | os.PathLike[str] | None = None,
+        trust_code: bool = False) -> "RunSummary":
     """Train ``spec`` for real into the run directory ``out`` (``spotwise run``): PyTorch workers on Ray on
     the emulated spot market (a private local Ray unless ``ray_address``), or Lithops functions for
-    ``cluster.kind: serverless``.  ``resume=True`` (``spec`` None) continues the run in ``out`` from its
-    last checkpoint.  ``compare_on_demand`` then trains the same samples on on-demand workers and puts
+    ``cluster.kind: serverless``.  ``resume=True`` continues the run in ``out`` from its last checkpoint;
+    a run directory is untrusted input, so when its ``spec.json`` names user code (a ``module:function``
+    workload, ``module:Class`` optimizer or policies) pass the spec you started it with as ``spec``
+    (its code references must match the recorded ones) or ``trust_code=True``; else InputError.  ``compare_on_demand`` then trains the same samples on on-demand workers and puts
     both in the summary.  A run that makes no progress raises
     :class:`~spotwise.control.progress.NoProgressError` (an InputError) holding its summary.
 
@@ -138,14 +145,14 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
     from spotwise.control.runner import run_job
     from spotwise.remote.uri import check_uri, default_staging_dir, is_uri
 
+    out, staging = path_arg(out, "out"), path_arg(staging, "staging")
+    lithops_config = path_arg(lithops_config, "lithops_config")
     fetch_uri = check_uri(out, "--resume") if resume and isinstance(out, str) and is_uri(out) else None
     if staging is not None and fetch_uri is None:
         raise InputError("a staging folder applies to a resume from a URI", "pass the run directory as out instead",
                          "--out")
+    given = load_spec(spec) if resume and spec is not None else None  # only compared with the run's spec.json
     if fetch_uri is not None:
-        if spec is not None:
-            raise InputError("give either a spec or --resume, not both", "spotwise run --resume URI continues the run there",
-                             "spotwise run")
         out = Path(staging) if staging is not None else default_staging_dir(fetch_uri)
     if out is None and (resume or spec is None):
         raise InputError("no run directory given", "pass a spec (spotwise run SPEC --out DIR) or --resume DIR", "spotwise run")
@@ -154,14 +161,13 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
     elif resume:
         assert out is not None
         out = Path(out)
-        if spec is not None:
-            raise InputError("give either a spec or --resume, not both", "spotwise run --resume DIR continues the run in DIR", "spotwise run")
-        from spotwise.control.rundir_io import load_run_spec
+        from spotwise.control.rundir_io import load_resume_spec
 
-        if load_run_spec(out).cluster.kind == "serverless":
+        # before anything runs: the recorded spec's user code needs the user's spec or trust_code (issue 30 item 1)
+        if load_resume_spec(out, given, trust_code).cluster.kind == "serverless":
             from spotwise.planes.serverless.runner import run_serverless
 
-            return run_serverless(None, out, resume=True, redis_url=redis_url,
+            return run_serverless(None, out, resume=True, redis_url=redis_url, resume_spec=given, trust_code=trust_code,
                                   lithops_config=Path(lithops_config) if lithops_config else None, progress=progress)
         job = None
     else:
@@ -202,7 +208,7 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
         after = functools.partial(baseline, out_dir=out, progress=progress)
     return run_job(job, out, resume=resume, ray_address=ray_address, progress=progress, overwrite=overwrite,
                    notice_source=notice_source, metadata_url=metadata_url, after=after, autoscale=autoscale,
-                   uri=fetch_uri, fetch=fetch_uri is not None)
+                   uri=fetch_uri, fetch=fetch_uri is not None, resume_spec=given, trust_code=trust_code)
 
 
 def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot: str | os.PathLike[str] | None = None,
@@ -217,6 +223,7 @@ def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot
     from spotwise.sim.simulate import check_simulable, simulate_job
 
     _check_pilot_steps(pilot_steps)
+    out, pilot = path_arg(out, "out"), path_arg(pilot, "pilot")
     job = check_spec(spec)  # the spec's own errors first
     pilot_dir = str(pilot) if pilot else None
     check_simulable(job, pilot_dir)
@@ -253,15 +260,20 @@ def sweep(spec: SpecLike, traces: Sequence[str | os.PathLike[str]] = (), *, stra
     from spotwise.rundir import open_run_dir
     from spotwise.sim.sweep import MAX_RUNS
     from spotwise.sim.sweep_spec import SweepRequest, run_trace_sweep
+    from spotwise.sim.sweep_types import DEFAULT_STRATEGIES, strategy_names
     from spotwise.specload import parse_duration
 
+    strategy_names(strategies, DEFAULT_STRATEGIES)  # --strategies '' is refused before any trace is read
+
+    trace_list, type_list = path_list(traces, "traces"), name_list(types, "types", "types=['p3.2xlarge']")
+    pilot, out = path_arg(pilot, "pilot"), path_arg(out, "out")
     job = load_spec(spec)  # never imports a module:function workload
     strat: Any = strategies
     if strategies is not None and not isinstance(strategies, str):
         strat = list(strategies)
     req = SweepRequest(
-        traces=[str(t) for t in traces], strategies=strat, every_s=parse_duration(starts, "--starts"),
-        types=list(types or []), all_zones=all_zones, work_hours=work_hours, deadline_h=deadline_hours,
+        traces=trace_list, strategies=strat, every_s=parse_duration(starts, "--starts"),
+        types=type_list, all_zones=all_zones, work_hours=work_hours, deadline_h=deadline_hours,
         restart_s=parse_duration(restart, "--restart"), history_s=parse_duration(history, "--history"),
         spot_price=spot_price, spec_market=spec_market, horizon_s=parse_duration(horizon, "--horizon"), seed=job.seed,
         pilot_dir=str(pilot) if pilot else None, max_runs=MAX_RUNS if max_runs is None else max_runs, hindsight=hindsight)
@@ -289,7 +301,8 @@ def report(runs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out:
     ``spotwise-compare.html``), flagging runs that did different work."""
     from spotwise.reports.compare import compare_runs, single_report
 
-    dirs = [Path(runs)] if isinstance(runs, (str, os.PathLike)) else [Path(r) for r in runs]
+    dirs = [Path(r) for r in path_list(runs, "runs", "'runs/demo'")]
+    out = path_arg(out, "out")
     if not dirs:
         raise InputError("no run directory given", "pass one run directory, or several to compare", "spotwise report")
     if len(dirs) == 1 and out is None:

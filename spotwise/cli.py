@@ -50,7 +50,7 @@ def guarded(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from spotwise.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+        from spotwise.signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated, sigterm_as_interrupt, sigterm_received
 
         try:
             with sigterm_as_interrupt(), json_stdout(bool(kwargs.get("as_json"))):
@@ -70,6 +70,9 @@ def guarded(fn: F) -> F:
             err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
+            if sigterm_received():  # SIGTERM's, turned into a plain KeyboardInterrupt by Ray's ray.get (issue 30 item 6)
+                err_console.print("terminated (SIGTERM)")
+                raise typer.Exit(EXIT_TERMINATED) from None
             err_console.print("interrupted")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as e:  # internal failure: exit 1
@@ -302,7 +305,8 @@ def plan(
 @app.command(**command_kw("run"))
 @guarded
 def run(
-    spec: Optional[Path] = typer.Argument(None, help="Job spec (YAML)."),
+    spec: Optional[Path] = typer.Argument(None, help="Job spec (YAML); with --resume: the spec the run was started "
+                                          "with, checked against its spec.json."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Resume the run in this directory, or at this s3://, gs:// "
                                          "or file:// URI (staged in --out or a cache folder), from its last checkpoint."),
@@ -324,6 +328,8 @@ def run(
     emulate_network_mbps: float = typer.Option(0.0, "--emulate-network-mbps", help="cluster.kind serverless, experiments: "
                                                "delay each function's transfers as over a link of this many Mbit/s to Redis, "
                                                "shared by the workers (e.g. 1000, the paper's NIC); 0 = off."),
+    trust_code: bool = typer.Option(False, "--trust-code", help="With --resume: import the user code the run's spec.json "
+                                    "names without checking it against your spec (only for run directories you trust)."),
 ) -> None:
     """Train for real: PyTorch workers on Ray on the emulated spot market, or (cluster.kind: serverless) Lithops functions
     exchanging updates through Redis; writes OUT/summary.json, events.jsonl, plots."""
@@ -343,7 +349,7 @@ def run(
                     staging=(out or default_staging_dir(uri)) if uri else None,
                     autoscale=autoscale, notice_source=notice_source, metadata_url=metadata_url,
                     compare_on_demand=compare_on_demand, redis_url=redis_url, lithops_config=lithops_config,
-                    emulate_network_mbps=emulate_network_mbps)
+                    emulate_network_mbps=emulate_network_mbps, trust_code=trust_code)
 
 
 @app.command(**command_kw("simulate"))

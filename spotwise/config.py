@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from spotwise.errors import InputError
+from spotwise.usercode import refuse_unsafe_reference
 from spotwise.inputfiles import read_input_text
 from spotwise.remote.uri import check_uri
+from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
 from spotwise.spec_checks import MAX_SEED, _non_negative, _positive, _seed  # noqa: F401  (re-exported)
 from spotwise.spec_market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
@@ -131,6 +131,7 @@ class WorkloadSpec:
             mod, _, fn = self.name.partition(":")
             if not mod or not fn or not all(p.isidentifier() for p in mod.split(".")) or not fn.isidentifier():
                 raise InputError(f"malformed workload reference {self.name!r}", "write it as 'package.module:function'", "name")
+            refuse_unsafe_reference(self.name, "workload", "name")
         if not self.family:
             raise InputError("must not be empty", "name the model family used for throughput profiles, e.g. 'mlp'", "family")
         _positive(self.batch_size, "batch_size", "use a positive mini-batch size per worker, e.g. 32")
@@ -467,6 +468,7 @@ def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> 
     also turn ``cluster.accelerators`` / ``target.hours`` into the concrete fields (:mod:`spotwise.spec_hardware`)."""
     from spotwise.spec_hardware import resolve_hardware
 
+    check_bounds(data, source, "the spec")  # a dict from the Python API or spec.json: no nesting bombs
     if isinstance(data, dict) and "output" in data:  # ``output:`` is another name of ``outputs:``
         if "outputs" in data:
             raise InputError("both output: and outputs: are given", "keep one of them (output: is another name of "
@@ -496,12 +498,8 @@ def load_spec(path: str | Path) -> JobSpec:
         raise InputError("is a directory, not a spec file", "pass a YAML file such as examples/demo.yaml", str(p))
     # regular files only (not /dev/zero or a FIFO), at most $SPOTWISE_MAX_FILE_MB, UTF-8
     text = read_input_text(p, "spec file", "pass a readable UTF-8 YAML file such as examples/demo.yaml")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise InputError(f"not valid YAML{at}", "fix the YAML syntax (indentation, colons, quotes)", str(p)) from None
+    # duplicate keys, nesting deeper than 64 and 5000-digit integers are InputErrors (spotwise.safeparse)
+    data = load_yaml(text, str(p), "spec file")
     if not isinstance(data, dict):
         raise InputError("the spec must be a YAML mapping", "start from examples/demo.yaml", str(p))
     spec = spec_from_dict(data, str(p), resolve=False)

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from spotwise.errors import InputError
+from spotwise.safeparse import loads_json
 from spotwise.rundir import disk_full_error, is_disk_full
+from spotwise.rundir_files import open_run_reader, open_run_writer, read_run_file, write_run_bytes
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.jsonl"
@@ -135,8 +137,8 @@ class EventLog:
             self.emit("header", schema=SCHEMA_VERSION, **(meta or {}))
 
     def _open(self, mode: str) -> Any:
-        try:
-            return open(self.path, mode, encoding="utf-8")
+        try:  # never through a link, never a FIFO or device (issue 30 items 2-3)
+            return open_run_writer(self.path.parent, self.path.name, append=mode == "a")
         except OSError as e:
             if is_disk_full(e):
                 raise disk_full_error(self.path, e) from None
@@ -193,8 +195,8 @@ def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
     p = Path(path)
     if not p.exists():
         raise InputError("event log not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(p))
-    try:
-        with open(p, "rb") as fh:
+    try:  # a regular file only, size-capped, no link followed: never /dev/zero or a FIFO (issue 30 item 3)
+        with open_run_reader(p.parent, p.name, "event log") as fh:
             lines = fh.readlines()
     except OSError as e:
         raise InputError(f"cannot read the event log ({e.strerror or e})", "check the file's permissions", str(p)) from None
@@ -210,7 +212,7 @@ def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_json(line, f"{p}:{i}", "event")  # InputError for a nesting bomb
         except ValueError:  # JSONDecodeError, and numbers too large to parse
             if torn:
                 return  # torn last write: everything before it is intact
@@ -276,36 +278,23 @@ class RunSummary:
         return _jsonable(asdict(self))
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str, root: str | Path | None = None) -> None:
     """Write ``text`` to ``path`` atomically: temp file in the same folder, fsync, rename, fsync dir.
 
     On any failure the temp file is removed and ``path`` keeps its old content; a full disk raises
     :class:`~spotwise.rundir.DiskFullError` (exit 2), other errors propagate.
     """
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), root)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """:func:`atomic_write_text` for bytes (a symlink at ``path`` is replaced, never followed)."""
+def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = None) -> None:
+    """:func:`atomic_write_text` for bytes: a symlink at ``path`` is replaced, never followed, and no
+    folder between ``root`` (default: ``path``'s folder) and ``path`` may be a link
+    (:func:`spotwise.rundir_files.write_run_bytes`)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException as e:  # never leave the temp file behind; a full disk is the user's to fix
-        tmp.unlink(missing_ok=True)
-        if is_disk_full(e):
-            raise disk_full_error(p, e) from None  # type: ignore[arg-type]
-        raise
-    dfd = os.open(p.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    base = Path(root) if root is not None else p.parent
+    base.mkdir(parents=True, exist_ok=True)
+    write_run_bytes(base, p.relative_to(base), data)
 
 
 def write_summary(out_dir: str | Path, summary: RunSummary) -> Path:
@@ -319,8 +308,9 @@ def read_summary(out_dir: str | Path) -> RunSummary:
     path = Path(out_dir) / SUMMARY_FILE
     if not path.exists():
         raise InputError("summary.json not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(path))
+    raw = read_run_file(out_dir, SUMMARY_FILE)  # a regular file only, size-capped (issue 30 item 3)
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = loads_json(raw.decode("utf-8"), str(path), "summary.json")
     except UnicodeDecodeError:
         raise InputError("summary.json is not UTF-8 text (binary or corrupted)", "rerun the job to regenerate it",
                          str(path)) from None

@@ -14,7 +14,9 @@ files of interrupted atomic writes.  Anything else in it belongs to the user and
   held by another process (or another open of the file in this one) is an InputError naming the
   holder's pid.  The lock is released when the returned :class:`RunDirLock` is closed (or the
   process dies: the kernel drops ``flock`` locks with the last descriptor).
-* Removal never follows a symlink: a spotwise name that is a symlink is unlinked, its target kept.
+* Removal never follows a symlink, and removes only what spotwise writes: a spotwise name that is a
+  symlink, a folder where spotwise writes a file (``summary.json/``) or a folder holding user files
+  is refused (exit 2) before anything is deleted.
 """
 
 from __future__ import annotations
@@ -25,41 +27,31 @@ import json
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 from typing import Literal
 
 from spotwise import __version__
 from spotwise.errors import InputError
+from spotwise.rundir_files import (DISK_FULL_ERRNOS, DiskFullError, disk_full_error, is_disk_full,  # noqa: F401 (re-exported)
+                                   write_run_text)
 
 MARKER = ".spotwise-run"
 LOCK_FILE = ".spotwise.lock"
 #: Names spotwise writes into a run directory (besides the marker and the lock file).
 RUN_FILES = ("events.jsonl", "summary.json", "spec.json", "checkpoints", "report", "on-demand",
-             "sweep.json", "windows.csv", "cost_cdf.png", "finish_cdf.png", "model.pt")
+             "sweep.json", "windows.csv", "cost_cdf.png", "finish_cdf.png", "breakdown.png", "model.pt")
 KNOWN_NAMES = frozenset(RUN_FILES) | {MARKER, LOCK_FILE}
 #: Leftovers of an interrupted atomic write of one of spotwise's files (``.summary.json.tmp-123``).
-_TMP_RE = re.compile(r"^\.(?:events\.jsonl|summary\.json|spec\.json|spotwise-run|model\.pt)\.tmp-\d+$")
-#: errno values that mean "no space left" (ENOSPC; EDQUOT: the user's quota is exhausted).
-DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+_TMP_RE = re.compile(r"^\.(?:events\.jsonl|summary\.json|spec\.json|spotwise-run|model\.pt|sweep\.json|windows\.csv|"
+                     r"cost_cdf\.png|finish_cdf\.png|breakdown\.png)\.tmp-\d+$")
+#: spotwise's own folders in a run directory, and the names spotwise writes inside each
+_FOLDER_NAMES = {
+    "checkpoints": re.compile(r"^(?:step-\d+\.pt|manifest\.json|\.(?:step-\d+\.pt|manifest\.json)\.tmp-\d+)$"),
+    "report": re.compile(r"^\.?[A-Za-z0-9_.-]+\.(?:html|png)(?:\.tmp-\d+)?$"),
+}
 
 Mode = Literal["new", "overwrite", "resume"]
-
-
-class DiskFullError(InputError):
-    """Writing ``where`` failed because its disk (or the user's quota) is full -- the user's to fix (exit 2)."""
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is an ``OSError`` for a full disk or an exhausted quota."""
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
-
-
-def disk_full_error(path: str | Path, exc: OSError, fix: str = "") -> DiskFullError:
-    """The exit-2 error for a write to ``path`` that failed with ENOSPC/EDQUOT."""
-    p = Path(path)
-    return DiskFullError(
-        f"the disk is full: could not write {p.name} in {p.parent} ({exc.strerror or exc})",
-        fix or "free space on that disk (or choose another --out) and run again", str(p.parent))
 
 
 def _is_spotwise_name(name: str) -> bool:
@@ -80,8 +72,40 @@ def is_spotwise_run_dir(path: str | Path) -> bool:
         any((d / n).is_file() and not (d / n).is_symlink() for n in ("events.jsonl", "spec.json"))
 
 
+def _foreign(d: Path, name: str) -> str | None:
+    """Why ``d/name`` (one of spotwise's names) is not what spotwise writes there, or None.
+
+    spotwise never makes a symbolic link; it writes a regular file under a file name and, under a
+    folder name, a real folder holding only its own names (``on-demand/`` is a run directory).
+    """
+    p = d / name
+    try:
+        mode = os.lstat(p).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return f"{name} is a symbolic link, which spotwise never creates"
+    if name in _FOLDER_NAMES or name == "on-demand":
+        if not stat.S_ISDIR(mode):
+            return f"{name} is not a folder (spotwise writes a folder of that name)"
+        for inner in sorted(os.listdir(p)):
+            sub = p / inner
+            if name == "on-demand" and _is_spotwise_name(inner) and inner != LOCK_FILE:
+                why = _foreign(p, inner)
+                if why:
+                    return f"{name}/{why}"
+                continue
+            ok = inner == LOCK_FILE if name == "on-demand" else bool(_FOLDER_NAMES[name].match(inner))
+            if not ok or not stat.S_ISREG(os.lstat(sub).st_mode):
+                return f"{name}/{inner} was not written by spotwise"
+        return None
+    if not stat.S_ISREG(mode):
+        return f"{name} is {'a folder' if stat.S_ISDIR(mode) else 'not a regular file'}, but spotwise writes a file there"
+    return None
+
+
 def _remove_entry(p: Path) -> None:
-    """Remove one name without following a symlink out of the directory."""
+    """Remove one of spotwise's names (checked by :func:`_foreign`): a file, or a folder of spotwise's files."""
     if p.is_symlink() or not p.is_dir():
         p.unlink(missing_ok=True)
     else:
@@ -90,16 +114,22 @@ def _remove_entry(p: Path) -> None:
 
 def remove_run_files(path: str | Path) -> list[str]:
     """Remove spotwise's names (not the marker or the lock) from the run directory ``path``;
-    returns the names removed.  Raises InputError if ``path`` is not a spotwise run directory;
+    returns the names removed.  Raises InputError if ``path`` is not a spotwise run directory, or
+    -- before anything is removed -- if one of spotwise's names holds something spotwise did not
+    write there (a folder named ``summary.json``, a symbolic link, a user file inside ``report/``);
     user files are left in place."""
     d = Path(path)
     if not is_spotwise_run_dir(d):
         raise InputError("not a spotwise run directory (no .spotwise-run marker); refusing to delete anything in it",
                          "choose an empty or new --out", str(d))
+    names = [n for n in sorted(os.listdir(d)) if n not in (MARKER, LOCK_FILE) and _is_spotwise_name(n)]
+    for name in names:
+        why = _foreign(d, name)
+        if why:
+            raise InputError(f"{why}; refusing to delete it with --overwrite",
+                             f"move {d / name} away yourself (or choose another --out), then run again", str(d))
     removed: list[str] = []
-    for name in sorted(os.listdir(d)):
-        if name in (MARKER, LOCK_FILE) or not _is_spotwise_name(name):
-            continue
+    for name in names:
         try:
             _remove_entry(d / name)
         except OSError as e:
@@ -113,14 +143,9 @@ def _write_marker(d: Path) -> None:
     path = d / MARKER
     if path.is_file() and not path.is_symlink():
         return
-    tmp = d / f"{MARKER}.tmp-{os.getpid()}"
     try:
-        tmp.write_text(json.dumps({"spotwise": __version__, "kind": "run-directory"}) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_run_text(d, MARKER, json.dumps({"spotwise": __version__, "kind": "run-directory"}) + "\n", fsync=False)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
-        if is_disk_full(e):
-            raise disk_full_error(path, e) from None
         raise InputError(f"cannot write into the output directory ({e.strerror or e})",
                          "choose a writable --out", str(d)) from None
 

@@ -201,7 +201,9 @@ def test_item2_overwrite_removes_only_spotwise_files(cli, run_copy: Path, tmp_pa
 
 
 def test_item2_removal_unlinks_symlinks_instead_of_following_them(tmp_path: Path) -> None:
-    """A spotwise name that is a symlink is unlinked; what it points to is untouched."""
+    """A spotwise name that is a symlink is never followed; since issue 30 item 4 it is not even removed
+    (spotwise never makes links: the link is the user's): --overwrite refuses, and what it points to is untouched."""
+    from spotwise.errors import InputError
     from spotwise.rundir import open_run_dir
 
     d = tmp_path / "run"
@@ -212,8 +214,9 @@ def test_item2_removal_unlinks_symlinks_instead_of_following_them(tmp_path: Path
     (target / "keep.txt").write_text("keep")
     (d / "report").symlink_to(target, target_is_directory=True)
     (d / "summary.json").symlink_to(target / "keep.txt")
-    with open_run_dir(d, "overwrite"):
-        assert not (d / "report").exists() and not (d / "summary.json").is_symlink()
+    with pytest.raises(InputError, match="symbolic link"):
+        open_run_dir(d, "overwrite")
+    assert (d / "report").is_symlink() and (d / "summary.json").is_symlink()
     assert (target / "keep.txt").read_text() == "keep"
 
 

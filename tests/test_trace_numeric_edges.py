@@ -124,10 +124,19 @@ def test_item7_skypilot_ticks_past_year_9999_are_refused(tmp_path: Path) -> None
 
 
 def test_item7_zero_priced_trace_sweep_exits_2_not_zero_division(cli, tmp_path: Path) -> None:
-    # every window's worker capacity costs $0: the cost ratios were 0/0 (ZeroDivisionError, exit 1).  Since
-    # issue 29 the sweep bills the coordinator (c5.large, on-demand) as plan and run do, so the oracle costs
-    # more than $0 and the ratios are finite: exit 0 with finite JSON, never a division by zero
+    # every window's worker capacity cost $0: the cost ratios were 0/0 (ZeroDivisionError, exit 1).  Since
+    # issue 30 item 14 a $0 spot price is refused when the trace is read (no real trace holds one: it marks a
+    # missing value): exit 2 naming the row, before any sweep runs
     tr = _aws(tmp_path / "zero.json", ["0"] * 30)
+    code, out, err = cli("simulate", str(_spec(tmp_path)), "--trace", str(tr), "--history", "1d", "--json", "--no-plot")
+    assert code == 2, err
+    assert out.strip() == "" and "SpotPriceHistory[0]" in err and "zero" in err and "internal error" not in err
+
+
+def test_item7_near_zero_priced_trace_sweep_has_finite_ratios(cli, tmp_path: Path) -> None:
+    # the division the zero trace exposed: capacity at $0.0001/h still gives finite ratios (the sweep bills the
+    # coordinator, c5.large on demand, as plan and run do, so the oracle costs more than $0)
+    tr = _aws(tmp_path / "cheap.json", ["0.0001"] * 30)
     code, out, err = cli("simulate", str(_spec(tmp_path)), "--trace", str(tr), "--history", "1d", "--json", "--no-plot")
     assert code == 0, err
     doc = json.loads(out)

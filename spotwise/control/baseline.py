@@ -34,6 +34,7 @@ from rich.console import Console
 
 from spotwise.config import JobSpec, MarketSpec, PolicySpec, RevocationSpec, SyntheticSpec, TargetSpec
 from spotwise.errors import InputError
+from spotwise.rundir_files import make_run_folder
 from spotwise.market.world import build_market
 from spotwise.policies.registry import POLICIES
 
@@ -115,7 +116,9 @@ def compare_on_demand(summary: Any, out_dir: str | Path, *, progress: bool = Tru
         Console(stderr=True).print(f"on-demand baseline: the same {samples} samples on {spec.cluster.workers} on-demand workers")
     # the steps are an estimate: a step may hold fewer samples than workers x batch (n-sync, epoch ends)
     with RunProgress(math.ceil(samples / per_step), progress, estimated=True, label="on-demand") as bar:
-        measured = run_on_demand_baseline(spec, samples, out / BASELINE_DIR, progress=bar.update if progress else None)
+        # a real folder in the run directory, never a link out of it (issue 30 item 2)
+        measured = run_on_demand_baseline(spec, samples, make_run_folder(out, BASELINE_DIR),
+                                          progress=bar.update if progress else None)
     measured["dir"] = BASELINE_DIR  # relative to the run directory
     summary.extra["on_demand_model"] = summary.extra.get("on_demand")
     summary.extra["on_demand"] = measured

@@ -42,8 +42,10 @@ from typing import Any, Callable, Sequence
 import torch
 
 from spotwise.errors import InputError
+from spotwise.safeparse import loads_json
 from spotwise.events import atomic_write_text
 from spotwise.rundir import DiskFullError, is_disk_full
+from spotwise.rundir_files import make_run_folder, read_run_file
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "manifest.json"
@@ -102,7 +104,7 @@ def _read_manifest(folder: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = loads_json(read_run_file(folder, MANIFEST).decode("utf-8"), str(path), "manifest.json")
     except UnicodeDecodeError:
         raise _bad_manifest(path, "manifest.json is not UTF-8 text (binary or corrupted)") from None
     except ValueError as e:  # JSONDecodeError: truncated or not JSON
@@ -228,13 +230,14 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep:
     unchanged) and InputError on an unusable manifest; other write errors propagate unchanged,
     always after the temp file is removed.
     """
-    folder = Path(out_dir) / CHECKPOINT_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    folder = make_run_folder(out_dir, CHECKPOINT_DIR)  # a real folder, never a link out of the run (issue 30 item 2)
     entries = _read_manifest(folder)  # validate before writing anything
     path = folder / f"step-{int(step):08d}.pt"
     tmp = folder / f".{path.name}.tmp-{os.getpid()}"
     try:
-        with open(tmp, "wb") as fh:
+        tmp.unlink(missing_ok=True)  # a stale temp file, or a link planted under its name: never written through
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644), "wb") as fh:
             torch.save(state, fh)
             fh.flush()
             os.fsync(fh.fileno())
@@ -259,7 +262,7 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep:
     entries.sort(key=lambda e: e["step"])
     dropped = stale + (entries[:-keep] if keep > 0 else [])
     entries = entries[-keep:] if keep > 0 else entries
-    atomic_write_text(folder / MANIFEST, json.dumps({"checkpoints": entries}, indent=1) + "\n")
+    atomic_write_text(folder / MANIFEST, json.dumps({"checkpoints": entries}, indent=1) + "\n", root=out_dir)
     for old in dropped:  # after the manifest no longer names them
         _unlink_checkpoint(folder, old["file"])
     return path

@@ -26,6 +26,7 @@ from spotwise.control.sampler import EpochSampler
 
 if TYPE_CHECKING:  # type only: the controller holds this component
     from spotwise.control.controller import JobController
+    from spotwise.control.terminating import FinalCheckpoint
 
 
 #: the exported final model in the run directory (a ``state_dict``)
@@ -70,6 +71,13 @@ class Checkpointer:
         job.log.emit("checkpoint", step=job.step, path=str(path), why=why)
         for listener in self.listeners:
             listener(path)
+
+    def on_sigterm(self) -> "FinalCheckpoint":
+        """The context around the run loop that turns SIGTERM into a final checkpoint of the last
+        committed step, then exit 143 (:mod:`spotwise.control.terminating`)."""
+        from spotwise.control.terminating import FinalCheckpoint
+
+        return FinalCheckpoint(self.job)
 
     def export_model(self) -> None:
         """``OUT/model.pt``: the final model's ``state_dict`` (parameters and buffers), which plain

@@ -38,10 +38,9 @@ sample contributes to exactly one committed step, whatever the revocations.
 :class:`~spotwise.planes.ps.compute.Compute` (Ray actors, or in-process with ``LocalCompute``),
 capacity to a :class:`~spotwise.capacity.provider.Provider` with explicit capabilities.
 
-**Checkpoints** every ``outputs.checkpoint_every`` steps and on every revocation notice; a killed
-controller resumes from the newest valid checkpoint (``spotwise run --resume OUT``), so a loss of
-everything loses at most the steps since that checkpoint.  A loss of every *worker* loses nothing:
-the parameters live here.
+**Checkpoints** every ``outputs.checkpoint_every`` steps, on every revocation notice and on SIGTERM (of
+the last committed step, :mod:`spotwise.control.terminating`); a killed controller resumes from the newest
+valid one (``spotwise run --resume OUT``).  A loss of every *worker* loses nothing: the parameters live here.
 """
 
 from __future__ import annotations
@@ -71,7 +70,7 @@ from spotwise.control.state import TorchState, TrainingState
 from spotwise.training.recipe import recipe_of
 from spotwise.control.summary import run_summary
 from spotwise.control.sync import SyncStrategy
-from spotwise.events import EventLog, RunSummary, write_summary
+from spotwise.events import EventLog, RunSummary, atomic_write_text, write_summary
 from spotwise.market.billing import Ledger
 from spotwise.market.preemption import MarketEvent
 from spotwise.market.world import Market, build_market
@@ -242,7 +241,7 @@ class JobController:
 
     def _fresh_start(self) -> None:
         self.provider.prepare(list(range(self.provisioned)))  # a real cluster: ask for the workers, wait for one
-        (self.out / SPEC_FILE).write_text(json.dumps(self.spec.to_dict(), indent=2) + "\n")
+        atomic_write_text(self.out / SPEC_FILE, json.dumps(self.spec.to_dict(), indent=2) + "\n")  # never via a link
         self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
                             meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
                                   "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed,
@@ -409,14 +408,15 @@ class JobController:
         """Run the job to its target (or budget, horizon, stop); the summary is also written to the run directory."""
         try:
             self.plane.begin()
-            while not self.done():
-                self.plane.before_tick()
-                if not self.members:
-                    if not self.outage.wait():
-                        self.status = "no-capacity"
-                        break
-                    continue
-                self.plane.tick()
+            with self.checkpointer.on_sigterm() as term:  # SIGTERM: checkpoint the last committed step, then exit 143
+                while not (term.requested() or self.done()):
+                    self.plane.before_tick()
+                    if not self.members:
+                        if not self.outage.wait():
+                            self.status = "no-capacity"
+                            break
+                        continue
+                    self.plane.tick()
             self.plane.stop()
             summary = self._finish()
             if self.status == "no-progress":

@@ -6,12 +6,14 @@ format is :mod:`spotwise.control.checkpoint`'s.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from spotwise.config import JobSpec, spec_from_dict
 from spotwise.errors import InputError
+from spotwise.safeparse import loads_json
 from spotwise.control.checkpoint import load_latest_checkpoint
+from spotwise.rundir_files import read_run_file
+from spotwise.usercode import check_resume_trust
 
 #: the file in a run directory that holds the job spec the run was started with
 SPEC_FILE = "spec.json"
@@ -28,14 +30,13 @@ def load_run_spec(out_dir: str | Path) -> JobSpec:
         raise InputError("not a spotwise run directory (no spec.json)", "pass the --out directory of an earlier `spotwise run`",
                          str(out_dir))
     fix = "restore spec.json from a backup, or start the run again with `spotwise run SPEC --out DIR`"
+    raw = read_run_file(out_dir, SPEC_FILE)  # a regular file inside the run directory, size-capped (never /dev/zero, a FIFO)
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = loads_json(raw.decode("utf-8"), str(path), "spec.json")  # InputError for a nesting bomb
     except UnicodeDecodeError:
         raise InputError("spec.json is not UTF-8 text (binary or corrupted)", fix, str(path)) from None
     except ValueError as e:  # JSONDecodeError: truncated or not JSON
         raise InputError(f"spec.json is not valid JSON (truncated or corrupted: {e})", fix, str(path)) from None
-    except OSError as e:
-        raise InputError(f"spec.json cannot be read ({e.strerror or e})", "check the file's permissions", str(path)) from None
     if not isinstance(data, dict):
         raise InputError("spec.json must hold one JSON object (the job spec)", fix, str(path))
     try:
@@ -44,6 +45,15 @@ def load_run_spec(out_dir: str | Path) -> JobSpec:
         raise
     except (TypeError, ValueError, KeyError, AttributeError) as e:  # a hand-edited spec of the wrong shape
         raise InputError(f"spec.json is not a valid job spec ({e.__class__.__name__}: {e})", fix, str(path)) from None
+
+
+def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_code: bool = False) -> JobSpec:
+    """:func:`load_run_spec`, checked before a resume imports the user code it names
+    (:func:`spotwise.usercode.check_resume_trust`): the user's own spec ``given`` must name the same
+    workload / optimizer / policy references, or ``trust_code`` must be set; InputError otherwise."""
+    recorded = load_run_spec(out_dir)
+    check_resume_trust(recorded, given, trust_code, str(Path(out_dir) / SPEC_FILE))
+    return recorded
 
 
 def has_checkpoint(out_dir: str | Path) -> bool:

@@ -15,7 +15,7 @@ from spotwise.market.world import build_market
 from spotwise.control.checkpoint import load_latest_checkpoint, no_valid_checkpoint_error
 from spotwise.control.controller import JobController
 from spotwise.control.progress import NoProgressError, check_progress_possible
-from spotwise.control.rundir_io import load_run_spec
+from spotwise.control.rundir_io import load_resume_spec, load_run_spec
 from spotwise.capacity.placement import placement_for
 from spotwise.capacity.raystart import check_local_workers, ensure_ray
 from spotwise.remote.location import open_run_location
@@ -69,6 +69,8 @@ def run_job(
     autoscale: bool = False,
     uri: str | None = None,
     fetch: bool = False,
+    resume_spec: JobSpec | None = None,
+    trust_code: bool = False,
 ) -> RunSummary:
     """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary.
 
@@ -87,6 +89,8 @@ def run_job(
     ``uri`` (default: the spec's ``outputs.uri``): mirror the run directory there as the run goes;
     ``fetch`` (with ``resume``): first download the run from ``uri`` into ``out_dir``, a local
     staging folder (:func:`spotwise.remote.location.open_run_location`).
+    ``resume_spec`` / ``trust_code``: a resumed run's recorded user code is imported only when it
+    matches the user's spec or is trusted (:func:`spotwise.control.rundir_io.load_resume_spec`).
     """
     out = Path(out_dir)
     if notice_source not in ("none", "aws", "gcp"):
@@ -105,7 +109,8 @@ def run_job(
         uri = _spec_uri(spec, out, resume)
     with open_run_location(out, "resume" if resume else ("overwrite" if overwrite else "new"), uri, fetch=fetch) as mirror:
         summary = _run_locked(spec, out, resume=resume, ray_address=ray_address, progress=progress, plots=plots,
-                              notice_source=notice_source, metadata_url=metadata_url, autoscale=autoscale, mirror=mirror)
+                              notice_source=notice_source, metadata_url=metadata_url, autoscale=autoscale, mirror=mirror,
+                              trust=(resume_spec, trust_code))
         return after(summary) if after is not None else summary
 
 
@@ -124,10 +129,10 @@ def _spec_uri(spec: JobSpec | None, out: Path, resume: bool) -> str | None:
 
 def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: str | None, progress: bool,
                 plots: bool | None, notice_source: str, metadata_url: str | None, autoscale: bool = False,
-                mirror: RunMirror | None = None) -> RunSummary:
+                mirror: RunMirror | None = None, trust: tuple[JobSpec | None, bool] = (None, False)) -> RunSummary:
     """:func:`run_job` once the run directory is prepared and locked."""
     if resume:
-        spec = load_run_spec(out)
+        spec = load_resume_spec(out, *trust)  # a fetched run too: its user code only when the user vouches for it
         rejected: list[str] = []
         if load_latest_checkpoint(out, rejected=rejected) is None:  # how many were found and why each was refused
             raise no_valid_checkpoint_error(out, rejected)

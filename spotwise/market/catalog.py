@@ -45,12 +45,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-import yaml
-
 from spotwise.market.network import NetworkLink
 
 from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
+from spotwise.safeparse import load_yaml
 from spotwise.market.catalog_records import (INSTANCE_COLUMNS, REQUIRED_INSTANCE_COLUMNS, FunctionPricing,  # noqa: F401
                                             InstanceType, StoragePricing, _ADD_ENTRY_HINT, _check_name,
                                             _check_profile, _parse_scalar)
@@ -120,10 +119,7 @@ class Catalog:
         # regular files only, size-capped, UTF-8: a binary file or /dev/zero is an InputError (exit 2)
         text = read_input_text(p, "catalog file", "a catalog is a YAML or CSV text file; see spotwise/market/data/catalog.yaml")
         if suffix in (".yaml", ".yml"):
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise InputError(f"not valid YAML ({exc.__class__.__name__}: {str(exc).splitlines()[0]})", "fix the YAML syntax", where) from None
+            data = load_yaml(text, where, "catalog file", "fix the YAML syntax")  # refuses duplicate keys and nesting bombs
             return cls.from_mapping(data if data is not None else {}, where)
         if suffix == ".csv":
             return cls.from_csv_text(text, where)

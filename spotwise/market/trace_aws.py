@@ -13,7 +13,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.trace_common import (PathLike, _as_paths, _parse_iso8601, _parse_json, _parse_price,
+from spotwise.market.trace_common import (PathLike, PointLog, _as_paths, _parse_iso8601, _parse_json, _parse_price,
                                           _read_text, _region_of)
 
 
@@ -59,8 +59,8 @@ def load_aws_spot_json(paths: PathLike | Sequence[PathLike]) -> list[StepSeries]
     ``aws:us-east-2a:p3.2xlarge``); the region is the zone without its trailing letter.
 
     * Input order does not matter (AWS returns newest first); points are sorted.
-    * Exact duplicates (same time and price, e.g. overlapping dumps) are dropped; for two
-      different prices at the same instant the one read last wins.
+    * Exact duplicates (same time and price, e.g. overlapping dumps) are dropped; two different
+      prices at the same instant are an :class:`InputError` naming both records.
     * Files with ``"SpotPriceHistory": []`` are allowed and contribute nothing; loading only
       empty files returns ``[]``.
     * **End of each series**: AWS reports only price *changes*, so the last price holds until the
@@ -75,10 +75,13 @@ def load_aws_spot_json(paths: PathLike | Sequence[PathLike]) -> list[StepSeries]
     groups: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
     sources: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     region_end: dict[str, float] = {}
+    logs: dict[tuple[str, str, str], PointLog] = {}
     for path in plist:
         where = str(path)
-        for zone, itype, prod, t, price in _aws_records(_parse_json(_read_text(path), where), where):
+        for i, (zone, itype, prod, t, price) in enumerate(_aws_records(_parse_json(_read_text(path), where), where)):
             key = (zone, itype, prod)
+            # a repeat with another price is refused, naming both records; an exact repeat is fine
+            logs.setdefault(key, PointLog(f"{zone} {itype}")).add(t, price, f"{path.name} SpotPriceHistory[{i}]", where)
             groups[key].append((t, price))
             sources[key].add(where)
             reg = _region_of(zone)

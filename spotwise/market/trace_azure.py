@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.trace_common import PathLike, _csv_rows, _epoch, _parse_price, _read_text
+from spotwise.market.trace_common import PathLike, PointLog, _csv_rows, _epoch, _parse_price, _read_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,7 +58,8 @@ def load_azure_price_csv(path: PathLike, *, mapping: bool = True) -> list[StepSe
     region comes from the file name (``us_north_central.csv`` -> ``us-north-central``).  Each row
     gives the price for one UTC day, so a series ends one day after its last date.  An empty cell
     means the size was not offered that day and is skipped (the previous price carries on); a
-    column with no price at all yields no series.  When ``mapping`` is true and an
+    column with no price at all yields no series.  A date repeated with the same prices is fine; with a
+    different price, or a price of 0, it is an :class:`InputError` naming the line.  When ``mapping`` is true and an
     ``instance_mapping.csv`` lies beside the file or in its parent folder, ``meta.extra`` gets the
     ``gpu`` type and ``gpu_count`` of each size.
     """
@@ -79,6 +80,7 @@ def load_azure_price_csv(path: PathLike, *, mapping: bool = True) -> list[StepSe
         dup = next(s for s in sizes if sizes.count(s) > 1)
         raise InputError(f"column {dup!r} appears twice", "give each instance size one column", where)
     cols: list[list[tuple[float, float]]] = [[] for _ in sizes]
+    logs = [PointLog(f"{size!r}") for size in sizes]  # a date repeated with another price is refused
     for n, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
             raise InputError(f"line {n} has {len(row)} cells, the header has {len(header)}", "give every row one date and one price per column", where)
@@ -86,6 +88,7 @@ def load_azure_price_csv(path: PathLike, *, mapping: bool = True) -> list[StepSe
         for j, cell in enumerate(row[1:]):
             if cell.strip():
                 cols[j].append((t, _parse_price(cell, where, f"line {n}, column {sizes[j]!r}")))
+                logs[j].add(t, cols[j][-1][1], f"line {n}", where)
     region = p.stem.replace("_", "-")
     gpus = _azure_mapping(p) if mapping else {}
     out = []

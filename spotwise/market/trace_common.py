@@ -57,6 +57,11 @@ def _as_paths(paths: PathLike | Sequence[PathLike]) -> list[Path]:
     return [Path(p) for p in paths]
 
 
+#: how to fix a zero price (AWS, Azure and SkyPilot readers)
+ZERO_PRICE_FIX = ("a spot price is never $0/h (a zero marks a missing value): remove the row so the previous price "
+                  "carries on, or give the real price")
+
+
 def _read_text(path: Path) -> str:
     """Read a whole trace file as UTF-8 text (BOM stripped); any failure is an :class:`InputError`.
 
@@ -100,11 +105,38 @@ def _parse_price(raw: object, where: str, what: str) -> float:
                          "prices must be finite decimal numbers of dollars per hour, e.g. 1.1409 or $0.24552", where)
     if val < 0:
         raise InputError(f"{what}: negative price {raw!r}", "prices must be >= 0 dollars per hour", where)
+    if val == 0:  # no real trace holds one (issue 30 item 14): a $0 hour is a placeholder, and free capacity misplans
+        raise InputError(f"{what}: price {raw!r} is zero", ZERO_PRICE_FIX, where)
     if val > MAX_PRICE_PER_HOUR:
         raise InputError(f"{what}: price {raw!r} is above {MAX_PRICE_PER_HOUR:g} $/h per instance",
                          "prices are dollars per hour per instance (no cloud instance costs that much): "
                          "fix the value or its unit", where)
     return val
+
+
+def _utc_text(t: float) -> str:
+    """Seconds since the epoch as ``2020-03-21T23:50:20Z`` (for messages)."""
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        return f"t={t:g}"
+
+
+class PointLog:
+    """The first value read at each time of one series, to refuse a later *different* value at the same
+    time (issue 30 item 14: a repeated row with another price silently replaced the first everywhere).
+    Exact repeats (same time, same value: overlapping dumps) are accepted."""
+
+    def __init__(self, series: str) -> None:
+        self.series = series
+        self.first: dict[float, tuple[float, str]] = {}
+
+    def add(self, t: float, value: float, row: str, where: str) -> None:
+        prev = self.first.setdefault(t, (value, row))
+        if prev[0] != value:
+            raise InputError(f"two different prices for {self.series} at {_utc_text(t)}: {prev[0]:g} ({prev[1]}) and "
+                             f"{value:g} ({row})", "keep one row per time (repeating a row with the same price is fine); "
+                             "different prices at one instant mean the file is corrupted or two dumps were mixed", where)
 
 
 def _parse_iso8601(raw: object, where: str, what: str) -> float:

@@ -12,7 +12,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.trace_common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, PathLike, _MAX_EPOCH_S,
+from spotwise.market.trace_common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, ZERO_PRICE_FIX, PathLike, _MAX_EPOCH_S,
                                           _compress_runs, _epoch, _finite_number, _parse_json, _read_text,
                                           _region_of)
 
@@ -90,6 +90,8 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
         prices = _number_list(doc["prices"], "prices", where, MAX_PRICE_PER_HOUR, "$/h per instance")
         if prices.size != data.size:
             raise InputError(f"'prices' has {prices.size} entries but 'data' has {data.size}", "give one price per tick", where)
+        if np.any(prices == 0):  # no real trace holds one (issue 30 item 14)
+            raise InputError(f"prices[{int(np.nonzero(prices == 0)[0][0])}] is zero", ZERO_PRICE_FIX, where)
     folder = p.parent.name
     start = _folder_start(folder)
     t0 = 0.0 if start is None else start

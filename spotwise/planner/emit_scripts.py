@@ -129,7 +129,8 @@ def run_script(*, address: str, notice_source: str, autoscale: bool, uri: str | 
         ")",
         'case "$STATE" in',
         f'  completed) echo "spotwise: the run in {target} has completed; nothing to do";;',
-        f'  resume) "{VENV}/bin/spotwise" run --resume "{target}"{staging} {flags};;',
+        # the job's own spec: the resume checks the run's recorded user code against it (issue 30 item 1)
+        f'  resume) "{VENV}/bin/spotwise" run --resume "{target}" "{spec}"{staging} {flags};;',
         f'  restart) "{VENV}/bin/spotwise" run "{spec}" --out "{run}" --overwrite {flags};;',
         f'  *) "{VENV}/bin/spotwise" run "{spec}" --out "{run}" {flags};;',
         "esac",

@@ -559,9 +559,15 @@ def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any
 def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float, losses: np.ndarray, seed: int) -> None:
     """Plain SGD ``w -= lr g`` on global batches from ``sampler``; ``losses[j]`` = loss before step j's update."""
 
+    from spotwise.workloads.base import check_loss
+
     def step(j: int, idx: np.ndarray) -> float:
         model.zero_grad(set_to_none=True)
-        loss = workload.loss(model, workload.train.batch(idx))
+        loss = check_loss(workload.loss(model, workload.train.batch(idx)))  # a vector: exit 2 naming its shape
+        if not math.isfinite(float(loss.detach())):  # as the runs do (issue 30 item 10): a diverged pilot is no fit
+            raise InputError(f"the pilot's loss is {float(loss.detach())} at step {j + 1}: training diverged",
+                             "lower the learning rate (workload.lr), add a warm-up or grad_clip_norm, or fix the "
+                             "workload's loss", "workload")
         loss.backward()
         with torch.no_grad():
             for p in model.parameters():

@@ -23,7 +23,9 @@ from typing import Any
 
 from spotwise.errors import InputError
 from spotwise.policies.base import Decision, Observation, Policy
-from spotwise.usercode import user_traceback
+from spotwise.policies.decision_checks import BadDecision, checked_decisions
+from spotwise.user_failures import exit_fix, failure_text, is_user_failure
+from spotwise.usercode import refuse_unsafe_reference, user_traceback
 
 FIX_IMPORT = ("make the module importable: install its package in this environment, or add the folder that "
               "contains it to PYTHONPATH (export PYTHONPATH=/path/to/dir:$PYTHONPATH)")
@@ -46,6 +48,7 @@ def check_reference(name: str) -> None:
     mod, _, cls = str(name).partition(":")
     if not mod or not cls or not all(p.isidentifier() for p in mod.split(".")) or not cls.isidentifier():
         raise InputError(f"malformed policy reference {name!r}", "write a user policy as 'package.module:ClassName'", "policies")
+    refuse_unsafe_reference(str(name), "policy", "policies")
 
 
 def load_policy_class(name: str) -> type[Policy]:
@@ -59,9 +62,12 @@ def load_policy_class(name: str) -> type[Policy]:
             raise InputError(f"policy {name}: cannot import module {mod_name!r} ({e})", FIX_IMPORT, "policies") from None
         raise UserPolicyError(f"policy {name} raised {type(e).__name__} while importing {mod_name}: {e}",
                               "fix the module (its traceback is printed above)", "policies", user_traceback(e)) from None
-    except Exception as e:  # noqa: BLE001 - whatever the user's module raises is theirs to fix
-        raise UserPolicyError(f"policy {name} raised {type(e).__name__} while importing {mod_name}: {e}",
-                              "fix the module (its traceback is printed above)", "policies", user_traceback(e)) from None
+    except BaseException as e:  # noqa: BLE001 - whatever the user's module raises (sys.exit too) is theirs to fix
+        if not is_user_failure(e):
+            raise
+        raise UserPolicyError(f"policy {name} {failure_text(e, f'while importing {mod_name}')}",
+                              exit_fix(e, "a policy module") + "fix the module (its traceback is printed above)",
+                              "policies", user_traceback(e)) from None
     cls = getattr(module, cls_name, None)
     if cls is None:
         raise InputError(f"module {mod_name!r} has no class {cls_name!r} (policy {name})",
@@ -91,18 +97,18 @@ class GuardedPolicy(Policy):
     def decide(self, obs: Observation) -> list[Decision]:
         try:
             out = self.inner.decide(obs)
-        except Exception as e:  # noqa: BLE001 - the user's decide failed: theirs to fix
-            raise UserPolicyError(f"policy {self.ref} raised {type(e).__name__} in decide at step {obs.step}: {e}",
-                                  "fix the policy (its traceback is printed above); the run directory keeps every step "
+        except BaseException as e:  # noqa: BLE001 - the user's decide failed (sys.exit too): theirs to fix
+            if not is_user_failure(e):
+                raise
+            raise UserPolicyError(f"policy {self.ref} {failure_text(e, f'in decide at step {obs.step}')}",
+                                  exit_fix(e, "a policy") + "fix the policy (its traceback is printed above); the run "
+                                  "directory keeps every step "
                                   "committed before it and resumes with `spotwise run --resume DIR`", "policies",
                                   user_traceback(e)) from None
-        if out is None:
-            return []
-        if not isinstance(out, (list, tuple)) or not all(isinstance(d, Decision) for d in out):
-            raise UserPolicyError(f"policy {self.ref}: decide returned {out!r}, not a list of decisions",
-                                  "return a list of spotwise decisions (Noop, Resize, SwitchMarket, ...; docs/policies.md)",
-                                  "policies")
-        return list(out)
+        try:
+            return checked_decisions(out)
+        except BadDecision as e:
+            raise UserPolicyError(f"policy {self.ref}: decide at step {obs.step} returned {e}", e.fix, "policies") from None
 
     def __repr__(self) -> str:
         return f"GuardedPolicy({self.inner!r})"
@@ -115,9 +121,12 @@ def make_user_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
         inner = cls(**(params or {}))
     except TypeError as e:
         raise InputError(f"bad parameters for policy {name}: {e}", "fix the policy's params to match its __init__", "policies") from None
-    except Exception as e:  # noqa: BLE001
-        raise UserPolicyError(f"policy {name} raised {type(e).__name__} when built: {e}",
-                              "fix the policy's __init__ or its params (traceback above)", "policies", user_traceback(e)) from None
+    except BaseException as e:  # noqa: BLE001 - sys.exit in __init__ too
+        if not is_user_failure(e):
+            raise
+        raise UserPolicyError(f"policy {name} {failure_text(e, 'when built')}",
+                              exit_fix(e, "a policy") + "fix the policy's __init__ or its params (traceback above)",
+                              "policies", user_traceback(e)) from None
     return guard(inner, name)
 
 

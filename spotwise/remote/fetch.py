@@ -86,7 +86,7 @@ def manifest_steps(raw: bytes | None) -> list[tuple[int, str]]:
         return []
     try:
         data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return []
     entries = data.get("checkpoints") if isinstance(data, dict) else None
     out: list[tuple[int, str]] = []

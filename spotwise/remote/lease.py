@@ -76,7 +76,7 @@ class RemoteLease:
             return None
         try:
             doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         if not isinstance(doc, dict) or not isinstance(doc.get("owner"), str):
             return None

@@ -176,7 +176,7 @@ class RunMirror:
             try:
                 entries = json.loads(raw.decode("utf-8")).get("checkpoints", [])
                 names = [e["file"] for e in entries]
-            except (ValueError, AttributeError, TypeError, KeyError):
+            except (ValueError, AttributeError, TypeError, KeyError, RecursionError):
                 raise InputError("checkpoints/manifest.json is unreadable; it was not uploaded",
                                  "resume the run from its local copy", str(manifest)) from None
             for name in names:

@@ -16,14 +16,15 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spotwise.errors import InputError
+from spotwise.safeparse import loads_json
 from spotwise.reports.units import human_hours
+from spotwise.rundir_files import make_run_folder, write_run_text
 
 #: relative difference of samples trained on above which two runs did different work
 SAMPLES_TOLERANCE = 0.01
@@ -59,9 +60,8 @@ def single_report(run_dir: Path, plots: bool = True) -> Report:
         if not plots:
             entries = _sweep_entries(Path(run_dir))
             return Report([str(run_dir)], page, [], entries, like_for_like(entries), "sweep")
-        if not page.parent.is_dir() and not page.parent.is_symlink():
-            page.parent.mkdir()
-        rep = compare_runs([Path(run_dir)], page)
+        make_run_folder(run_dir, "report")  # a real folder in the run directory, never a link (issue 30 item 2)
+        rep = compare_runs([Path(run_dir)], page, root=Path(run_dir))
         rep.kind = "sweep"
         return rep
 
@@ -95,7 +95,7 @@ def _run_entry(d: Path) -> tuple[dict[str, Any], Any]:
 
 def _sweep_entries(d: Path) -> list[dict[str, Any]]:
     try:
-        data = json.loads((d / "sweep.json").read_text(encoding="utf-8"))
+        data = loads_json((d / "sweep.json").read_text(encoding="utf-8"), str(d / "sweep.json"), "sweep.json")
     except (OSError, ValueError) as e:
         raise InputError(f"cannot read {d / 'sweep.json'}: {e}", "pass a sweep directory written by `spotwise simulate "
                          "--trace ... --out DIR`", str(d)) from None
@@ -227,8 +227,9 @@ def _page(entries: list[dict[str, Any]], flags: list[str], images: list[tuple[st
     return "\n".join(parts)
 
 
-def compare_runs(dirs: list[Path], out_html: Path) -> Report:
-    """One page comparing the run or sweep directories ``dirs`` (module docstring), written to ``out_html``."""
+def compare_runs(dirs: list[Path], out_html: Path, root: Path | None = None) -> Report:
+    """One page comparing the run or sweep directories ``dirs`` (module docstring), written to ``out_html``
+    (never through a link; ``root``: the run directory holding it, no link below it followed)."""
     from spotwise.outputfiles import check_output_file
 
     if out_html.suffix.lower() not in (".html", ".htm"):
@@ -245,6 +246,6 @@ def compare_runs(dirs: list[Path], out_html: Path) -> Report:
             runs.append((entry, run))
     flags = like_for_like(entries)
     images = _overlay(runs) if runs else []
-    out_html.parent.mkdir(parents=True, exist_ok=True)
-    out_html.write_text(_page(entries, flags, images), encoding="utf-8")
+    base = root if root is not None else out_html.parent
+    write_run_text(base, out_html.relative_to(base), _page(entries, flags, images), fsync=False)
     return Report([str(d) for d in dirs], out_html, [out_html], entries, flags, "comparison")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,8 @@ def load_run(out_dir: str | Path) -> RunData:
     fix = "pass a run directory written by `spotwise run` or `spotwise simulate` (it holds events.jsonl and summary.json)"
     if not d.is_dir():
         raise InputError("not a directory" if d.exists() else "directory not found", fix, str(d))
-    missing = [n for n in (EVENTS_FILE, SUMMARY_FILE) if not (d / n).is_file()]
+    # absent only: a link, device or FIFO under the name is reported by the reader, naming the file (issue 30 item 3)
+    missing = [n for n in (EVENTS_FILE, SUMMARY_FILE) if not os.path.lexists(d / n)]
     if missing:
         raise InputError(f"not a run directory: {' and '.join(missing)} missing", fix, str(d))
     summary = read_summary(d)

@@ -4,6 +4,7 @@ drawn from a :class:`~spotwise.reports.run_data.RunData` by :func:`plot_run`.
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from spotwise.errors import InputError
+from spotwise.rundir_files import write_run_bytes
 from spotwise.reports.run_data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _fmt_s
 
 
@@ -97,7 +99,7 @@ def _title(run: RunData, what: str) -> str:
     return f"{what} - {name} ({run.summary.mode}, {run.summary.status})"
 
 
-def _plot_loss_vs_time(run: RunData, path: Path) -> Path:
+def _plot_loss_vs_time(run: RunData, path: Path, root: Path) -> Path:
     fig = _new_fig()
     ax = fig.add_subplot()
     div, unit = _time_unit(run.t_end)
@@ -124,11 +126,11 @@ def _plot_loss_vs_time(run: RunData, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.set_title(_title(run, "Loss over virtual time"))
     _merge_legends(ax, *([ax2] if ax2 else []))
-    fig.savefig(path, dpi=100)
+    _save(fig, path, root)
     return path
 
 
-def _plot_loss_vs_cost(run: RunData, path: Path) -> Path:
+def _plot_loss_vs_cost(run: RunData, path: Path, root: Path) -> Path:
     fig = _new_fig()
     ax = fig.add_subplot()
     drew = _plot_loss_line(ax, run.step_cost, run.step_loss)
@@ -147,7 +149,7 @@ def _plot_loss_vs_cost(run: RunData, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.set_title(_title(run, "Loss vs money spent") + f" - total ${run.summary.cost_usd:,.2f}")
     _merge_legends(ax)
-    fig.savefig(path, dpi=100)
+    _save(fig, path, root)
     return path
 
 
@@ -196,7 +198,7 @@ def _provisioned_timeline(run: RunData, initial: float) -> tuple[np.ndarray, np.
     return np.array(xs), np.array(ys)
 
 
-def _plot_workers_price(run: RunData, path: Path) -> Path:
+def _plot_workers_price(run: RunData, path: Path, root: Path) -> Path:
     fig = _new_fig()
     ax = fig.add_subplot()
     div, unit = _time_unit(run.t_end)
@@ -246,18 +248,31 @@ def _plot_workers_price(run: RunData, path: Path) -> Path:
         ax2.set_ylim(bottom=0)
     ax.set_title(_title(run, f"Workers and {price_word}"))
     _merge_legends(ax, *([ax2] if ax2 else []), loc="lower left")
-    fig.savefig(path, dpi=100)
+    _save(fig, path, root)
     return path
 
 
-def plot_run(run: RunData, out_dir: str | Path) -> list[Path]:
-    """Write ``loss_vs_time.png``, ``loss_vs_cost.png`` and ``workers_price.png`` into ``out_dir``."""
-    d = _dest(out_dir)
+def plot_run(run: RunData, out_dir: str | Path, root: str | Path | None = None) -> list[Path]:
+    """Write ``loss_vs_time.png``, ``loss_vs_cost.png`` and ``workers_price.png`` into ``out_dir``.
+
+    ``root`` (a run directory holding ``out_dir``): no folder between it and the PNGs may be a link
+    (:mod:`spotwise.rundir_files`); without it, ``out_dir`` is the user's folder and only the PNG
+    names themselves are never written through.
+    """
+    d = Path(out_dir) if root is not None else _dest(out_dir)
+    base = Path(root) if root is not None else d
     return [
-        _plot_loss_vs_time(run, d / PLOT_FILES[0]),
-        _plot_loss_vs_cost(run, d / PLOT_FILES[1]),
-        _plot_workers_price(run, d / PLOT_FILES[2]),
+        _plot_loss_vs_time(run, d / PLOT_FILES[0], base),
+        _plot_loss_vs_cost(run, d / PLOT_FILES[1], base),
+        _plot_workers_price(run, d / PLOT_FILES[2], base),
     ]
+
+
+def _save(fig: Any, path: Path, root: Path) -> None:
+    """``fig`` as a PNG at ``path`` inside ``root``, never through a link (:func:`~spotwise.rundir_files.write_run_bytes`)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    write_run_bytes(root, path.relative_to(root), buf.getvalue(), fsync=False)
 
 
 def _dest(out_dir: str | Path) -> Path:

@@ -34,6 +34,7 @@ import numpy as np
 from spotwise.reports.run_data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _clean, _fmt_s, _num, load_run  # noqa: F401
 from spotwise.reports.run_plots import _dest, plot_run
 from spotwise.reports.units import humanize_seconds
+from spotwise.rundir_files import make_run_folder, write_run_text
 
 
 # --------------------------------------------------------------------------------------------- JSON
@@ -270,8 +271,10 @@ def write_report(out_dir: str | Path, dest: str | Path | None = None) -> list[Pa
     ``dest`` defaults to ``out_dir/report``.  Returns the paths written (PNGs, then index.html).
     """
     run = load_run(out_dir)
-    d = _dest(Path(out_dir) / "report" if dest is None else dest)
-    images = plot_run(run, d)
+    # in the run directory: no link between it and the files is followed (issue 30 item 2)
+    root = Path(out_dir) if dest is None else _dest(dest)
+    d = make_run_folder(root, "report") if dest is None else root
+    images = plot_run(run, d, root=root)
     index = d / "index.html"
-    index.write_text(_html(run, images, d), encoding="utf-8")
+    write_run_text(root, index.relative_to(root), _html(run, images, d), fsync=False)
     return [*images, index]

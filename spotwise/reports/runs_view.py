@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import stat
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import InputError
+from spotwise.safeparse import loads_json
 from spotwise.reports.units import human_duration, humanize_seconds
 
 #: bytes read of summary.json / spec.json at most
@@ -129,9 +129,11 @@ def _json_object(d: Path, name: str) -> dict[str, Any] | None:
     if got is None:
         return None
     try:
-        obj = json.loads(got[0].decode("utf-8"))
+        obj = loads_json(got[0].decode("utf-8"), name, name)
     except (UnicodeDecodeError, ValueError):
         raise RunDirError(f"{name} is not valid JSON (truncated or corrupted)") from None
+    except InputError:
+        raise RunDirError(f"{name} is nested too deeply (not one spotwise wrote)") from None
     if not isinstance(obj, dict):
         raise RunDirError(f"{name} does not hold one JSON object")
     return obj
@@ -153,11 +155,13 @@ def _events(d: Path, cap: int) -> tuple[list[dict[str, Any]], bool] | None:
             continue
         last = i == len(lines) - 1  # no newline after it: possibly being written right now
         try:
-            ev = json.loads(line.decode("utf-8"))
+            ev = loads_json(line.decode("utf-8"), "events.jsonl", "event")
         except (UnicodeDecodeError, ValueError):
             if last:
                 break
             raise RunDirError("events.jsonl has a line that is not JSON (corrupted)") from None
+        except InputError:
+            raise RunDirError("events.jsonl has a line nested too deeply (not a spotwise event)") from None
         if not isinstance(ev, dict) or not isinstance(ev.get("kind"), str) or not _num(ev.get("t")):
             raise RunDirError("events.jsonl holds a line that is not a spotwise event")
         events.append(ev)

@@ -9,11 +9,13 @@ finish time, with the deadline marked).
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Any
 
 from spotwise.reports.finite_json import dumps_finite
 from spotwise.reports.units import human_hours
+from spotwise.rundir_files import write_run_bytes, write_run_text
 from spotwise.sim.sweep import SweepResult
 
 
@@ -100,18 +102,14 @@ def sweep_table(result: SweepResult, breakdown: bool = False, width: int | None 
 
 def write_sweep(result: SweepResult, out: Path, plots: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    p = out / "sweep.json"
-    p.write_text(dumps_finite(result.to_dict(), what="sweep.json", indent=2) + "\n", encoding="utf-8")
-    written.append(p)
-    p = out / "windows.csv"
+    written = [write_run_text(out, "sweep.json", dumps_finite(result.to_dict(), what="sweep.json", indent=2) + "\n")]
     rows = [r.to_dict() for r in result.rows]
-    with p.open("w", newline="", encoding="utf-8") as f:
-        if rows:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-    written.append(p)
+    f = io.StringIO(newline="")
+    if rows:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    written.append(write_run_text(out, "windows.csv", f.getvalue()))  # never through a link (issue 30 item 2)
     if plots:
         written += plot_sweep(result, out)
     return written
@@ -140,9 +138,16 @@ def _cdf_figure(curves: dict[str, Any], path: Path, xlabel: str, title: str, *, 
     ax.legend(fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save_png(fig, path)
     plt.close(fig)
     return path
+
+
+def _save_png(fig: Any, path: Path) -> None:
+    """``fig`` as a PNG at ``path``, never through a link (:func:`~spotwise.rundir_files.write_run_bytes`)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    write_run_bytes(path.parent, path.name, buf.getvalue(), fsync=False)
 
 
 def plot_sweep(result: SweepResult, out: Path) -> list[Path]:
@@ -190,6 +195,6 @@ def _breakdown_figure(result: SweepResult, path: Path) -> Path:
     ax.tick_params(axis="x", labelrotation=20)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _save_png(fig, path)
     plt.close(fig)
     return path

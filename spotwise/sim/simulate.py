@@ -24,6 +24,7 @@ from spotwise.errors import InputError
 from spotwise.events import RunSummary, write_summary
 from spotwise.market.world import build_market
 from spotwise.control.controller import JobController
+from spotwise.control.progress import check_progress_possible
 from spotwise.capacity.provider import EmulatedProvider
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 
@@ -71,9 +72,10 @@ def simulate_job(
     from spotwise.planner.plan import error_model_for
 
     check_simulable(spec, pilot_dir)
+    market = build_market(spec)
+    check_progress_possible(spec, market)  # as `spotwise run` does: a market that cannot progress exits 2 (issue 30 item 11)
     n_train = _train_size(spec, train_size)
     model, g_star, measured, assumed, _, _ = error_model_for(spec, pilot_dir, pilot_steps)
-    market = build_market(spec)
     state = ModelledState(model, n_train, g_star)
     compute = ModelledCompute(state)
     max_workers = max(spec.cluster.workers, spec.cluster.max_workers or spec.cluster.workers)

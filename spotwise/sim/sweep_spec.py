@@ -27,6 +27,7 @@ from spotwise.market.series import StepSeries
 from spotwise.market.world import load_catalog
 from spotwise.control.sync import make_sync
 from spotwise.sim.places import Place, build_places
+from spotwise.sim.sweep_types import strategy_names
 from spotwise.sim.sweep import (MAX_RUNS, SweepJob, SweepResult, check_sweep_size, parse_strategies, start_range, sweep,
                                  window_starts)
 from spotwise.theory.runtime import MiniBatchTimeLaw
@@ -289,7 +290,7 @@ def _run_pool_sweep(spec: JobSpec, req: SweepRequest, series: list[StepSeries], 
                    coordinator_per_hour=base.coordinator_per_hour * int(spec.cluster.ps_shards),
                    iterations=int(spec.target.iterations or base.iterations), history_s=base.history_s, billing=base.billing,
                    name=spec.name)
-    wanted = [s.strip() for s in (req.strategies or ",".join(POOL_STRATEGIES)).split(",") if s.strip()]
+    wanted = strategy_names(req.strategies, POOL_STRATEGIES)  # '' is refused, not "all of them"
     for s in wanted:
         if s not in POOL_STRATEGIES:
             raise InputError(f"strategy {s!r} does not run a job of several pools",

@@ -132,12 +132,26 @@ def user_strategy(policy: Any) -> Strategy:
     return Strategy(name, "home", "on-demand", "spot", (g,), f"user policy {type(policy).__module__}:{type(policy).__qualname__}")
 
 
+def strategy_names(text: str | Sequence[Any] | None, default: Sequence[str]) -> list[Any]:
+    """The names (or objects) of ``--strategies``: ``default`` when not given (``None``); an empty one
+    (``--strategies ''``, ``[]``) is an InputError, never "every strategy" (issue 30 item 14)."""
+    if text is None:
+        return list(default)
+    names = [p.strip() for p in text.split(",")] if isinstance(text, str) else list(text)
+    if not [n for n in names if not isinstance(n, str) or n]:
+        raise InputError("no strategies given (--strategies is empty)",
+                         f"name some of {', '.join(default)} (comma-separated), or leave --strategies out for these",
+                         "--strategies")
+    return names
+
+
 def parse_strategies(text: str | Sequence[Any] | None) -> list[Strategy]:
     """Strategies from names (built-in, or ``package.module:ClassName`` user policies), or, from the
-    Python API, :class:`Strategy` and :class:`~spotwise.policies.base.Policy` objects."""
+    Python API, :class:`Strategy` and :class:`~spotwise.policies.base.Policy` objects.  ``None``: the
+    default ones; an empty list or string is an InputError."""
     from spotwise.policies.base import Policy
 
-    names = DEFAULT_STRATEGIES if not text else ([p.strip() for p in text.split(",")] if isinstance(text, str) else list(text))
+    names = strategy_names(text, DEFAULT_STRATEGIES)
     out = []
     for n in names:
         if isinstance(n, Strategy):

@@ -66,6 +66,9 @@ def optimizer_class(name: str, import_user: bool = True) -> Any:
         if not mod or not cls or not all(p.isidentifier() for p in mod.split(".")) or not cls.isidentifier():
             raise InputError(f"malformed optimizer reference {name!r}", "write it as 'package.module:Class'",
                              "optimizer.name")
+        from spotwise.usercode import refuse_unsafe_reference
+
+        refuse_unsafe_reference(name, "optimizer", "optimizer.name")
         if not import_user:
             return None
         import importlib
@@ -76,6 +79,13 @@ def optimizer_class(name: str, import_user: bool = True) -> Any:
             raise InputError(f"cannot import optimizer {name!r}: {e}",
                              "make the module importable on every worker (install it or add its folder to PYTHONPATH)",
                              "optimizer.name") from None
+        except BaseException as e:  # noqa: BLE001 - the user's module failed (sys.exit too): exit 2 (issue 30 item 9)
+            from spotwise.user_failures import exit_fix, failure_text, is_user_failure
+
+            if not is_user_failure(e):
+                raise
+            raise InputError(f"optimizer {name} {failure_text(e, f'while importing {mod}')}",
+                             exit_fix(e, "an optimizer module") + "fix the module", "optimizer.name") from None
         return obj
     import torch
 

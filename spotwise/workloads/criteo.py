@@ -47,6 +47,7 @@ from spotwise.workloads.base import (
     seeded_split,
 )
 from spotwise.workloads.device import to_host
+from spotwise.workloads.memory import check_memory, sparse_logreg_bytes
 
 N_NUM = 13
 N_CAT = 26
@@ -237,6 +238,7 @@ def make_sparse_logreg(spec: Any, seed: int) -> Workload:
     if not 0.0 < p["density"] <= 1.0:
         raise InputError(f"must be in (0, 1], got {p['density']!r}", "use e.g. 0.3", "workload.params.density")
     buckets = p["hash_buckets"]
+    check_memory(sparse_logreg_bytes(p, not spec.dataset), p, ("n_samples", "hash_buckets"), spec.params, spec.name)
     if spec.dataset:
         from spotwise.workloads.vision import require_path
 

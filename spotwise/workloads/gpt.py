@@ -47,6 +47,7 @@ from spotwise.workloads.base import (
     read_params,
     seeded_factory,
 )
+from spotwise.workloads.memory import check_memory, gpt_bytes
 from spotwise.workloads.vision import require_path
 
 GPT_DEFAULTS: dict[str, Any] = {
@@ -334,6 +335,8 @@ def make_gpt_bytes(spec: Any, seed: int) -> Workload:
         key = "stride" if p["stride"] < 0 else "max_eval"
         raise InputError(f"must be >= 0, got {p[key]!r}", "use 0 for the default", f"workload.params.{key}")
     block, stride = int(p["block_size"]), int(p["stride"] or p["block_size"])
+    check_memory(gpt_bytes(p, int(getattr(spec, "batch_size", 1) or 1), not spec.dataset), p,
+                 ("n_layer", "n_embd", "block_size", "corpus_bytes"), spec.params, spec.name)
 
     if spec.dataset:
         data, source = _open_corpus(spec.dataset, spec.name)

@@ -49,6 +49,7 @@ from spotwise.workloads.base import (
     seeded_factory,
     seeded_split,
 )
+from spotwise.workloads.memory import check_memory, pmf_bytes
 
 DEFAULTS: dict[str, Any] = {
     "n_users": 1000,
@@ -215,6 +216,8 @@ def make_pmf(spec: Any, seed: int) -> Workload:
         positive(p[key], key, ex)
     if p["l2"] < 0 or p["noise"] < 0:
         raise InputError("l2 and noise must be >= 0", "use e.g. l2: 0.01, noise: 0.5", "workload.params")
+    if not spec.dataset:  # before allocating: n_users 1e8 is an exit 2 with the figure, not a MemoryError
+        check_memory(pmf_bytes(p), p, ("n_users", "n_items", "n_ratings", "rank", "true_rank"), spec.params, spec.name)
     if spec.dataset:
         from spotwise.workloads.vision import require_path
 

@@ -51,6 +51,7 @@ from spotwise.workloads.base import (
     read_params,
     seeded_factory,
 )
+from spotwise.workloads.memory import check_memory, resnet_bytes
 from spotwise.workloads.vision import _cifar_transform, load_cifar10, require_path
 
 RESNET_DEFAULTS: dict[str, Any] = {
@@ -266,6 +267,7 @@ def make_resnet18_cifar(spec: Any, seed: int) -> Workload:
 
     with torch.device("meta"):  # count without allocating or touching any RNG
         n_params = sum(t.numel() for t in make().parameters())
+    check_memory(resnet_bytes(n_params, width, int(getattr(spec, "batch_size", 1) or 1)), p, ("width", "blocks"), spec.params, spec.name)
     return Workload(
         name=spec.name,
         family=spec.family,

@@ -50,7 +50,8 @@ import torch
 from torch import nn
 
 from spotwise.errors import InputError
-from spotwise.usercode import user_traceback  # noqa: F401  (re-exported)
+from spotwise.user_failures import exit_fix, failure_text, is_user_failure
+from spotwise.usercode import refuse_unsafe_reference, user_traceback  # noqa: F401  (user_traceback re-exported)
 from spotwise.workloads.base import (
     Batch,
     IndexedDataset,
@@ -90,8 +91,9 @@ def blame_workload(name: str, during: str, exc: BaseException) -> UserWorkloadEr
     if isinstance(exc, UserWorkloadError):
         return exc
     return UserWorkloadError(
-        f"the workload {name} raised {type(exc).__name__} {during}: {exc}",
-        "this is an error in the workload's code, not in spotwise: fix it (its traceback is printed above)",
+        f"the workload {name} {failure_text(exc, during)}",
+        exit_fix(exc, "a workload") + "this is an error in the workload's code, not in spotwise: fix it (its "
+        "traceback is printed above)",
         "workload.name",
         details=user_traceback(exc),
     )
@@ -106,7 +108,9 @@ def _guard(name: str, during: str, fn: Callable[..., Any]) -> Callable[..., Any]
             return fn(*args, **kwargs)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001 - whatever user code raises is the user's to fix
+        except BaseException as e:  # noqa: BLE001 - whatever user code raises (sys.exit too) is the user's to fix
+            if not is_user_failure(e):
+                raise
             raise blame_workload(name, during, e) from e
 
     return call
@@ -310,6 +314,7 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
     import, in the function, and later in the model factory, loss, dataset or evaluation it
     returned -- raises :class:`UserWorkloadError` (an InputError carrying the user's traceback).
     """
+    refuse_unsafe_reference(spec.name, "workload", "workload.name")  # also for a JobSpec built around validation
     mod_name, _, fn_name = spec.name.partition(":")
     try:
         module = importlib.import_module(mod_name)
@@ -317,7 +322,9 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
         if e.name is not None and (mod_name == e.name or mod_name.startswith(e.name + ".")):
             raise InputError(f"cannot import module {mod_name!r}: {type(e).__name__}: {e}", FIX_IMPORT, "workload.name") from None
         raise blame_workload(spec.name, f"while importing {mod_name}", e) from None
-    except Exception as e:  # noqa: BLE001 - any failure while importing user code is the user's to fix
+    except BaseException as e:  # noqa: BLE001 - any failure while importing user code (sys.exit too) is the user's to fix
+        if not is_user_failure(e):
+            raise
         raise blame_workload(spec.name, f"while importing {mod_name}", e) from None
     fn = getattr(module, fn_name, None)
     if fn is None or not callable(fn):
@@ -341,7 +348,9 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
             result = fn(**params)
         except InputError:
             raise
-        except Exception as e:  # noqa: BLE001 - the user's function failed: their traceback, exit 2
+        except BaseException as e:  # noqa: BLE001 - the user's function failed (sys.exit too): their traceback, exit 2
+            if not is_user_failure(e):
+                raise
             raise blame_workload(spec.name, "when called", e) from None
     if isinstance(result, Workload):
         return _guarded_workload(result, spec.name)
@@ -369,7 +378,9 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
     test_ds: IndexedDataset | None = GuardedDataset(as_indexed(test, "the test dataset"), spec.name) if test is not None else None
     try:
         n_train = len(train_ds)
-    except Exception as e:  # noqa: BLE001 - the user's __len__
+    except BaseException as e:  # noqa: BLE001 - the user's __len__
+        if not is_user_failure(e):
+            raise
         raise blame_workload(spec.name, "in len() of its training dataset", e) from None
     if n_train == 0:
         raise InputError(f"{spec.name} returned an empty training dataset", "return a dataset with samples", "workload.name")
@@ -378,7 +389,7 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
     if not isinstance(probe_model, nn.Module):
         raise InputError(f"the model factory of {spec.name} returned {type(probe_model).__name__}", "make it return an nn.Module", "workload.name")
     _probe_loss(loss, probe_model, train_ds, spec.name)
-    classification = _looks_like_classification(probe_model, train_ds)
+    classification = _looks_like_classification(probe_model, train_ds, spec.name)
     sparse = any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse for m in probe_model.modules())
     return Workload(
         name=spec.name,
@@ -411,7 +422,7 @@ def _guarded_workload(wl: Workload, name: str) -> Workload:
     )
 
 
-def _looks_like_classification(model: nn.Module, ds: IndexedDataset) -> bool:
+def _looks_like_classification(model: nn.Module, ds: IndexedDataset, name: str = "(user workload)") -> bool:
     batch = ds.batch(np.arange(min(2, len(ds))))
     if len(batch) < 2:
         return False
@@ -425,6 +436,10 @@ def _looks_like_classification(model: nn.Module, ds: IndexedDataset) -> bool:
             out = model(*batch[:-1])
     except Exception:  # noqa: BLE001 - a model that cannot take the inputs this way simply gets no accuracy
         return False
+    except BaseException as e:  # sys.exit in the model's forward: the workload's fault (exit 2)
+        if not is_user_failure(e):
+            raise
+        raise blame_workload(name, "in the model's forward pass", e) from None
     finally:
         model.train(was)
     return isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] == target.shape[0]

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from spotwise.errors import InputError
+from spotwise.inputfiles import read_input_text
+from spotwise.safeparse import load_yaml
 
 
 def localhost_config(max_workers: int) -> dict[str, Any]:
@@ -32,12 +32,9 @@ def localhost_config(max_workers: int) -> dict[str, Any]:
 def load_lithops_config(path: str | Path) -> dict[str, Any]:
     """A Lithops YAML config file; InputError (exit 2) when unreadable or not a mapping."""
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read the Lithops config ({e})", "pass a readable Lithops YAML config file", str(p)) from None
-    except yaml.YAMLError:
-        raise InputError("the Lithops config is not valid YAML", "fix its syntax (see the Lithops docs)", str(p)) from None
+    # a regular file only, size-capped: never /dev/zero or a FIFO (issue 30 item 3)
+    text = read_input_text(p, "Lithops config", "pass a Lithops YAML config file")
+    data = load_yaml(text, str(p), "Lithops config", "fix its syntax (see the Lithops docs)")  # duplicate keys, nesting bombs
     if not isinstance(data, dict) or "lithops" not in data:
         raise InputError("not a Lithops config (no 'lithops:' section)", "see https://lithops-cloud.github.io/docs/source/configuration.html",
                          str(p))

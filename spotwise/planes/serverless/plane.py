@@ -55,6 +55,7 @@ from spotwise.planes.ps.compute import Compute
 from spotwise.planes.serverless.function_billing import FunctionAccounting, FunctionMeter
 from spotwise.planes.serverless.invocations import FunctionPool
 from spotwise.planes.serverless.job_store import JobStore, StoreLost
+from spotwise.planes.serverless.reaper import Watchdog
 from spotwise.planes.serverless.schedule import SampleStream, Schedule, epochs_done
 from spotwise.planes.serverless.significance import merge_leaving_replica
 from spotwise.planes.serverless.store import RedisServer, RedisURL, apply_encoded, decode_dense, encode_dense
@@ -118,6 +119,7 @@ class ServerlessPlane:
         self.lease_steps = max(0, int(lease_steps))
         self.faults = dict(faults or {})
         self.network_mbps = float(network_mbps)
+        self._watchdog: Watchdog | None = None
         catalog = catalog or Catalog.default()
         self.pricing = catalog.function(cl.functions)
         gb = cl.memory_mb / 1024.0
@@ -207,6 +209,8 @@ class ServerlessPlane:
             if own is not None:  # a store that cannot start must not leave a server behind
                 own.stop()
             raise
+        # the store and the functions die with a driver killed by SIGKILL (issue 30 item 7)
+        self._watchdog = Watchdog(own.dir if own is not None else None)
         def emit(kind: str, **fields: Any) -> None:
             job.log.emit(kind, **fields)
 
@@ -314,6 +318,8 @@ class ServerlessPlane:
                 self._backend.shutdown(timeout_s=5.0)
         finally:
             self.store.close()
+            if self._watchdog is not None:
+                self._watchdog.close()
 
     # ================================================================== the store and the functions
     def _seed_store(self) -> None:

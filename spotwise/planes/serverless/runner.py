@@ -68,17 +68,20 @@ def run_serverless(
     heartbeat_timeout_s: float = 30.0,
     network_mbps: float = 0.0,
     resume: bool = False,
+    resume_spec: JobSpec | None = None,
+    trust_code: bool = False,
 ) -> RunSummary:
-    """Run a serverless ``spec`` into ``out_dir``; returns the summary (see the module docstring)."""
+    """Run a serverless ``spec`` into ``out_dir``; returns the summary (see the module docstring).
+    ``resume_spec`` / ``trust_code``: see :func:`spotwise.control.rundir_io.load_resume_spec`."""
     from spotwise.control.runner import RunProgress, _write_plots
     from spotwise.planes.serverless.backend import LithopsBackend, load_lithops_config
     from spotwise.planes.serverless.store import connect, parse_redis_url
 
     out = Path(out_dir)
     if resume:
-        from spotwise.control.rundir_io import load_run_spec
+        from spotwise.control.rundir_io import load_resume_spec
 
-        spec = load_run_spec(out)
+        spec = load_resume_spec(out, resume_spec, trust_code)
     assert spec is not None
     check_serverless_spec(spec)
     url = parse_redis_url(redis_url) if redis_url else None

@@ -25,6 +25,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 
 from spotwise.errors import InputError
+from spotwise.planes.serverless.reaper import die_with_parent, reap_stale
 from spotwise.planes.serverless.significance import SparseUpdate
 
 _MAGIC = b"SWU1"
@@ -175,7 +177,7 @@ def parse_redis_url(url: str) -> RedisURL:
         raise InputError(f"{url!r} is not a Redis URL", fix, where)
     try:
         u = urlparse(url)
-        port = u.port or 6379
+        port = u.port if u.port is not None else 6379  # ``:0`` is refused below, never taken for 6379
     except ValueError as e:
         raise InputError(f"malformed Redis URL ({e})", fix, where) from None
     if u.scheme != "redis":
@@ -283,6 +285,7 @@ class RedisServer:
         self.port: int | None = (int(port) if port else _free_port()) if self.tcp else None
         self.password = password if password is not None else secrets.token_hex(16)
         self.maxmemory_mb = int(maxmemory_mb)
+        reap_stale()  # what a killed run left: its store, functions and password folder (issue 30 item 7)
         self.dir = Path(tempfile.mkdtemp(prefix="spotwise-redis-"))
         if len(str(self.dir / "redis.sock")) > 100:  # sun_path holds 108 bytes: a long $TMPDIR falls back to /tmp
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -323,8 +326,11 @@ class RedisServer:
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.chmod(conf, 0o600)
+        # dies with the driver even when it is killed with SIGKILL (issue 30 item 7): the parent-death
+        # signal follows the starting thread, so only from the main thread (not a short-lived timer's)
+        pdeath = die_with_parent if threading.current_thread() is threading.main_thread() else None
         self.proc = subprocess.Popen([self.binary, str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=pdeath)
         deadline = time.monotonic() + timeout_s
         import redis
 
