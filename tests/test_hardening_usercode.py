@@ -119,7 +119,7 @@ def obs(step: int = 1) -> Observation:
 def test_a_policy_calling_sys_exit_exits_2_naming_it(user_path: None, cli: Any, tmp_path: Path, ref: str,
                                                      params: dict[str, Any], says: str) -> None:
     """Before: ``sys.exit(0)`` in decide ended ``simulate`` with exit 0 after 0 of 20 steps."""
-    code, stdout, err = simulate_cli(cli, tmp_path, sim_spec(policies=[{"name": ref, "params": params}]))
+    code, _, err = simulate_cli(cli, tmp_path, sim_spec(policies=[{"name": ref, "params": params}]))
     assert code == 2, (code, err)
     assert says in err and ref in err, err
     if "SystemExit" in says or "sys.exit" in says:
@@ -197,7 +197,7 @@ def test_a_workload_calling_sys_exit_in_a_ray_worker_is_exit_2_not_a_lost_node(t
     out = tmp_path / "ray"
     proc = subprocess.run([sys.executable, "-c", "from spotwise.cli import main; main()", "run",
                            str(write(tmp_path, doc)), "--out", str(out)],
-                          capture_output=True, text=True, timeout=540, env=env, cwd=tmp_path)
+                          check=False, capture_output=True, text=True, timeout=540, env=env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "misbehaving:exits_in_loss called sys.exit(0) in its loss" in proc.stderr
     ev = events(out)
@@ -281,6 +281,16 @@ def test_a_vector_loss_in_the_plan_pilot_exits_2_naming_its_shape(user_path: Non
     code, _, err = cli("plan", str(write(tmp_path, workload_spec("misbehaving:vector_loss", after=3))))
     assert code == 2, err
     assert "returned a tensor of shape (16,), not a scalar" in err
+
+
+def test_a_vector_loss_in_the_serverless_footprint_exits_2_naming_its_shape(user_path: None) -> None:
+    """The serverless planner's footprint probe called ``.backward()`` on whatever the loss returned (exit 1)."""
+    from spotwise.config import spec_from_dict
+    from spotwise.planner.serverless import measure_footprint
+
+    spec = spec_from_dict(workload_spec("misbehaving:vector_loss", after=1))
+    with pytest.raises(InputError, match=r"returned a tensor of shape \(8,\), not a scalar"):
+        measure_footprint(spec.workload, spec.seed)
 
 
 def test_a_nan_loss_in_the_plan_pilot_exits_2_as_diverged(user_path: None, cli: Any, tmp_path: Path) -> None:

@@ -221,6 +221,11 @@ def _checkpoint_disk_full(path: Path, exc: OSError, state: Any, out_dir: str | P
     return DiskFullError(what, fix, str(path.parent))
 
 
+def _new_file_nofollow(path: str, flags: int) -> int:
+    """``open``'s opener for a temp file: created afresh (``O_EXCL``), never through a link (``O_NOFOLLOW``)."""
+    return os.open(path, flags | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+
+
 def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep: int = 3) -> Path:
     """Write ``state`` as the checkpoint of ``step``; returns its path.
 
@@ -237,7 +242,7 @@ def save_checkpoint(out_dir: str | Path, step: int, state: dict[str, Any], keep:
     tmp = folder / f".{path.name}.tmp-{os.getpid()}"
     try:
         tmp.unlink(missing_ok=True)  # a stale temp file, or a link planted under its name: never written through
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644), "wb") as fh:
+        with open(tmp, "wb", opener=_new_file_nofollow) as fh:
             torch.save(state, fh)
             fh.flush()
             os.fsync(fh.fileno())

@@ -23,6 +23,7 @@ from spotwise.market.world import market_for_place
 from spotwise.control.checkpoint import require_checkpoint, save_checkpoint, warn_on_stderr
 from spotwise.control.records import Counters
 from spotwise.control.sampler import EpochSampler
+from spotwise.signals import termination_pending
 
 if TYPE_CHECKING:  # type only: the controller holds this component
     from spotwise.control.controller import JobController
@@ -78,6 +79,11 @@ class Checkpointer:
         from spotwise.control.terminating import FinalCheckpoint
 
         return FinalCheckpoint(self.job)
+
+    @staticmethod
+    def sigterm_pending() -> bool:
+        """SIGTERM arrived during the run loop: the planes' inner loops return to it (it checkpoints, then stops)."""
+        return termination_pending()
 
     def export_model(self) -> None:
         """``OUT/model.pt``: the final model's ``state_dict`` (parameters and buffers), which plain

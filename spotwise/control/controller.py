@@ -380,8 +380,8 @@ class JobController:
 
     # ================================================================== the loop
     def done(self) -> bool:
-        """Whether the job is over (target, budget, horizon, a stop); sets :attr:`status`."""
-        if self.status != "running":  # stopped by the plane or the loss counter (failed, no-progress)
+        """Whether the job is over (target, budget, horizon, a stop) or SIGTERM is pending; sets :attr:`status`."""
+        if self.status != "running" or self.checkpointer.sigterm_pending():  # stopped (plane, loss counter), SIGTERM
             return True
         tgt = self.spec.target
         if tgt.iterations is not None and self.step >= tgt.iterations:

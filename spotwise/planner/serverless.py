@@ -169,6 +169,7 @@ def measure_footprint(workload: Any, seed: int, batches: int = 3) -> Footprint:
     import torch
 
     from spotwise.workloads.params import flat_grad_sparse, num_params, zero_grad
+    from spotwise.workloads.base import check_loss
     from spotwise.workloads.registry import make_workload
 
     wl = make_workload(workload, seed)
@@ -181,7 +182,7 @@ def measure_footprint(workload: Any, seed: int, batches: int = 3) -> Footprint:
         for _ in range(max(1, int(batches))):
             idx = rng.choice(n, size=min(int(workload.batch_size), n), replace=False)
             zero_grad(model)
-            wl.loss(model, wl.train.batch(idx)).backward()
+            check_loss(wl.loss(model, wl.train.batch(idx))).backward()  # a vector loss: exit 2 naming its shape
             counts.append(int(flat_grad_sparse(model).indices.size))
     zero_grad(model)
     data = int(sum(int(t.nbytes) for t in getattr(wl.train, "tensors", ()) if hasattr(t, "nbytes")))

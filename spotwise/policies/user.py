@@ -62,7 +62,7 @@ def load_policy_class(name: str) -> type[Policy]:
             raise InputError(f"policy {name}: cannot import module {mod_name!r} ({e})", FIX_IMPORT, "policies") from None
         raise UserPolicyError(f"policy {name} raised {type(e).__name__} while importing {mod_name}: {e}",
                               "fix the module (its traceback is printed above)", "policies", user_traceback(e)) from None
-    except BaseException as e:  # noqa: BLE001 - whatever the user's module raises (sys.exit too) is theirs to fix
+    except BaseException as e:  # whatever the user's module raises (sys.exit too) is theirs to fix
         if not is_user_failure(e):
             raise
         raise UserPolicyError(f"policy {name} {failure_text(e, f'while importing {mod_name}')}",
@@ -97,7 +97,7 @@ class GuardedPolicy(Policy):
     def decide(self, obs: Observation) -> list[Decision]:
         try:
             out = self.inner.decide(obs)
-        except BaseException as e:  # noqa: BLE001 - the user's decide failed (sys.exit too): theirs to fix
+        except BaseException as e:  # the user's decide failed (sys.exit too): theirs to fix
             if not is_user_failure(e):
                 raise
             raise UserPolicyError(f"policy {self.ref} {failure_text(e, f'in decide at step {obs.step}')}",
@@ -121,7 +121,7 @@ def make_user_policy(name: str, params: dict[str, Any] | None = None) -> Policy:
         inner = cls(**(params or {}))
     except TypeError as e:
         raise InputError(f"bad parameters for policy {name}: {e}", "fix the policy's params to match its __init__", "policies") from None
-    except BaseException as e:  # noqa: BLE001 - sys.exit in __init__ too
+    except BaseException as e:  # sys.exit in __init__ too
         if not is_user_failure(e):
             raise
         raise UserPolicyError(f"policy {name} {failure_text(e, 'when built')}",

@@ -79,7 +79,7 @@ def optimizer_class(name: str, import_user: bool = True) -> Any:
             raise InputError(f"cannot import optimizer {name!r}: {e}",
                              "make the module importable on every worker (install it or add its folder to PYTHONPATH)",
                              "optimizer.name") from None
-        except BaseException as e:  # noqa: BLE001 - the user's module failed (sys.exit too): exit 2 (issue 30 item 9)
+        except BaseException as e:  # the user's module failed (sys.exit too): exit 2 (issue 30 item 9)
             from spotwise.user_failures import exit_fix, failure_text, is_user_failure
 
             if not is_user_failure(e):

@@ -108,7 +108,7 @@ def _guard(name: str, during: str, fn: Callable[..., Any]) -> Callable[..., Any]
             return fn(*args, **kwargs)
         except InputError:
             raise
-        except BaseException as e:  # noqa: BLE001 - whatever user code raises (sys.exit too) is the user's to fix
+        except BaseException as e:  # whatever user code raises (sys.exit too) is the user's to fix
             if not is_user_failure(e):
                 raise
             raise blame_workload(name, during, e) from e
@@ -322,7 +322,7 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
         if e.name is not None and (mod_name == e.name or mod_name.startswith(e.name + ".")):
             raise InputError(f"cannot import module {mod_name!r}: {type(e).__name__}: {e}", FIX_IMPORT, "workload.name") from None
         raise blame_workload(spec.name, f"while importing {mod_name}", e) from None
-    except BaseException as e:  # noqa: BLE001 - any failure while importing user code (sys.exit too) is the user's to fix
+    except BaseException as e:  # any failure while importing user code (sys.exit too) is the user's to fix
         if not is_user_failure(e):
             raise
         raise blame_workload(spec.name, f"while importing {mod_name}", e) from None
@@ -348,7 +348,7 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
             result = fn(**params)
         except InputError:
             raise
-        except BaseException as e:  # noqa: BLE001 - the user's function failed (sys.exit too): their traceback, exit 2
+        except BaseException as e:  # the user's function failed (sys.exit too): their traceback, exit 2
             if not is_user_failure(e):
                 raise
             raise blame_workload(spec.name, "when called", e) from None
@@ -378,7 +378,7 @@ def make_user_workload(spec: Any, seed: int) -> Workload:
     test_ds: IndexedDataset | None = GuardedDataset(as_indexed(test, "the test dataset"), spec.name) if test is not None else None
     try:
         n_train = len(train_ds)
-    except BaseException as e:  # noqa: BLE001 - the user's __len__
+    except BaseException as e:  # the user's __len__
         if not is_user_failure(e):
             raise
         raise blame_workload(spec.name, "in len() of its training dataset", e) from None
