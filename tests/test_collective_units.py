@@ -9,7 +9,8 @@ import pytest
 import torch
 from _specs import spec_with
 
-from spotwise.planes.collective.member import Plan, decode_replica, encode_replica, gossip_partner
+from spotwise.planes.collective.member import Plan, gossip_partner
+from spotwise.planes.collective.plan import decode_lease, encode_lease
 from spotwise.planes.collective.replica import DataCursor, Replica
 from spotwise.errors import InputError
 from spotwise.control.sampler import EpochSampler
@@ -83,10 +84,9 @@ def test_plan_round_trip_and_validation() -> None:
         Plan(gen=0, members=(1, 1), source=-1)
 
 
-def test_replica_wire_format_round_trips() -> None:
-    x = np.arange(10, dtype=np.float32) / 3
-    head, y = decode_replica(encode_replica({"step": 7, "epoch": 1, "pos": 40}, x))
-    assert head == {"step": 7, "epoch": 1, "pos": 40} and np.array_equal(x, y)
+def test_the_lease_names_the_members_revoked_inside_the_leased_step() -> None:
+    assert encode_lease(12) == "12" and decode_lease(b"12") == (12, ())
+    assert decode_lease(encode_lease(13, (0, 2)).encode()) == (13, (0, 2))
 
 
 def test_replica_buffer_holds_the_weighted_gradient_loss_and_count() -> None:

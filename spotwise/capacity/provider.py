@@ -89,6 +89,29 @@ class Provider(ABC):
         """Whether revocations are drawn per iteration (:meth:`iteration_events`) rather than scheduled."""
         return False
 
+    def _replay(self, timeline: dict[str, Any], state: dict[str, Any]) -> None:
+        """Rebuild the checkpoint's timeline and apply exactly its first ``popped`` events (checked:
+        a checkpoint is untrusted input)."""
+        origin, t0, popped = timeline.get("origin"), timeline.get("t"), timeline.get("popped")
+        if (origin not in ("initial", "expand", "rebid") or isinstance(t0, bool) or not isinstance(t0, (int, float))
+                or not np.isfinite(t0) or isinstance(popped, bool) or not isinstance(popped, int) or popped < 0):
+            raise ValueError(f"the checkpoint's market timeline record is malformed: {timeline!r}")
+        expansions = int(state.get("expansions", 0) or 0)
+        if origin == "expand":
+            self._expansions = expansions - 1
+            self.switch_market(str(state.get("market", "spot")), float(t0))
+        elif origin == "rebid":
+            bids = timeline.get("bids")
+            if not isinstance(bids, list) or len(bids) != self.slots:
+                raise ValueError(f"the checkpoint's market timeline has no bid per slot: {bids!r}")
+            self._expansions = expansions
+            self._market = str(state.get("market", "spot"))
+            self.rebid(tuple(float(b) for b in bids), float(t0))
+        while self._popped < popped:
+            if not self._events:
+                raise ValueError(f"the checkpoint's market timeline is past its end ({popped} events applied)")
+            self.pop_event()
+
     def rebid(self, bids: tuple[float, ...], t: float) -> None:
         """Replace the bids from time ``t`` on; only where :attr:`supports_bids`."""
         raise InputError("this capacity has no bids to change", "use a bid-driven market (market.revocation.model: bid)",
@@ -202,6 +225,11 @@ class EmulatedProvider(Provider):
         #: its current interval, and the time of its last revocation
         self._push_up: dict[int, tuple[float, int]] = {}
         self._push_revoked: dict[int, float] = {}
+        #: where the current timeline came from and how many of its events were applied: a checkpoint
+        #: holds both, so a resume is at exactly the same event, not at "every event up to its time"
+        #: (two events of one instant can fall on both sides of a checkpoint; issue 30 item 8)
+        self._origin: dict[str, Any] = {"origin": "initial", "t": 0.0}
+        self._popped = 0
         if model.is_iteration_driven:
             self._available = set(range(self.slots))
         else:
@@ -236,7 +264,7 @@ class EmulatedProvider(Provider):
     def _apply_available_until(self, t: float) -> None:
         """Apply the ``available`` events at or before ``t`` silently (the state at ``t``)."""
         while self._events and self._events[0][0] <= t and self._events[0][3].kind == "available":
-            self._apply(heapq.heappop(self._events)[3])
+            self.pop_event()
 
     def _apply(self, ev: MarketEvent) -> None:
         if ev.kind == "available":
@@ -249,6 +277,7 @@ class EmulatedProvider(Provider):
 
     def pop_event(self) -> MarketEvent:
         ev = heapq.heappop(self._events)[3]
+        self._popped += 1
         self._apply(ev)
         return ev
 
@@ -273,12 +302,19 @@ class EmulatedProvider(Provider):
     def market_state(self) -> dict[str, Any]:
         return {"available": sorted(self._available),
                 "iter_rng": json.dumps(self.rng_state()) if self.iteration_driven else "", "market": self._market,
-                "expansions": self._expansions}
+                "expansions": self._expansions, "timeline": {**self._origin, "popped": self._popped}}
 
     def resume_market(self, t: float, state: dict[str, Any]) -> None:
-        """Continue at ``t``: the original timeline fast-forwarded; after a market switch or a
-        migration (``expansions`` in the state) the timeline is expanded afresh from ``t`` on the
-        market in force (deterministic, but not the one the interrupted run would have seen)."""
+        """Continue where the checkpoint was: the timeline it was on (the initial one, or the one a
+        market switch, a migration or a rebid expanded at its instant, rebuilt from the same seed) with
+        exactly the events it had applied (:meth:`_replay`).  A
+        checkpoint without that record (an older one): the original timeline fast-forwarded to ``t``,
+        or after a switch or migration a timeline expanded afresh from ``t`` (deterministic, but not
+        the one the interrupted run would have seen)."""
+        timeline = state.get("timeline")
+        if isinstance(timeline, dict) and not self.iteration_driven:
+            self._replay(timeline, state)
+            return
         expansions = int(state.get("expansions", 0) or 0)
         if expansions:
             self._expansions = expansions - 1
@@ -291,6 +327,29 @@ class EmulatedProvider(Provider):
         if self.iteration_driven:
             self.set_available(set(state["available"]))
             self.set_rng_state(json.loads(state["iter_rng"]))
+
+    def _replay(self, timeline: dict[str, Any], state: dict[str, Any]) -> None:
+        """Rebuild the checkpoint's timeline and apply exactly its first ``popped`` events (checked:
+        a checkpoint is untrusted input)."""
+        origin, t0, popped = timeline.get("origin"), timeline.get("t"), timeline.get("popped")
+        if (origin not in ("initial", "expand", "rebid") or isinstance(t0, bool) or not isinstance(t0, (int, float))
+                or not np.isfinite(t0) or isinstance(popped, bool) or not isinstance(popped, int) or popped < 0):
+            raise ValueError(f"the checkpoint's market timeline record is malformed: {timeline!r}")
+        expansions = int(state.get("expansions", 0) or 0)
+        if origin == "expand":
+            self._expansions = expansions - 1
+            self.switch_market(str(state.get("market", "spot")), float(t0))
+        elif origin == "rebid":
+            bids = timeline.get("bids")
+            if not isinstance(bids, list) or len(bids) != self.slots:
+                raise ValueError(f"the checkpoint's market timeline has no bid per slot: {bids!r}")
+            self._expansions = expansions
+            self._market = str(state.get("market", "spot"))
+            self.rebid(tuple(float(b) for b in bids), float(t0))
+        while self._popped < popped:
+            if not self._events:
+                raise ValueError(f"the checkpoint's market timeline is past its end ({popped} events applied)")
+            self.pop_event()
 
     def rebid(self, bids: tuple[float, ...], t: float) -> None:
         """Replace the bids from time ``t`` on (persistent requests re-placed at the new prices).
@@ -307,6 +366,8 @@ class EmulatedProvider(Provider):
             raise ValueError(f"rebid needs one bid per slot ({self.slots}), got {len(bids)}")
         self.model = BidRevocation(self.model.prices, tuple(float(b) for b in bids), persistent=self.model.persistent,
                                    notice_s=self.model.notice_s)
+        self._origin = {"origin": "rebid", "t": float(t), "bids": [float(b) for b in bids]}
+        self._popped = 0
         self._events = []
         self._available = set()
         self._push_up, self._push_revoked = {}, {}
@@ -359,6 +420,8 @@ class EmulatedProvider(Provider):
     def _expand_from(self, t: float) -> None:
         """Replace the scheduled timeline by :attr:`model`'s from ``t`` to the horizon."""
         self._expansions += 1
+        self._origin = {"origin": "expand", "t": float(t)}
+        self._popped = 0
         self._events = []
         self._available = set()
         self._push_up, self._push_revoked = {}, {}

@@ -10,8 +10,9 @@ checkpoints, summary). What a step is here:
   member's ``H`` mini-batches plus ``Delta``; AD-PSGD: per barrier window, the slowest member's sum of its
   pairs' slower mini-batches) and lets the members commit, at their own speed, every step that ends before the
   market's next event (the *lease*). At the lease the event is applied at its virtual instant. A revocation of a
-  member raises the lease by one and kills the member's process at once, so it dies at a random point of a real
-  step (computing, or inside the all-reduce).
+  member raises the lease by one, the revoked member contributing nothing to that step, and kills its process at
+  once, while its peers compute or wait inside the all-reduce: the step never commits with it, whatever the race,
+  so an emulated run is the same run on every repetition and across a resume (issue 30 item 8).
 * **Regroup** (Sec. 3.2, reconcile / accept / restart). Any change of membership, a failure a member flags (a
   dead or frozen peer), and a change of strategy or learning rate (policies) end the generation: the controller
   flags it failed, collects the survivors' last committed steps (a survivor that does not answer within
@@ -36,7 +37,6 @@ checkpoints, summary). What a step is here:
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import random
 import time
@@ -56,13 +56,12 @@ from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WA
 from spotwise.training.state import encode_extra
 from spotwise.planes.collective.records import GossipRecords, StallWatch
 from spotwise.planes.collective.replica import DataCursor
-from spotwise.planes.collective.round_time import draw_round
+from spotwise.planes.collective.round_time import draw_round, restored_draws, steps_before
 from spotwise.planes.ps.compute import Compute
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
 if TYPE_CHECKING:  # type only: the controller holds its plane
     from spotwise.control.controller import JobController
-
 
 
 class CollectivePlane:
@@ -137,10 +136,13 @@ class CollectivePlane:
         return {}
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {}
+        # the round times drawn ahead (the duration generator is past them): a resume uses them as the
+        # uninterrupted run does, so both commit the same steps at the same instants (issue 30 item 8)
+        return {"round_draws": [[k, d] for k, d in self._draws]}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         refuse_foreign_checkpoint(state, "collective")
+        self._draws = restored_draws(state.get("round_draws", []))
 
     def begin(self) -> None:
         return None
@@ -285,18 +287,10 @@ class CollectivePlane:
         t_ev = job.provider.peek_time()
         limit = min(math.inf if t_ev is None else t_ev, job.market.horizon_s)
         target = self._target_step()
-        lease, t, i = job.step, self._step_end, 0
         if job.provider.iteration_driven:
-            if lease < target:
-                lease += 1
+            lease = job.step + (1 if job.step < target else 0)
         else:
-            while lease < target and i < 100_000:
-                d = self._next_draw(i, k)
-                if t + d > limit:
-                    break
-                t += d
-                lease += 1
-                i += 1
+            lease = job.step + steps_before(self._step_end, limit, target - job.step, lambda i: self._next_draw(i, k))
         if job.stop_after_samples is not None:
             per_step = max(1, job.sync_strategy.samples_per_step(k, job.batch))
             lease = min(lease, job.step + 1 + max(0, (job.stop_after_samples - job.counters.samples) // per_step))
@@ -311,10 +305,12 @@ class CollectivePlane:
             batch.append(job.provider.pop_event())  # events of one instant are one membership change
         job.clock.advance_to(ev.t)
         job.accounting.emit_prices()
-        hit = any(e.kind == "revoke" and e.worker in self.gen_members and e.worker in job.members for e in batch)
+        hit = tuple(sorted({e.worker for e in batch if e.kind == "revoke" and e.worker in self.gen_members
+                            and e.worker in job.members}))
         if hit and job.step < self._target_step():
-            # the revocation lands inside the next step: let the members start it, then kill
-            self.ctl.set_lease(job.step + 1)
+            # the revocation lands inside the next step: the members start it, the revoked ones without
+            # contributing (so it never commits with them, whatever the race with their kill), then kill
+            self.ctl.set_lease(job.step + 1, hit)
             time.sleep(self._fault_rng.uniform(0.0, 0.003))
         for e in batch:
             job.handle_market(e)
@@ -510,7 +506,8 @@ class CollectivePlane:
         # steps the old generation committed whose records are still to come, then the new
         # generation's: the members start on the next lease at once (no round trip after forming)
         old_sync = self._held or job.sync
-        self._draws = [(k_old, self._draw_round(k_old, old_sync)) for _ in range(max(0, committed - job.step))]
+        if self._plan is not None:  # (the first generation of a resumed session keeps the restored draws)
+            self._draws = [(k_old, self._draw_round(k_old, old_sync)) for _ in range(max(0, committed - job.step))]
         lease = max(committed, self._lease_for(len(members)))
         transfer = source < 0 or any(w not in holding or holding[w] != committed for w in members)
         gossip = self._held == "adpsgd" and source >= 0

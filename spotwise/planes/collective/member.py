@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
-from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, gossip_partner  # noqa: F401  (re-exported)
+from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
 from spotwise.training.recipe import LrSchedule, Recipe
 from spotwise.training.state import check_precision_device, decode_extra, encode_extra
@@ -91,16 +91,6 @@ def _node_address() -> str | None:
         return str(ray.util.get_node_ip_address()) if ray.is_initialized() else None
     except Exception:  # pragma: no cover - Ray missing or not connected
         return None
-
-
-def encode_replica(header: dict[str, Any], params: np.ndarray) -> bytes:
-    """A replica on the wire: one JSON line, then the float32 parameters."""
-    return json.dumps(header).encode() + b"\n" + np.ascontiguousarray(params, dtype=np.float32).tobytes()
-
-
-def decode_replica(data: bytes) -> tuple[dict[str, Any], np.ndarray]:
-    head, _, raw = data.partition(b"\n")
-    return json.loads(head), np.frombuffer(raw, dtype=np.float32).copy()
 
 
 class CollectiveMember:
@@ -518,8 +508,10 @@ class CollectiveMember:
                 why = g.store.get(f"fail/{plan.gen}").decode(errors="replace")
                 g.abandon()
                 raise GroupFailed(why)
-            lease = int(g.store.get("lease"))
+            lease, revoked = decode_lease(g.store.get("lease"))
             if lease > self.step and self.step < plan.max_step:
+                if self.member in revoked:  # revoked inside the next step: it contributes nothing to it
+                    self._until_failed(g, plan, leader)
                 return lease
             if leader:
                 self._serve_want(g)
@@ -535,6 +527,10 @@ class CollectiveMember:
             self._send_records(g, self._sent, self.step)
             g.store.queue_push("rec", json.dumps([{"step": self.step + 1, "gen": plan.gen, "nonfinite": why,
                                                    "strategy": plan.strategy}]))
+        self._until_failed(g, plan, leader)
+
+    def _until_failed(self, g: ElasticGroup, plan: Plan, leader: bool) -> None:
+        """Wait (the leader serving replica requests) until the coordinator ends the generation."""
         while True:
             if g.failed():
                 reason = g.store.get(f"fail/{plan.gen}").decode(errors="replace")

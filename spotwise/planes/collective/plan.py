@@ -85,3 +85,19 @@ def gossip_partner(gen: int, step: int, k: int, rank: int) -> int | None:
     i = int(np.flatnonzero(perm == rank)[0])
     j = i + 1 if i % 2 == 0 else i - 1
     return int(perm[j]) if j < k else None
+
+
+def encode_lease(step: int, revoked: tuple[int, ...] = ()) -> str:
+    """The store's ``lease`` value: the highest step members may commit, and the members revoked in
+    the step after the previous lease (``"12"``, ``"12:0,2"``; see :func:`decode_lease`)."""
+    return f"{int(step)}:{','.join(str(int(w)) for w in revoked)}" if revoked else str(int(step))
+
+
+def decode_lease(raw: bytes | str) -> tuple[int, tuple[int, ...]]:
+    """``(step, revoked)`` from :func:`encode_lease`.  A member in ``revoked`` contributes nothing to
+    the leased step: the market revokes it inside that step (virtual time), so the step commits
+    without it whatever the real-time race between its process's kill and the step's all-reduce --
+    the emulated run is then the same on every repetition and across a resume (issue 30 item 8)."""
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    head, _, tail = text.partition(":")
+    return int(head), tuple(int(w) for w in tail.split(",") if w)

@@ -30,6 +30,7 @@ import numpy as np
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
 from spotwise.planes.collective.calls import call_member, wait_calls
 from spotwise.planes.collective.member import REPLICA_CHUNK_BYTES, Plan, remote_member_class
+from spotwise.planes.collective.plan import encode_lease
 from spotwise.planes.ps.compute import RayCompute
 
 
@@ -97,8 +98,9 @@ class PlaneControl:
             calls.append(call_member(m, "put_init", gen, head, ref_vec, extra))
         wait_calls(calls, timeout_s=max(30.0, 4 * self.timeout_s))
 
-    def set_lease(self, step: int) -> None:
-        """Members may commit steps up to ``step``.
+    def set_lease(self, step: int, revoked: tuple[int, ...] = ()) -> None:
+        """Members may commit steps up to ``step``; the members in ``revoked`` are revoked inside those
+        steps and contribute to none of them (:func:`~spotwise.planes.collective.plan.decode_lease`).
 
         Raise it only while every member waits at the current lease (its record is logged): they
         then all read the same new value.  A new generation starts from its plan's lease
@@ -106,7 +108,7 @@ class PlaneControl:
         """
         if step > self._lease:
             self._lease = int(step)
-            self.store.set("lease", str(self._lease))
+            self.store.set("lease", encode_lease(self._lease, tuple(revoked)))
 
     def reset_lease(self, step: int) -> None:
         """The lease of a generation about to be announced (its members are not running yet)."""

@@ -10,6 +10,8 @@ its pairs' slower mini-batches; each plus the commit overhead ``Delta``.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from spotwise.planes.collective.member import BARRIER_EVERY
@@ -43,3 +45,31 @@ def draw_round(law: MiniBatchTimeLaw, rng: np.random.Generator, k: int, strategy
     per = local_steps if strategy == "sma" else 1
     draws = np.asarray(law.draw(rng, (k, per)))
     return float(np.max(np.sum(draws, axis=1))) + delta
+
+
+def restored_draws(raw: object) -> list[tuple[int, float]]:
+    """The round times a checkpoint holds (``[[k, seconds], ...]``: drawn ahead of its step), checked
+    (a checkpoint is untrusted input: a malformed list is refused, not half-used)."""
+    if not isinstance(raw, (list, tuple)) or len(raw) > 1_000_000:
+        raise ValueError("the checkpoint's round_draws is not a list of [members, seconds] pairs")
+    out: list[tuple[int, float]] = []
+    for item in raw:
+        if (not isinstance(item, (list, tuple)) or len(item) != 2 or isinstance(item[0], bool)
+                or not isinstance(item[0], int) or not isinstance(item[1], (int, float))
+                or item[0] < 1 or not np.isfinite(item[1]) or item[1] < 0):
+            raise ValueError(f"the checkpoint's round_draws holds {item!r}, not a [members, seconds] pair")
+        out.append((int(item[0]), float(item[1])))
+    return out
+
+
+def steps_before(t0: float, limit: float, room: int, draw: Callable[[int], float]) -> int:
+    """How many of the next ``room`` steps (at most 100 000), the ``i``-th lasting ``draw(i)`` virtual
+    seconds from ``t0``, end by ``limit`` (a step ending exactly at ``limit`` counts)."""
+    t, n = t0, 0
+    while n < min(room, 100_000):
+        d = draw(n)
+        if t + d > limit:
+            break
+        t += d
+        n += 1
+    return n
