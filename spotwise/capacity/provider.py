@@ -58,6 +58,10 @@ class Provider(ABC):
     def pop_event(self) -> MarketEvent:
         """Remove and return the next scheduled market event."""
 
+    def peek_instant(self) -> list[MarketEvent]:
+        """The scheduled events of the next instant, in order, none applied yet ([] without a timeline)."""
+        return []
+
     @abstractmethod
     def iteration_events(self, t: float, active: np.ndarray) -> list[MarketEvent]:
         """Revocations / re-joins drawn for one iteration (iteration-driven models); [] otherwise."""
@@ -280,6 +284,19 @@ class EmulatedProvider(Provider):
         self._popped += 1
         self._apply(ev)
         return ev
+
+    def peek_instant(self) -> list[MarketEvent]:
+        """The events of the next instant without popping them: a plane that must see a whole instant
+        before acting (the collective plane's lease) then pops and applies them one by one, so a
+        checkpoint taken between two of them records exactly those applied."""
+        if not self._events:
+            return []
+        t0, keys = self._events[0][0], []
+        while self._events and self._events[0][0] == t0:
+            keys.append(heapq.heappop(self._events))
+        for key in keys:
+            heapq.heappush(self._events, key)
+        return [key[3] for key in keys]
 
     def fast_forward(self, t: float) -> None:
         """Apply every scheduled event up to ``t`` silently (used when resuming a run)."""

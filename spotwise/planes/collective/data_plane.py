@@ -299,11 +299,8 @@ class CollectivePlane:
     def _market_event(self) -> None:
         """Members wait at the lease: apply the next market event at its instant."""
         job = self.job
-        ev = job.provider.pop_event()
-        batch = [ev]
-        while (t := job.provider.peek_time()) is not None and t <= ev.t:
-            batch.append(job.provider.pop_event())  # events of one instant are one membership change
-        job.clock.advance_to(ev.t)
+        batch = job.provider.peek_instant()  # events of one instant are one membership change
+        job.clock.advance_to(batch[0].t)
         job.accounting.emit_prices()
         hit = tuple(sorted({e.worker for e in batch if e.kind == "revoke" and e.worker in self.gen_members
                             and e.worker in job.members}))
@@ -312,8 +309,9 @@ class CollectivePlane:
             # contributing (so it never commits with them, whatever the race with their kill), then kill
             self.ctl.set_lease(job.step + 1, hit)
             time.sleep(self._fault_rng.uniform(0.0, 0.003))
-        for e in batch:
-            job.handle_market(e)
+        for _ in batch:  # popped as applied: a checkpoint between two (a notice's) holds exactly those before it
+            if job.provider.peek_time() == batch[0].t:
+                job.handle_market(job.provider.pop_event())
         if self._dirty:
             self._draws.clear()
             self._step_end = job.T

@@ -78,6 +78,7 @@ class ParameterServerPlane:
         #: the parameters shared with the data plane for step ``_pref_step`` (continuous modes)
         self._pref: Any = None
         self._pref_step = -1
+        self._pending_ckpt: str | None = None  # a notice's checkpoint, taken at the next commit
 
     @property
     def job(self) -> "JobController":
@@ -153,7 +154,14 @@ class ParameterServerPlane:
         return None
 
     def ready_for_checkpoint(self, why: str) -> bool:
-        return True  # the parameters are the controller's: always those of the current step
+        """The parameters are the controller's: always those of the current step.  A notice's checkpoint
+        is taken at the next commit (a notice threatens a worker, not them): taken inside a round it
+        would make a resume restart that round at the notice's instant, not where the uninterrupted
+        run started it (issue 30 item 8)."""
+        if why == "notice":
+            self._pending_ckpt = why
+            return False
+        return True
 
     def stop(self) -> None:
         return None
@@ -231,6 +239,11 @@ class ParameterServerPlane:
             job.status, job.stop_message = "running", None
         if job.step % job.spec.workload.eval_every == 0:
             job.evaluate()
+        if self._pending_ckpt is not None:
+            self._pending_ckpt = None
+            every = job.spec.outputs.checkpoint_every
+            if not (every and job.step % every == 0):  # else the periodic one below is this step's
+                job.checkpointer.take("notice")
         job.apply_policies()
         job.after_commit()
 
