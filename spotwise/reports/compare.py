@@ -99,9 +99,13 @@ def _sweep_entries(d: Path) -> list[dict[str, Any]]:
     except (OSError, ValueError) as e:
         raise InputError(f"cannot read {d / 'sweep.json'}: {e}", "pass a sweep directory written by `spotwise simulate "
                          "--trace ... --out DIR`", str(d)) from None
-    job = data.get("job") or {}
+    strategies = data.get("strategies") if isinstance(data, dict) else None
+    if not isinstance(strategies, list) or not all(isinstance(s, dict) for s in strategies):
+        raise InputError(f"{d / 'sweep.json'} is not a sweep summary (an object with a list of strategies)",
+                         "pass a sweep directory written by `spotwise simulate --trace ... --out DIR`", str(d))
+    job = data.get("job") if isinstance(data.get("job"), dict) else {}
     out = []
-    for s in data.get("strategies") or []:
+    for s in strategies:
         out.append({"dir": str(d), "kind": "sweep", "name": f"{d.name}: {s.get('strategy')}", "strategy": s.get("strategy"),
                     "windows": s.get("windows"), "deadline_met": s.get("deadline_met"), "deadline_met_ci": s.get("deadline_met_ci"),
                     "mean_cost": s.get("mean_cost"), "vs_oracle": s.get("cost_ratio_of_means"), "vs_on_demand": s.get("vs_on_demand"),
