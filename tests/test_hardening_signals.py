@@ -285,3 +285,41 @@ def test_a_later_run_cleans_what_a_dead_one_left(tmp_path):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_the_password_file_for_an_operators_redis_goes_with_a_killed_driver(tmp_path):
+    """``--redis-url`` with a password: the functions get a 0600 file holding it, in a folder inside
+    the run's watchdog folder -- removed by the watchdog when the driver is killed with SIGKILL."""
+    _need_redis("serverless")
+    from spotwise.planes.serverless.store import RedisServer
+
+    operator = RedisServer(tcp=True)  # the operator's Redis, not the driver's child
+    try:
+        url = operator.url
+        driver = subprocess.Popen([sys.executable, "-c", (
+            "import sys, time\n"
+            "from spotwise.planes.serverless.job_store import JobStore\n"
+            "from spotwise.planes.serverless.reaper import Watchdog\n"
+            "from spotwise.planes.serverless.store import RedisURL\n"
+            f"store = JobStore(None, RedisURL('127.0.0.1', {url.port}, {url.password!r}, 0))\n"
+            "dog = Watchdog(None)\n"
+            "store.secret_parent = dog.folder\n"
+            "print(store.function_url(True).password_file, flush=True)\n"
+            "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True, env=ENV)
+        try:
+            assert driver.stdout is not None
+            path = Path(driver.stdout.readline().strip())
+            assert path.is_file() and path.read_text().strip() == url.password
+            assert path.stat().st_mode & 0o077 == 0 and path.parent.parent.name.startswith("spotwise-run-")
+            time.sleep(1.0)  # the watchdog is up
+            os.kill(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=30)
+            end = time.monotonic() + 10
+            while path.parent.exists() and time.monotonic() < end:
+                time.sleep(0.1)
+            assert not path.parent.exists(), f"{path.parent} (the password's folder) was left behind"
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    finally:
+        operator.stop()

@@ -59,6 +59,8 @@ class JobStore:
         self._leave_script = self.r.register_script(LEAVE_LUA)
         self._fn_url: RedisURL | None = None  # the store's address as functions get it (see function_url)
         self._secret_dir: Path | None = None  # a private folder holding a --redis-url's password for functions
+        #: where that folder is made: the run's watchdog folder, removed with it if the driver is killed
+        self.secret_parent: Path | None = None
 
     def seed(self, x: np.ndarray, version: int, schedule: Schedule, incarnations: dict[int, int], faults: dict[int, str]) -> None:
         """Model snapshot, schedule, clocks and incarnations (fresh or after a store loss); ``faults``
@@ -97,7 +99,7 @@ class JobStore:
             if self.own_redis is not None:
                 path = self.own_redis.password_file
             else:
-                self._secret_dir = Path(tempfile.mkdtemp(prefix="spotwise-secret-"))  # 0700
+                self._secret_dir = Path(tempfile.mkdtemp(prefix="spotwise-secret-", dir=self.secret_parent))  # 0700
                 path = write_secret_file(self._secret_dir, url.password)
             url = dataclasses.replace(url, password="", password_file=str(path))
         self._fn_url = url

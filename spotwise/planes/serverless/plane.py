@@ -211,6 +211,7 @@ class ServerlessPlane:
             raise
         # the store and the functions die with a driver killed by SIGKILL (issue 30 item 7)
         self._watchdog = Watchdog(own.dir if own is not None else None)
+        self._store.secret_parent = self._watchdog.folder  # an operator's Redis: its password file goes there
         def emit(kind: str, **fields: Any) -> None:
             job.log.emit(kind, **fields)
 
