@@ -328,3 +328,35 @@ def test_simulate_refuses_a_market_that_cannot_progress(cli: Any, tmp_path: Path
     assert stdout.strip() == ""
     with pytest.raises(spotwise.InputError, match="makes progress impossible"):
         spotwise.simulate(doc)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_diverged_serverless_step_exits_2_after_a_checkpoint_of_the_last_good_one(tmp_path: Path) -> None:
+    """Before: a function whose gradient was not finite raised, the supervisor re-invoked it, it raised
+    again -- the run hung until killed.  Now the function commits no change and a NaN loss, the
+    driver applies nothing of the step, checkpoints the last good one and exits 2."""
+    import os
+    import shutil
+    import subprocess
+
+    import yaml
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    spec = {"name": "sl-nan", "workload": {"name": "pmf", "family": "pmf", "batch_size": 256, "lr": 1e30,
+                                           "eval_every": 1000, "params": {"n_users": 300, "n_items": 400,
+                                                                          "n_ratings": 20000, "rank": 8}},
+            "target": {"iterations": 40}, "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"},
+            "outputs": {"checkpoint_every": 1000, "plots": False}}
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(spec))
+    res = subprocess.run([sys.executable, "-m", "spotwise.cli", "run", str(path), "--out", str(out)],
+                         capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "training diverged" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows if r["kind"] == "step"]
+    ck = [r for r in rows if r["kind"] == "checkpoint"]
+    assert ck and ck[-1]["why"] == "nonfinite" and ck[-1]["step"] == max(steps)
+    assert all(math.isfinite(r["loss"]) for r in rows if r["kind"] == "step")

@@ -37,6 +37,7 @@ fenced or the lease ends (a frozen function the platform would kill at its timeo
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any
@@ -55,6 +56,17 @@ DENSE_FILTER_MAX = 50_000_000
 #: update keys expire after this long (a safety net; the supervisor deletes them when done)
 UPDATE_TTL_S = 24 * 3600
 
+
+
+def _grads_finite(model: Any) -> bool:
+    """Whether every gradient of ``model`` is finite (a sparse one: its values)."""
+    import torch
+
+    for prm in model.parameters():
+        g = prm.grad
+        if g is not None and not bool(torch.isfinite(g.coalesce().values() if g.is_sparse else g).all()):
+            return False
+    return True
 
 class Fenced(Exception):
     """This invocation was declared lost (its incarnation changed) or the job stopped."""
@@ -356,9 +368,15 @@ class WorkerInvocation:
         zero_grad(self.model)
         loss = self.workload.loss(self.model, self.workload.train.batch(idx))
         loss.backward()
-        g = flat_grad_sparse(self.model)
         p = sched.size(t)
-        u = SparseUpdate(g.indices, g.values * (-self.lr / p), g.size)
+        loss_value = float(loss.detach())
+        if math.isfinite(loss_value) and _grads_finite(self.model):
+            g = flat_grad_sparse(self.model)
+            u = SparseUpdate(g.indices, g.values * (-self.lr / p), g.size)
+        else:
+            # diverged: commit no change and a NaN loss -- the driver stops the run with exit 2 after a
+            # checkpoint of the last good step (raising here would be redone by the supervisor forever)
+            u, loss_value = SparseUpdate(np.zeros(0, np.int64), np.zeros(0), x.size), math.nan
         u.apply_to(x)
         sig = self.filter.push(t + 1, x, u) if self.filter is not None else u
         self.stats["compute_s"] += time.perf_counter() - t0
@@ -375,7 +393,7 @@ class WorkerInvocation:
             ckpt_r = encode_update(self.filter.residual(), exact=True)
             ckpt_meta = json.dumps({"step": t + 1, "version": self.view.version}).encode()
         self._transfer(len(payload) + len(ckpt_x) + len(ckpt_r), p)
-        meta = json.dumps({"loss": float(loss.detach()), "n": int(len(idx)), "nnz": sig.nnz, "computed": u.nnz})
+        meta = json.dumps({"loss": loss_value, "n": int(len(idx)), "nnz": sig.nnz, "computed": u.nnz})
         ok = self.commit(keys=[self.k.per("inc", self.w), self.k.per("clock", self.w), self.k.upd(t, self.w),
                                self.k.meta(t, self.w), self.k.per("ckpt_x", self.w), self.k.per("ckpt_r", self.w),
                                self.k.per("ckpt_meta", self.w)],

@@ -58,7 +58,7 @@ from spotwise.planes.serverless.job_store import JobStore, StoreLost
 from spotwise.planes.serverless.reaper import Watchdog
 from spotwise.planes.serverless.schedule import SampleStream, Schedule, epochs_done
 from spotwise.planes.serverless.significance import merge_leaving_replica
-from spotwise.planes.serverless.store import RedisServer, RedisURL, apply_encoded, decode_dense, encode_dense
+from spotwise.planes.serverless.store import RedisServer, RedisURL, apply_encoded, decode_dense, encode_dense, encoded_finite
 from spotwise.policies.base import Checkpoint, Decision, Policy, Resize
 from spotwise.specload import to_plain
 
@@ -383,13 +383,20 @@ class ServerlessPlane:
         total = 0
         nnz = 0
         computed = 0
+        parsed = []
         for q, data, meta in zip(members, blobs, metas):
             if data is None or meta is None:
                 raise StoreLost(f"update of worker {q} at step {t} is missing from the store")
-            n_entries = apply_encoded(data, x)
             m = json.loads(meta)
             loss += float(m["loss"]) * int(m["n"])
             total += int(m["n"])
+            parsed.append((data, m))
+        bad = [q for q, data in zip(members, blobs) if data is not None and not encoded_finite(data)]
+        if not math.isfinite(loss) or bad:  # nothing applied: the last good step is checkpointed, exit 2
+            job.nonfinite(f"the loss is {loss / max(1, total)}" if not math.isfinite(loss)
+                          else f"the update of worker {bad[0]} is not finite")
+        for data, m in parsed:
+            n_entries = apply_encoded(data, x)
             nnz += n_entries
             computed += int(m.get("computed", n_entries))
             self.counters["bytes_in"] += len(data)

@@ -92,6 +92,19 @@ def apply_encoded(data: bytes, x: np.ndarray) -> int:
     return int(nnz)
 
 
+def encoded_finite(data: bytes) -> bool:
+    """Whether every value of an :func:`encode_update` payload is finite (checked for all of a step's
+    updates before any is applied: a diverged step changes nothing)."""
+    if len(data) < _HEADER.size:
+        return True  # malformed: apply_encoded says so
+    _, width, vw, _ = _HEADER.unpack_from(data)
+    if width not in (4, 8) or vw not in (4, 8):
+        return True
+    nnz = (len(data) - _HEADER.size) // (width + vw)
+    val = np.frombuffer(data, dtype=np.float32 if vw == 4 else np.float64, count=nnz, offset=_HEADER.size + nnz * width)
+    return bool(np.isfinite(val).all())
+
+
 def encode_dense(x: np.ndarray) -> bytes:
     """A dense float32 vector (a model snapshot or replica)."""
     return np.ascontiguousarray(x, dtype=np.float32).tobytes()
