@@ -93,29 +93,6 @@ class Provider(ABC):
         """Whether revocations are drawn per iteration (:meth:`iteration_events`) rather than scheduled."""
         return False
 
-    def _replay(self, timeline: dict[str, Any], state: dict[str, Any]) -> None:
-        """Rebuild the checkpoint's timeline and apply exactly its first ``popped`` events (checked:
-        a checkpoint is untrusted input)."""
-        origin, t0, popped = timeline.get("origin"), timeline.get("t"), timeline.get("popped")
-        if (origin not in ("initial", "expand", "rebid") or isinstance(t0, bool) or not isinstance(t0, (int, float))
-                or not np.isfinite(t0) or isinstance(popped, bool) or not isinstance(popped, int) or popped < 0):
-            raise ValueError(f"the checkpoint's market timeline record is malformed: {timeline!r}")
-        expansions = int(state.get("expansions", 0) or 0)
-        if origin == "expand":
-            self._expansions = expansions - 1
-            self.switch_market(str(state.get("market", "spot")), float(t0))
-        elif origin == "rebid":
-            bids = timeline.get("bids")
-            if not isinstance(bids, list) or len(bids) != self.slots:
-                raise ValueError(f"the checkpoint's market timeline has no bid per slot: {bids!r}")
-            self._expansions = expansions
-            self._market = str(state.get("market", "spot"))
-            self.rebid(tuple(float(b) for b in bids), float(t0))
-        while self._popped < popped:
-            if not self._events:
-                raise ValueError(f"the checkpoint's market timeline is past its end ({popped} events applied)")
-            self.pop_event()
-
     def rebid(self, bids: tuple[float, ...], t: float) -> None:
         """Replace the bids from time ``t`` on; only where :attr:`supports_bids`."""
         raise InputError("this capacity has no bids to change", "use a bid-driven market (market.revocation.model: bid)",
