@@ -391,7 +391,7 @@ class ServerlessPlane:
             loss += float(m["loss"]) * int(m["n"])
             total += int(m["n"])
             parsed.append((data, m))
-        bad = [q for q, data in zip(members, blobs) if data is not None and not encoded_finite(data)]
+        bad = [q for q, (data, _) in zip(members, parsed) if not encoded_finite(data)]
         if not math.isfinite(loss) or bad:  # nothing applied: the last good step is checkpointed, exit 2
             job.nonfinite(f"the loss is {loss / max(1, total)}" if not math.isfinite(loss)
                           else f"the update of worker {bad[0]} is not finite")
