@@ -23,7 +23,7 @@ from typing import Any
 
 from spotwise.errors import InfeasibleError, InputError, SpotwiseError
 from spotwise.policies.base import (Checkpoint, Decision, Migrate, Noop, Observation, PlaceQuote, Policy, Rebid, Resize,
-                                    SetLearningRate, SwitchMarket, SwitchSync)
+                                    SetLearningRate, SwitchMarket, SwitchSync, TopUp)
 
 __version__ = "0.1.0"
 
@@ -37,7 +37,7 @@ _LAZY = {
 }
 
 __all__ = ["__version__", "InputError", "InfeasibleError", "SpotwiseError", "Policy", "Observation", "Decision", "Noop",
-           "Resize", "Rebid", "SwitchSync", "SetLearningRate", "Migrate", "SwitchMarket", "Checkpoint", "PlaceQuote",
+           "Resize", "Rebid", "SwitchSync", "SetLearningRate", "Migrate", "SwitchMarket", "TopUp", "Checkpoint", "PlaceQuote",
            *_LAZY]
 
 

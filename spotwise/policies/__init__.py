@@ -19,11 +19,12 @@ from spotwise.policies.base import (
     SetLearningRate,
     SwitchMarket,
     SwitchSync,
+    TopUp,
 )
 
 __all__ = [
     "Checkpoint", "Decision", "Migrate", "Noop", "Observation", "PlaceQuote", "Policy", "Rebid", "Resize",
-    "SetLearningRate", "SwitchMarket", "SwitchSync", "POLICIES", "make_policy", "make_policies",
+    "SetLearningRate", "SwitchMarket", "SwitchSync", "TopUp", "POLICIES", "make_policy", "make_policies",
 ]
 
 

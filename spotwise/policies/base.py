@@ -94,6 +94,14 @@ class Observation:
     #: the longest the executor may go before it consults the policies again (seconds); a guard
     #: that must act before a point in time adds it to its margin
     next_decision_s: float = 0.0
+    #: workers held that are (re)starting: billed, not yet computing (a restart in progress)
+    warming: int = 0
+    #: partial capacity (issue 31): how many spot nodes the current place can give now (``None``:
+    #: the executor cannot tell), the on-demand nodes held beside the spot ones (:class:`TopUp`),
+    #: and the fewest nodes the job trains on (``cluster.min_workers``)
+    spot_nodes: int | None = None
+    on_demand_nodes: int = 0
+    min_workers: int = 1
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +119,10 @@ class Observation:
             raise ValueError("Observation.step_s must be > 0")
         if not self.restart_s >= 0 or not self.next_decision_s >= 0:
             raise ValueError("Observation.restart_s and .next_decision_s must be >= 0")
+        if self.warming < 0 or self.on_demand_nodes < 0 or (self.spot_nodes is not None and self.spot_nodes < 0):
+            raise ValueError("Observation.warming, .spot_nodes and .on_demand_nodes must be >= 0")
+        if not 1 <= self.min_workers <= self.max_workers:
+            raise ValueError("Observation.min_workers must lie in [1, max_workers]")
 
     @property
     def work_left_s(self) -> float | None:
@@ -203,6 +215,20 @@ class SwitchMarket(Decision):
     def __post_init__(self) -> None:
         if self.market not in MARKETS:
             raise ValueError(f"SwitchMarket.market must be one of {MARKETS}, got {self.market!r}")
+
+
+@dataclass(frozen=True)
+class TopUp(Decision):
+    """Hold ``on_demand`` on-demand nodes beside the spot nodes the place gives (issue 31: paper
+    000's mixed fleets, Uniform Progress generalised from "spot or on-demand" to "how many of
+    each").  The executor never holds more nodes than the job's workers: the on-demand nodes fill
+    what spot does not give, so ``on_demand = workers`` means "as many as needed to run at full width"."""
+
+    on_demand: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.on_demand, bool) or not isinstance(self.on_demand, int) or self.on_demand < 0:
+            raise ValueError("TopUp.on_demand must be an integer >= 0")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from spotwise.policies.base import (
     Resize,
     SetLearningRate,
     SwitchMarket,
+    TopUp,
     SwitchSync,
 )
 
@@ -106,6 +107,8 @@ def check_decision(d: Decision) -> Decision:
         _text(d, "region", d.region, True)
         _text(d, "cloud", d.cloud, True)
         return d
+    if isinstance(d, TopUp):
+        return dataclasses.replace(d, on_demand=_whole(d, "on_demand", d.on_demand, 0))
     if isinstance(d, (Noop, Checkpoint)):
         return d
     return d  # a Decision subclass of the user's own: the executor logs that it does not know it

@@ -74,10 +74,48 @@ class Place:
     def spot_price(self, t: float) -> float:
         return float(self.price.value_at(t))
 
-    def has_capacity(self, t: float, bid: float, price: float | None = None) -> bool:
-        """Spot capacity at ``t`` for a job bidding ``bid`` $/h (``price``: the spot price at ``t`` if known)."""
-        if self.capacity is not None and float(self.capacity.value_at(t)) < 1:
+    @property
+    def trace_nodes(self) -> int | None:
+        """The node count the capacity trace was collected for (SkyPilot's ``16-node`` folders:
+        ``meta.extra["nodes"]``), ``None`` when the trace does not say."""
+        if self.capacity is None:
+            return None
+        n = self.capacity.meta.extra.get("nodes")
+        return int(n) if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else None
+
+    @functools.cached_property
+    def counts_nodes(self) -> bool:
+        """Whether the capacity series counts nodes (issue 31): a trace of more than one node, or one
+        whose values exceed 1.  A 1-node trace (or a 0/1 series) says "the job can run" instead."""
+        if self.capacity is None:
             return False
+        n = self.trace_nodes
+        if n is not None:
+            return n > 1
+        return bool(np.max(np.asarray(self.capacity.values, dtype=float)) > 1)
+
+    def nodes_at(self, times: np.ndarray | float, workers: int) -> np.ndarray:
+        """Spot nodes a job of ``workers`` nodes can have at ``times`` (price aside): ``min(k, workers)``
+        for a count series, ``workers`` or 0 for a 0/1 series, ``workers`` without a capacity trace."""
+        ts = np.atleast_1d(np.asarray(times, dtype=float))
+        if self.capacity is None:
+            return np.full(ts.shape, int(workers), dtype=np.int64)
+        v = np.floor(np.asarray(self.capacity.value_at(ts), dtype=float) + 1e-9).astype(np.int64)
+        if self.counts_nodes:
+            return np.minimum(v, int(workers))
+        return np.where(v >= 1, int(workers), 0)
+
+    def nodes(self, t: float, workers: int) -> int:
+        """:meth:`nodes_at` at one time."""
+        return int(self.nodes_at(t, workers)[0])
+
+    def has_capacity(self, t: float, bid: float, price: float | None = None, need: int = 1) -> bool:
+        """Spot capacity at ``t`` for a job bidding ``bid`` $/h (``price``: the spot price at ``t`` if
+        known): at least ``need`` nodes on a count series (issue 31), the job on a 0/1 series."""
+        if self.capacity is not None:
+            v = float(self.capacity.value_at(t))
+            if v < (max(1, int(need)) if self.counts_nodes else 1) - 1e-9:
+                return False
         return (self.spot_price(t) if price is None else price) <= bid
 
     def next_change(self, t: float) -> float:
@@ -92,24 +130,32 @@ class Place:
         return nxt
 
     @functools.cached_property
-    def _capacity_runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-        """Capacity as runs: point times, up flags, the start of each point's run, the up-seconds before each point."""
+    def _runs_cache(self) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        return {}
+
+    def _capacity_runs(self, need: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Capacity as runs of "at least ``need`` nodes" (the job on a 0/1 series): point times, up
+        flags, the start of each point's run, the up-seconds before each point."""
         if self.capacity is None:
             return None
+        need = max(1, int(need)) if self.counts_nodes else 1
+        if need in self._runs_cache:
+            return self._runs_cache[need]
         times = np.asarray(self.capacity.times, dtype=float)
-        up = np.asarray(self.capacity.values, dtype=float) >= 1
+        up = np.asarray(self.capacity.values, dtype=float) >= need - 1e-9
         starts = times.copy()
         for i in range(1, times.size):
             if up[i] == up[i - 1]:
                 starts[i] = starts[i - 1]
         widths = np.diff(np.append(times, self.capacity.end))
         cum = np.concatenate([[0.0], np.cumsum(np.where(up, widths, 0.0))])
+        self._runs_cache[need] = (times, up, starts, cum)
         return times, up, starts, cum
 
-    def streak(self, t: float) -> float | None:
+    def streak(self, t: float, need: int = 1) -> float | None:
         """Seconds the place has been in its current capacity state at ``t`` (``> 0`` up, ``< 0`` down;
-        ``None`` without an availability trace).  Only data up to ``t``."""
-        runs = self._capacity_runs
+        up: at least ``need`` nodes on a count series; ``None`` without an availability trace).  Only data up to ``t``."""
+        runs = self._capacity_runs(need)
         if runs is None:
             return None
         times, up, starts, _ = runs
@@ -119,9 +165,10 @@ class Place:
         age = max(float(t - starts[i]), 1e-9)
         return age if up[i] else -age
 
-    def availability_before(self, t: float, window_s: float) -> float | None:
-        """Share of ``[t - window_s, t)`` with capacity (``None`` without a trace or with no data there)."""
-        runs = self._capacity_runs
+    def availability_before(self, t: float, window_s: float, need: int = 1) -> float | None:
+        """Share of ``[t - window_s, t)`` with capacity (at least ``need`` nodes on a count series;
+        ``None`` without a trace or with no data there)."""
+        runs = self._capacity_runs(need)
         if runs is None or window_s <= 0:
             return None
         times, up, _, cum = runs

@@ -170,6 +170,7 @@ class _Run:
             deadline_s=self.job.deadline_s, target_iterations=it, market=self.market, spot_available=self.place.has_capacity(self.t, self.bid(self.place)),
             step_s=step_s, restart_s=self.job.restart_s, place=self.place.key, places=quotes,
             on_demand_price=self.place.on_demand_per_hour, next_decision_s=self.tick_s,
+            warming=n if (self.held and not self.running) else 0,
         )
 
     def act(self, d: Decision) -> None:

@@ -44,6 +44,14 @@ class SweepJob:
     #: sets them; a cloud instance boots and restores, which is the default.
     start_s: float | None = None
     rejoin_s: float | None = None
+    #: below how many nodes the job waits instead of training (issue 31): 1 for an elastic
+    #: data-parallel job (the default when ``None``), ``workers`` for a gang.  ``None`` also says
+    #: the user did not choose a reading (:func:`spotwise.sim.partial.check_reading`)
+    min_workers: int | None = None
+    #: progress rate of ``k`` nodes relative to ``workers`` nodes, ``k = 1..workers`` (the last is
+    #: 1.0): the sample throughput of paper 000 eq. 14-15 (:func:`spotwise.sim.partial.worker_rates`);
+    #: ``None``: linear, ``k / workers``
+    rates: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("work_s", "deadline_s", "history_s"):
@@ -60,12 +68,38 @@ class SweepJob:
                 raise InputError(f"{name} must be a number >= 0, got {v!r}", where="sweep job")
         if not isinstance(self.workers, int) or self.workers < 1 or not isinstance(self.iterations, int) or self.iterations < 1:
             raise InputError("workers and iterations must be integers >= 1", where="sweep job")
+        if self.min_workers is not None and (not isinstance(self.min_workers, int) or isinstance(self.min_workers, bool)
+                                             or not 1 <= self.min_workers <= self.workers):
+            raise InputError(f"min_workers must be an integer from 1 to workers ({self.workers}), got {self.min_workers!r}",
+                             "1 trains on whatever nodes a zone gives (elastic), workers waits for all of them (a gang)",
+                             "cluster.min_workers")
+        if self.rates is not None:
+            r = tuple(float(x) for x in self.rates)
+            if (len(r) != self.workers or not all(math.isfinite(x) and x > 0 for x in r)
+                    or any(b < a - 1e-12 for a, b in zip(r, r[1:])) or abs(r[-1] - 1.0) > 1e-9):
+                raise InputError(f"rates must give, for 1..{self.workers} nodes, positive non-decreasing progress rates "
+                                 f"ending at 1.0, got {self.rates!r}", where="sweep job")
+            object.__setattr__(self, "rates", r)
         if self.work_s + self.start_s > self.deadline_s:  # type: ignore[operator]
             from spotwise.reports.units import human_duration as hd
 
             raise InputError(f"{hd(self.work_s)} of work plus a {hd(self.start_s)} start cannot finish in "
                              f"the {hd(self.deadline_s)} deadline even on on-demand",
                              "extend the deadline or shrink the job", "deadline")
+
+    @property
+    def min_nodes(self) -> int:
+        """The fewest nodes the job trains on (``min_workers``, 1 when not set)."""
+        return 1 if self.min_workers is None else int(self.min_workers)
+
+    def rate(self, nodes: int) -> float:
+        """Progress per second on ``nodes`` nodes relative to ``workers`` nodes: 0 below ``min_nodes``
+        (the job waits), ``rates[nodes - 1]`` (or ``nodes / workers``) up to ``workers``, and no more
+        than 1.0 beyond (the job has ``workers`` data-parallel shards)."""
+        n = min(int(nodes), self.workers)
+        if n < self.min_nodes or n <= 0:
+            return 0.0
+        return self.rates[n - 1] if self.rates is not None else n / self.workers
 
 
 @dataclass(frozen=True)
