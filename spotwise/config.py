@@ -196,6 +196,9 @@ class ClusterSpec:
     instance_type: str = ""
     workers: int = 1
     max_workers: int | None = None
+    #: issue 31: below how many nodes the job waits instead of training (1 elastic, ``workers`` a
+    #: gang); unset: 1, and a sweep on a multi-node trace asks which reading applies
+    min_workers: int | None = None
     sync: SyncMode = "full"
     sync_n: int | None = None
     bids: list[float] | float | None = None
@@ -250,6 +253,11 @@ class ClusterSpec:
                 raise InputError(f"{v} is more workers than spotwise manages (at most {MAX_SPEC_WORKERS:,})",
                                  f"lower {name}; the local emulated provider holds far fewer (about one per 300 MiB "
                                  "of memory) and a Ray cluster as many as its 'spot' resources", name)
+        if self.min_workers is not None and (isinstance(self.min_workers, bool) or not isinstance(self.min_workers, int)
+                                             or not 1 <= self.min_workers <= self.workers):
+            raise InputError(f"min_workers must be a whole number from 1 to workers ({self.workers}), got {self.min_workers!r}",
+                             "1 trains on whatever nodes the market gives (elastic); workers waits for all of them (a gang)",
+                             "min_workers")
         if self.max_workers is not None and self.max_workers < self.workers:
             raise InputError(
                 f"max_workers ({self.max_workers}) is below workers ({self.workers})",

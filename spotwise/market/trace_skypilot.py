@@ -21,6 +21,10 @@ from spotwise.market.trace_common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, ZER
 # SkyPilot
 # ---------------------------------------------------------------------------------------------
 _FOLDER_DATE_RE = re.compile(r"(?:^|[^0-9])(\d{1,2})-(\d{1,2})-(\d{4})(?:$|[^0-9])")
+_FOLDER_NODES_RE = re.compile(r"^(\d+)-nodes?$")
+#: how to fix a count above the node count the trace's folder names
+NODES_FIX = ("a k-node trace counts at most k instances per tick: move the file to the folder of its "
+             "node count, or fix the value")
 
 
 def _folder_start(folder: str) -> float | None:
@@ -32,6 +36,15 @@ def _folder_start(folder: str) -> float | None:
         return _epoch(date(int(m.group(3)), int(m.group(1)), int(m.group(2))))
     except ValueError:
         return None
+
+
+def _folder_nodes(folder: str) -> int | None:
+    """``16-node`` (or ``16-nodes``) -> 16; ``None`` for any other name, or a count below 1."""
+    m = _FOLDER_NODES_RE.match(folder)
+    if not m:
+        return None
+    n = int(m.group(1))
+    return n if n >= 1 else None
 
 
 def _number_list(raw: object, key: str, where: str, cap: float, unit: str) -> np.ndarray:
@@ -68,6 +81,13 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
     ``meta.extra["ticks"]`` and the tick length in ``meta.extra["gap_seconds"]``.  Time-weighted
     statistics and preemption times are unaffected by the compression.
 
+    **Node count**: when the folder above the dated one is named ``<k>-node`` (or ``<k>-nodes``),
+    as in SkyPilot's ``availability/16-node/aws-08-27-2023/us-east-2b_v100_1.json``, the trace
+    was collected for a ``k``-node job: every series of the file gets ``meta.extra["nodes"] = k``
+    (an int) and ``data`` counts nodes from 0 to ``k`` (``1-node`` traces are 0/1).  A value above
+    ``k`` is refused (:class:`~spotwise.errors.InputError`).  Without such a folder no ``"nodes"``
+    key is set.  :func:`spotwise.market.counts.count_shares` gives the time share at each count.
+
     Returns the availability series (id ``skypilot/<folder>:<zone>:<instance>``) and, when the
     file has a ``"prices"`` list of the same length, a price series (same id + ``:price``).
     """
@@ -85,6 +105,12 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
     data = _number_list(doc["data"], "data", where, MAX_AVAILABLE, "instances")
     if data.size == 0:
         raise InputError("'data' is empty", "the trace needs at least one tick", where)
+    nodes_folder = p.parent.parent.name
+    nodes = _folder_nodes(nodes_folder)
+    if nodes is not None and np.any(data > nodes):
+        i = int(np.nonzero(data > nodes)[0][0])
+        raise InputError(f"data[{i}] = {doc['data'][i]!r} is above the {nodes} nodes its folder '{nodes_folder}' names",
+                         NODES_FIX, where)
     prices = None
     if doc.get("prices") is not None:
         prices = _number_list(doc["prices"], "prices", where, MAX_PRICE_PER_HOUR, "$/h per instance")
@@ -104,7 +130,9 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
                          "give the tick length in seconds (SkyPilot traces use e.g. 600)", where)
     times = t0 + gap * np.arange(data.size, dtype=float)
     base = f"skypilot/{folder}:{zone}:{instance}" if instance else f"skypilot/{folder}:{stem}"
-    extra = {"ticks": int(data.size), "gap_seconds": gap, "start_from_folder": start is not None}
+    extra: dict[str, object] = {"ticks": int(data.size), "gap_seconds": gap, "start_from_folder": start is not None}
+    if nodes is not None:
+        extra["nodes"] = nodes
     common = dict(cloud=cloud, region=_region_of(zone), zone=zone, instance=instance, source=where)
     t, v = _compress_runs(times, data)
     out = [StepSeries(t, v, end, SeriesMeta(id=base, kind="availability", extra=dict(extra), **common))]

@@ -37,6 +37,8 @@ class PlaceQuote:
     region: str = ""
     up_s: float | None = None
     availability: float | None = None
+    #: how many spot nodes the place can give the job now (issue 31; ``None``: unknown)
+    nodes: int | None = None
 
     def __post_init__(self) -> None:
         if not self.price >= 0 or not self.speed > 0:
@@ -102,6 +104,9 @@ class Observation:
     spot_nodes: int | None = None
     on_demand_nodes: int = 0
     min_workers: int = 1
+    #: progress of ``1..max_workers`` nodes relative to ``max_workers`` (paper 000 eq. 14-15's
+    #: sample throughput); empty: linear, ``n / max_workers``
+    node_rates: tuple[float, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -130,6 +135,15 @@ class Observation:
         if self.step_s is None or self.target_iterations is None:
             return None
         return max(0, self.target_iterations - self.step) * self.step_s
+
+    def rate(self, nodes: int) -> float:
+        """Progress of ``nodes`` nodes relative to ``max_workers`` (0 below ``min_workers``)."""
+        n = min(int(nodes), self.max_workers)
+        if n < self.min_workers or n <= 0:
+            return 0.0
+        if len(self.node_rates) == self.max_workers:
+            return float(self.node_rates[n - 1])
+        return n / self.max_workers
 
     @property
     def time_left_s(self) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from spotwise.market.counts import bucket_shares, count_shares, series_nodes
 from spotwise.market.series import StepSeries, iso8601
 from spotwise.reports import fmt_duration
 
@@ -14,7 +15,10 @@ def series_row(s: StepSeries) -> dict[str, Any]:
 
     ``points`` is the number of change points held (raw ticks, for tick-based traces, are in
     ``ticks`` when the loader recorded them).  ``min``/``max``/``mean`` are of the series' values:
-    $/h for prices (``mean`` time-weighted), instance counts for availability.
+    $/h for prices (``mean`` time-weighted), instance counts for availability.  An availability row
+    also holds ``nodes`` (the node count: a ``16-node`` trace folder's 16, else the largest value)
+    and ``count_shares``, the time share at each count (``{"0": 0.41, "3": 0.02, ..., "16": 0.44}``,
+    :func:`spotwise.market.counts.count_shares`; string keys, as JSON has no others).
     """
     row: dict[str, Any] = {
         "id": s.meta.id,
@@ -41,17 +45,38 @@ def series_row(s: StepSeries) -> dict[str, Any]:
         row["fraction_available"] = s.fraction_available()
         row["preemptions"] = int(s.preemption_times().size)
         row["mean_time_between_preemptions_s"] = s.mean_time_between_preemptions()
+        row["nodes"] = series_nodes(s)
+        row["count_shares"] = {str(c): share for c, share in count_shares(s).items()}
     return row
 
 
+def _pct(share: float) -> str:
+    if 0 < share < 0.005:
+        return "<1%"
+    if 0.995 <= share < 1:
+        return ">99%"
+    return f"{100 * share:.0f}%"
+
+
+def format_count_shares(row: dict[str, Any]) -> str:
+    """``"0: 41%, 1-7: 6%, 8-15: 9%, 16: 44%"`` from a row's ``nodes`` and ``count_shares``
+    (partial counts folded into ranges for big node counts); ``"-"`` for a price row."""
+    if "count_shares" not in row:
+        return "-"
+    shares = {int(c): float(v) for c, v in row["count_shares"].items()}
+    return ", ".join(f"{b.label}: {_pct(b.share)}" for b in bucket_shares(shares, int(row["nodes"])))
+
+
 def render_table(rows: list[dict[str, Any]]) -> Any:
-    """A rich Table of the rows (prices in $/h; availability as time fraction and MTBP)."""
+    """A rich Table of the rows (prices in $/h; availability as time fraction, MTBP and the share of
+    time at each count: :func:`format_count_shares`)."""
     from rich.table import Table
 
     table = Table(title=f"{len(rows)} series", show_lines=False)
     for col, just in [("id", "left"), ("kind", "left"), ("instance", "left"), ("zone/region", "left"),
                       ("points", "right"), ("start", "left"), ("end", "left"), ("min", "right"),
-                      ("max", "right"), ("mean", "right"), ("avail.", "right"), ("MTBP", "right")]:
+                      ("max", "right"), ("mean", "right"), ("avail.", "right"), ("MTBP", "right"),
+                      ("time at each count", "left")]:
         table.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for r in rows:
         price = r["kind"] == "price"
@@ -61,6 +86,7 @@ def render_table(rows: list[dict[str, Any]]) -> Any:
             unit(r["min"]), unit(r["max"]), unit(r["mean"]),
             "-" if price else f"{100 * r['fraction_available']:.1f}%",
             "-" if price else fmt_duration(r["mean_time_between_preemptions_s"]),
+            format_count_shares(r),
         )
     return table
 

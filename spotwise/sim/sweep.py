@@ -44,230 +44,20 @@ from typing import Callable, Sequence
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.market.billing import Ledger
 from spotwise.market.series import iso8601
-from spotwise.planner.bidding import thm3_bid
-from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy, SwitchMarket
+from spotwise.policies.base import Policy
 from spotwise.policies.registry import make_policy
 from spotwise.policies.user import guard
 from spotwise.sim.oracle import free_move_bound, hindsight_oracle
+from spotwise.sim.partial import check_reading
 from spotwise.sim.places import Place
 from spotwise.sim.hindsight import hindsight_schedule
 from spotwise.sim.restart_bound import restart_bound
+from spotwise.sim.window import WindowRun
 from spotwise.sim.sweep_types import (DEFAULT_STRATEGIES, STRATEGIES, BidRule, OracleResult, StartRule, Strategy,  # noqa: F401
                                       StrategySummary, SweepJob, SweepResult, WindowResult, parse_strategies)
 
 _EPS = 1e-6
-
-
-# ------------------------------------------------------------------------------------ one window
-class _Run:
-    """One job, one strategy, one start: the executor of the sweep (acts on decisions)."""
-
-    def __init__(self, job: SweepJob, places: Sequence[Place], home: Place, start: float, strategy: Strategy,
-                 policies: Sequence[Policy], tick_s: float, horizon: float) -> None:
-        self.job, self.places, self.strategy, self.policies = job, list(places), strategy, list(policies)
-        self.t0 = start
-        self.t = start
-        self.horizon = horizon
-        self.tick_s = tick_s
-        self.cands = [p for p in self.places if p.covers(start, min(start + job.deadline_s, horizon))]
-        if strategy.start == "cheapest":
-            pool = self.cands or [home]
-            # hold-out: the prices in force at the start, per unit of progress; ties -> home, then name
-            self.place = min(pool, key=lambda p: (p.spot_price(start) / p.speed, p is not home, p.id))
-        else:
-            self.place = home
-        self.market = strategy.market
-        self.ledger = Ledger(job.billing)
-        self.ledger.start("coordinator", start, job.coordinator_per_hour, category="coordinator", market="on_demand")
-        self.left = float(job.work_s)  # compute seconds at home speed
-        self.pending = "start"         # what the next acquire is: start, rejoin or restart
-        self.held = False              # instances running (billed)
-        self.ready_at = math.inf       # restarting until
-        self.gen = 0
-        self.moves = self.switches = self.revocations = 0
-        self.od_s = self.spot_s = 0.0
-        self.restart_spot_s = self.restart_od_s = self.idle_s = 0.0
-        self.egress = 0.0
-        self._bids: dict[int, float] = {}
-        self.uses_places = any(getattr(p, "uses_places", False) for p in self.policies)
-
-    # ---------------------------------------------------------------- market
-    def bid(self, place: Place) -> float:
-        key = id(place)
-        if key not in self._bids:
-            rule = self.strategy.bid
-            if isinstance(rule, (int, float)):
-                b = float(rule)
-            elif rule == "none":
-                b = math.inf
-            elif rule == "on-demand":
-                b = place.on_demand_per_hour
-            else:
-                lo = max(place.price.start, self.t0 - self.job.history_s)
-                if lo >= self.t0:
-                    b = place.spot_price(self.t0)  # no history: the price in force
-                else:
-                    hist = place.price.slice(lo, self.t0)
-                    step_s = self.job.work_s / self.job.iterations / place.speed
-                    b = thm3_bid(lambda q: float(hist.quantile(q)), self.job.iterations, step_s, self.job.deadline_s).bid
-            self._bids[key] = b
-        return self._bids[key]
-
-    def capacity(self) -> bool:
-        if self.market == "on-demand":
-            return True
-        if self.strategy.bid == "none":
-            return True  # no bid limit and never revoked: the optimistic estimate, availability traces included
-        return self.place.has_capacity(self.t, self.bid(self.place))
-
-    def acquire(self) -> None:
-        """Start the workers; the delay before they compute is the pending kind's (start, rejoin, restart)."""
-        kind, self.pending = self.pending, "rejoin"
-        self.gen += 1
-        for w in range(self.job.workers):
-            iid = f"w{w}.{self.gen}"
-            if self.market == "spot":
-                self.ledger.start(iid, self.t, self.place.price, market="spot")
-            else:
-                self.ledger.start(iid, self.t, self.place.on_demand_per_hour, market="on_demand")
-        self.held = True
-        delay = {"start": self.job.start_s, "rejoin": self.job.rejoin_s}.get(kind, self.job.restart_s)
-        self.ready_at = self.t + float(delay)  # type: ignore[arg-type]
-
-    def release(self, reason: str) -> None:
-        if not self.held:
-            return
-        for w in range(self.job.workers):
-            self.ledger.stop(f"w{w}.{self.gen}", self.t, reason)
-        self.held = False
-        self.ready_at = math.inf
-
-    @property
-    def running(self) -> bool:
-        return self.held and self.t >= self.ready_at - _EPS
-
-    # ---------------------------------------------------------------- decisions
-    def observation(self) -> Observation:
-        it = self.job.iterations
-        step_s = self.job.work_s / it / self.place.speed
-        done_frac = 1.0 - self.left / self.job.work_s
-        quotes: tuple[PlaceQuote, ...] = ()
-        if self.uses_places:
-            qs = []
-            for p in self.cands:
-                price = p.spot_price(self.t)
-                qs.append(PlaceQuote(p.zone, p.instance.name, price, p.speed / self.place.speed,
-                                     p.has_capacity(self.t, self.bid(p), price), p.region, p.streak(self.t),
-                                     p.availability_before(self.t, self.job.history_s)))
-            quotes = tuple(qs)
-        n = self.job.workers
-        return Observation(
-            step=min(it, int(done_frac * it + 1e-9)), t=self.t - self.t0, active=n if self.running else 0,
-            provisioned=n if (self.held or self.market == "spot") else 0, max_workers=n, reference_workers=n,
-            base_lr=1.0, lr=1.0, sync="full", price=self.place.spot_price(self.t), cost_so_far=self.ledger.total(self.t),
-            deadline_s=self.job.deadline_s, target_iterations=it, market=self.market, spot_available=self.place.has_capacity(self.t, self.bid(self.place)),
-            step_s=step_s, restart_s=self.job.restart_s, place=self.place.key, places=quotes,
-            on_demand_price=self.place.on_demand_per_hour, next_decision_s=self.tick_s,
-            warming=n if (self.held and not self.running) else 0,
-        )
-
-    def act(self, d: Decision) -> None:
-        if isinstance(d, SwitchMarket) and d.market != self.market:
-            self.release("released")
-            self.market = d.market
-            self.switches += 1
-            self.pending = "restart"  # the next workers restore the checkpoint on new machines
-            if self.capacity():
-                self.acquire()
-        elif isinstance(d, Migrate):
-            target = next((p for p in self.cands if p.instance.name == d.instance_type and d.region in (p.zone, p.region)), None)
-            if target is None or target is self.place:
-                return
-            self.release("released")
-            if target.region != self.place.region:
-                self.egress += self.job.checkpoint_gb * self.job.egress_per_gb
-            self.place = target
-            self.moves += 1
-            self.pending = "restart"
-            if self.capacity():
-                self.acquire()
-
-    # ---------------------------------------------------------------- the loop
-    def run(self) -> WindowResult:
-        job = self.job
-        self.place0 = self.place
-        place0 = self.place.id
-        if self.capacity():
-            self.acquire()
-        next_tick = self.t0
-        finish: float | None = None
-        while True:
-            if self.t >= next_tick - _EPS:
-                for pol in self.policies:
-                    for d in pol.decide(self.observation()):
-                        self.act(d)
-                next_tick = next_tick + self.tick_s if self.policies else math.inf  # no policy: no decisions
-            cands = [next_tick, self.horizon]
-            if self.market == "spot":
-                cands.append(self.place.next_change(self.t))
-            # a policy that reads the places hears of capacity elsewhere when it changes, while it
-            # waits for capacity or pays on-demand (where a move or a return to spot would pay)
-            watch = self.uses_places and (not self.running or self.market == "on-demand")
-            if watch:
-                cands.append(min(p.next_change(self.t) for p in self.cands) if self.cands else math.inf)
-            if self.held and self.ready_at > self.t + _EPS:
-                cands.append(self.ready_at)
-            speed = self.place.speed
-            if self.running:
-                cands.append(self.t + self.left / speed)
-            t_next = max(min(cands), self.t)
-            dt = t_next - self.t
-            if self.held:
-                warming = not self.running  # billed while restarting or moving: no progress
-                if self.market == "spot":
-                    self.spot_s += dt
-                    self.restart_spot_s += dt if warming else 0.0
-                else:
-                    self.od_s += dt
-                    self.restart_od_s += dt if warming else 0.0
-            else:
-                self.idle_s += dt
-            if self.running:
-                self.left -= dt * speed
-            self.t = t_next
-            if self.left <= _EPS * max(1.0, job.work_s) * 1e-3:
-                self.left = 0.0
-                finish = self.t - self.t0
-                break
-            if self.t >= self.horizon - _EPS:
-                break
-            if self.market == "spot":
-                cap = self.capacity()
-                if self.held and not cap:
-                    self.release("revoked")
-                    self.revocations += 1
-                    next_tick = self.t  # the policies hear of a revocation at once, as in a run
-                elif not self.held and cap:
-                    self.acquire()
-                    next_tick = self.t
-            if watch and self.policies:
-                next_tick = min(next_tick, self.t)
-        self.release("finished")
-        spent = self.ledger.close(self.t) + self.egress
-        # a run the data ended before it finished still owes the work left: price it at on-demand
-        # (plus the coordinator and one restart), so that missing the deadline never looks cheap
-        finish_usd = 0.0
-        if finish is None and self.left > 0:
-            hours = (self.left / self.place.speed + job.restart_s) / 3600.0
-            finish_usd = hours * (self.place.on_demand_per_hour * job.workers + job.coordinator_per_hour)
-        met = finish is not None and finish <= job.deadline_s + _EPS
-        return WindowResult(self.strategy.name, self.t0, spent + finish_usd, finish, met, place0, 1.0 - self.left / job.work_s,
-                            self.moves, self.switches, self.revocations, self.od_s, self.spot_s,
-                            None if self.strategy.market == "on-demand" else self.bid(self.place0),
-                            spent=spent, restart_spot_s=self.restart_spot_s, restart_od_s=self.restart_od_s,
-                            idle_s=self.idle_s)
 
 
 def run_window(job: SweepJob, places: Sequence[Place], home: Place, start: float, strategy: Strategy, *,
@@ -280,7 +70,7 @@ def run_window(job: SweepJob, places: Sequence[Place], home: Place, start: float
         horizon = min(data_end, start + 3 * job.deadline_s)
     policies = [make_policy(n) if isinstance(n, str) else guard(n) if isinstance(n, Policy) else make_policy(n[0], n[1])
                 for n in strategy.policies]
-    return _Run(job, places, home, start, strategy, policies, tick_s, horizon).run()
+    return WindowRun(job, places, home, start, strategy, policies, tick_s, horizon).run()
 
 
 # ------------------------------------------------------------------------------------ the sweep
@@ -400,6 +190,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
         raise InputError(f"no trace for the home place {h[0]}/{h[1]}",
                          f"set cluster.region to one of {', '.join(sorted({p.zone for p in places})[:10])}, or use --all-zones",
                          "cluster.region")
+    check_reading(job, places)
     t_wall = time.perf_counter()
     rows: list[WindowResult] = []
     oracle: list[OracleResult] = []

@@ -88,7 +88,28 @@ def sweep_job(spec: JobSpec, *, work_hours: float | None = None, restart_s: floa
     billing = BillingPolicy.per_second(minimum_s=spec.market.min_charge_s) if spec.market.billing == "per-second" else BillingPolicy.per_hour()
     its = int(spec.target.iterations or max(1, round(work)))
     return SweepJob(work_s=work, deadline_s=float(deadline), workers=int(spec.cluster.workers), restart_s=float(restart_s),
-                    coordinator_per_hour=coord, iterations=its, history_s=float(history_s), billing=billing, name=spec.name)
+                    coordinator_per_hour=coord, iterations=its, history_s=float(history_s), billing=billing, name=spec.name,
+                    min_workers=spec.cluster.min_workers, rates=spec_rates(spec, catalog))
+
+
+def spec_rates(spec: JobSpec, catalog: Any) -> tuple[float, ...] | None:
+    """The progress of ``k`` of the spec's workers relative to all of them (issue 31,
+    :func:`spotwise.sim.partial.worker_rates`): the catalog's mini-batch time, the straggler
+    coefficient, the sync mode and the commit overhead (paper 000 eq. 14-15).  ``None`` for one worker."""
+    from spotwise.sim.partial import worker_rates
+
+    n = int(spec.cluster.workers)
+    if n <= 1 or spec.cluster.sync not in ("full", "ssgd", "n-sync", "n-batch", "async"):
+        return None
+    inst = catalog.instance(spec.cluster.instance_type, cloud=spec.cluster.cloud)
+    law = MiniBatchTimeLaw(float(spec.workload.step_time_s) / catalog.throughput(inst, spec.workload.family), float(spec.cluster.straggler))
+    sync_n = spec.cluster.sync_n
+    if spec.cluster.sync == "n-sync" and sync_n is not None:
+        sync_n = min(sync_n, n)
+    try:
+        return worker_rates(make_sync(spec.cluster.sync, sync_n), law, n, float(spec.cluster.sync_overhead_s))
+    except InputError:
+        return None  # e.g. n-sync with fewer workers than N: progress read as linear
 
 
 def homes_for(spec: JobSpec, places: Sequence[Place], all_zones: bool) -> list[tuple[str, str]]:
