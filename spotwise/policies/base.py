@@ -103,6 +103,8 @@ class Observation:
     #: and the fewest nodes the job trains on (``cluster.min_workers``)
     spot_nodes: int | None = None
     on_demand_nodes: int = 0
+    #: whether those on-demand nodes are kept when spot returns (:attr:`TopUp.keep`)
+    on_demand_kept: bool = False
     min_workers: int = 1
     #: progress of ``1..max_workers`` nodes relative to ``max_workers`` (paper 000 eq. 14-15's
     #: sample throughput); empty: linear, ``n / max_workers``
@@ -236,9 +238,13 @@ class TopUp(Decision):
     """Hold ``on_demand`` on-demand nodes beside the spot nodes the place gives (issue 31: paper
     000's mixed fleets, Uniform Progress generalised from "spot or on-demand" to "how many of
     each").  The executor never holds more nodes than the job's workers: the on-demand nodes fill
-    what spot does not give, so ``on_demand = workers`` means "as many as needed to run at full width"."""
+    what spot does not give, so ``on_demand = workers`` means "as many as needed to run at full width".
+    An on-demand node is released when a spot node that replaces it is ready, unless ``keep``:
+    then the on-demand nodes stay and spot fills only what they leave (past a deadline's safety
+    net, where the restart of a replacing spot node that is revoked again risks the deadline)."""
 
     on_demand: int = 0
+    keep: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.on_demand, bool) or not isinstance(self.on_demand, int) or self.on_demand < 0:

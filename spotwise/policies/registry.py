@@ -20,10 +20,12 @@ from spotwise.policies.migration import PriceMigration
 from spotwise.policies.scale_in import ScaleIn
 from spotwise.policies.schema import POLICY_NAMES, schema_for
 from spotwise.policies.strategy_switch import StrategySwitch
+from spotwise.policies.topup import HybridTopUp
 
 POLICIES: dict[str, type[Policy]] = {"lr-scaling": LrScaling, "exp-growth": ExpGrowth, "dynamic-bids": DynamicBids,
                                      "uniform-progress": UniformProgress, "price-migration": PriceMigration,
-                                     "availability-guard": AvailabilityGuard, "scale-in": ScaleIn, "strategy-switch": StrategySwitch}
+                                     "availability-guard": AvailabilityGuard, "hybrid-topup": HybridTopUp, "scale-in": ScaleIn,
+                                     "strategy-switch": StrategySwitch}
 assert tuple(POLICIES) == POLICY_NAMES, "spotwise.policies.schema and the registry must name the same policies"
 
 

@@ -62,6 +62,12 @@ def check_availability_guard(safety_restarts: float, return_restarts: float, min
     check_price_migration(min_saving, checkpoint_gb, egress_per_gb, safety_restarts + 1.0)
 
 
+def check_hybrid_topup(safety_restarts: float) -> None:
+    """``hybrid-topup`` (issue 31): the safety net must leave at least one restart of slack."""
+    if not safety_restarts >= 1:
+        raise ValueError("hybrid-topup: safety_restarts must be >= 1 (the net must cover the on-demand nodes' start)")
+
+
 def check_price_migration(min_saving: float, checkpoint_gb: float, egress_per_gb: float, slack_restarts: float) -> None:
     """``price-migration`` (paper 003): ``min_saving`` in [0, 1), non-negative move costs, slack >= 1 restart."""
     if not 0 <= min_saving < 1:
@@ -143,6 +149,8 @@ SCHEMAS: dict[str, PolicySchema] = {s.name: s for s in (
     PolicySchema("availability-guard", "spotwise.policies.availability_guard:AvailabilityGuard",
                  {"safety_restarts": 2.0, "return_restarts": 15.0, "min_up_s": 600.0, "min_saving": 0.05,
                   "checkpoint_gb": 0.1, "egress_per_gb": 0.09}, check_availability_guard, spot_only=True),
+    PolicySchema("hybrid-topup", "spotwise.policies.topup:HybridTopUp", {"safety_restarts": 2.0}, check_hybrid_topup,
+                 spot_only=True),
     PolicySchema("scale-in", "spotwise.policies.scale_in:ScaleIn",
                  {"threshold": 0.05, "delta_s": 10.0, "interval_s": 20.0, "min_workers": 1, "knee_slope": 0.1,
                   "knee_window": 5, "knee_relative": True, "ewma_alpha": 0.9, "min_fit_points": 8,

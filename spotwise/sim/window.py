@@ -60,6 +60,7 @@ class WindowRun:
             self.place = home
         self.market = strategy.market
         self.topup = 0                 # on-demand nodes asked for beside the spot ones (TopUp)
+        self.keep = False              # ... and kept once started (TopUp.keep)
         self.ledger = Ledger(job.billing)
         self.ledger.start("coordinator", start, job.coordinator_per_hour, category="coordinator", market="on_demand")
         self.left = float(job.work_s)  # compute seconds at home speed on N nodes
@@ -114,6 +115,10 @@ class WindowRun:
         k = self.spot_nodes()
         ready_spot = min(k, sum(1 for x in self.nodes if x.market == "spot" and x.ready_at <= self.t + _EPS))
         od = min(self.topup, n - ready_spot)  # fill what spot does not give yet (make-before-break)
+        if self.keep:
+            held_od = sum(1 for x in self.nodes if x.market == "on_demand")
+            od = max(od, min(held_od, self.topup))
+            k = min(k, n - od)  # spot fills what the kept on-demand nodes leave
         if k + od < self.job.min_nodes:
             return 0, 0  # below min_workers: wait
         return k, od
@@ -199,7 +204,7 @@ class WindowRun:
             on_demand_price=self.place.on_demand_per_hour, next_decision_s=self.tick_s,
             warming=len(self.nodes) - ready, spot_nodes=k, min_workers=need,
             on_demand_nodes=sum(1 for x in self.nodes if x.market == "on_demand") if self.market == "spot" else 0,
-            node_rates=job.rates or (),
+            node_rates=job.rates or (), on_demand_kept=self.keep,
         )
 
     def act(self, d: Decision) -> None:
@@ -222,6 +227,7 @@ class WindowRun:
             self.reconcile()
         elif isinstance(d, TopUp):
             self.topup = min(int(d.on_demand), self.job.workers)
+            self.keep = bool(d.keep)
             if self.market == "spot":
                 self.reconcile()
 

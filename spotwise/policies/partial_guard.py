@@ -1,0 +1,65 @@
+"""The availability guard's rules for a job of several nodes on partial capacity (issue 31).
+
+:class:`~spotwise.policies.availability_guard.AvailabilityGuard` decides for a job that runs or
+waits as a whole (Can't Be Late's model).  A job of ``N`` nodes on a count trace runs on the ``k``
+nodes a zone gives (``k >= min_workers``), at ``rate(k)`` of its full width
+(:meth:`Observation.rate`); what the deadline needs is full width at the safety net, and
+on-demand *nodes* beside the spot ones (:class:`~spotwise.policies.base.TopUp`) give it without
+a switch of market (no restart of the spot nodes, no way back to pay):
+
+* slack above ``od_at`` (the guard's on-demand threshold: the net plus ``return_restarts``
+  restarts): spot only.  When the zone gives few nodes and another zone gives many more
+  (``rate`` at least ``move_gain`` higher, capacity there up for ``min_up_s``), move there --
+  the move costs one restart of the job, the gain is the difference in progress for as long as
+  the other zone keeps its nodes;
+* slack at or below ``od_at``: top up with on-demand nodes that spot nodes replace when they come
+  (make-before-break: a replacement costs the spot node's start, billed, and no progress);
+* slack at or below the net: top up and *keep* the on-demand nodes, so a spot node revoked after
+  replacing one never costs another restart; the slack then loses at most one restart ``d``,
+  which the net (``2d`` and a decision gap, Can't Be Late's safety net) covers.
+
+Pure: a function of the observation alone.
+"""
+
+from __future__ import annotations
+
+from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, TopUp
+
+
+def is_partial(obs: Observation) -> bool:
+    """Whether the executor runs the job as nodes on partial capacity (it reports the spot node count)."""
+    return obs.max_workers > 1 and obs.spot_nodes is not None and obs.market == "spot"
+
+
+def partial_decisions(obs: Observation, net: float, od_at: float, min_up_s: float, move_gain: float = 0.25) -> list[Decision]:
+    """The decisions for a job of several nodes on spot (module docstring)."""
+    left = obs.work_left_s
+    if obs.deadline_s is None or left is None or left <= 0:
+        return []
+    n = obs.max_workers
+    d = obs.restart_s
+    slack = (obs.deadline_s - obs.t) - left
+    k = min(n, obs.spot_nodes or 0)
+    if slack <= od_at:
+        keep = slack <= net
+        if k >= n and obs.on_demand_nodes == 0:
+            return []  # spot gives every node: nothing to fill (the executor fills later losses once asked)
+        if obs.on_demand_nodes > 0 and (obs.on_demand_kept or not keep):
+            return []  # topped up already
+        why = "the safety net: keep them" if keep else f"{od_at:.0f} s threshold"
+        return [TopUp(reason=f"{slack:.0f} s of slack ({why}); spot gives {k} of {n} nodes: on-demand for the rest",
+                      on_demand=n, keep=keep)]
+    # above the threshold: spot only; a zone that gives many more nodes is worth a move
+    here = obs.rate(k)
+    best: PlaceQuote | None = None
+    for q in obs.places:
+        if (q.zone, q.instance) == obs.place or q.nodes is None or not q.available:
+            continue
+        if q.up_s is not None and q.up_s < min_up_s:
+            continue  # a flicker
+        if best is None or (obs.rate(q.nodes) * q.speed, -q.unit_price) > (obs.rate(best.nodes or 0) * best.speed, -best.unit_price):
+            best = q
+    if best is not None and slack - d > od_at and obs.rate(best.nodes or 0) * best.speed >= here + move_gain:
+        return [Migrate(reason=f"{obs.place[0] if obs.place else '?'} gives {k} of {n} nodes, {best.zone} {best.nodes} "
+                               f"(up {(best.up_s or 0) / 60:.0f} min)", instance_type=best.instance, region=best.zone)]
+    return []
