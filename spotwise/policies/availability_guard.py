@@ -11,6 +11,18 @@ and by every place's capacity now, using only what is known at the decision:
 * **running on spot**: stay; move to another place only when its price saves more than
   ``min_saving`` of the rest of the bill with the move paid (the rule of
   :class:`~spotwise.policies.migration.PriceMigration`, held here);
+* **nowhere to move** (no place but this one is quoted: a single zone, or an executor that quotes
+  no places): Uniform Progress's rule, with the parameters ``spot+guard`` runs it with
+  (:class:`~spotwise.policies.deadline_guard.UniformProgress`, held here).  Waiting pays only
+  where a move may end it: at one place it waits until ``return_restarts`` restarts of slack are
+  left and then buys *more* on-demand than Uniform Progress, which left early while behind its
+  line (issue 31: 1.039x Uniform Progress's cost on the SkyPilot 1-node set restricted to one
+  zone, 1.024x on the 16-node set).  The rules below apply where the job can move;
+* **restarting on spot** (``warming > 0`` with capacity: workers billed, not yet computing): not
+  idle, so not the idle safety net with its decision gap -- leaving would abandon a paid-for
+  restart.  The job leaves for on-demand only once the slack is below the paper's ``2d``
+  (``safety_restarts`` restarts; Can't Be Late applies its net to an idle job only, see
+  :mod:`~spotwise.policies.deadline_guard`);
 * **idle on spot** (the place lost its capacity): move at once to the place with capacity whose
   expected cost per unit of progress is lowest, counting the restart the move costs against how
   long that place is likely to keep its capacity -- estimated from its *current* up-streak
@@ -33,8 +45,8 @@ and by every place's capacity now, using only what is known at the decision:
   restarts above the net, that is the case whenever spot comes back.
 
 The safety of the deadline is the safety net's: the job leaves spot (or never waits) once the
-slack would not cover ``safety_restarts`` restarts and a decision gap, and on-demand is never
-revoked.  Pure: the decision is a function of the observation alone.
+slack would not cover ``safety_restarts`` restarts and a decision gap (idle) or ``safety_restarts``
+restarts (restarting: the rest of the restart and the switch), and on-demand is never revoked.  Pure: the decision is a function of the observation alone.
 """
 
 from __future__ import annotations
@@ -42,7 +54,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy, SwitchMarket
+from spotwise.policies.deadline_guard import UniformProgress
 from spotwise.policies.migration import PriceMigration
+from spotwise.policies.partial_guard import is_partial, partial_decisions
 from spotwise.policies.schema import check_availability_guard
 
 
@@ -60,6 +74,8 @@ class AvailabilityGuard(Policy):
         self.return_restarts = float(return_restarts)
         self.min_up_s = float(min_up_s)
         self.prices = PriceMigration(min_saving, checkpoint_gb, egress_per_gb, slack_restarts=safety_restarts + 1.0)
+        #: the rule where the job cannot move (one place): Uniform Progress as ``spot+guard`` runs it
+        self.uniform = UniformProgress(safety_restarts=safety_restarts)
 
     @staticmethod
     def expected_unit_cost(q: PlaceQuote, restart_s: float) -> float:
@@ -78,9 +94,13 @@ class AvailabilityGuard(Policy):
         if obs.deadline_s is None or left is None or left <= 0:
             return []
         d = obs.restart_s
-        slack = (obs.deadline_s - obs.t) - left
         net = self.safety_restarts * d + obs.next_decision_s
         od_at = net + self.return_restarts * d
+        if is_partial(obs):  # several nodes on partial capacity: on-demand nodes beside spot ones (issue 31)
+            return partial_decisions(obs, net, od_at, self.min_up_s)
+        if not any((q.zone, q.instance) != obs.place for q in obs.places):
+            return self.uniform.decide(obs)  # nowhere to move: waiting only buys on-demand later (module docstring)
+        slack = (obs.deadline_s - obs.t) - left
         available = [q for q in obs.places if q.available]
         if obs.market == "on-demand":
             steady = [q for q in available if q.up_s is None or q.up_s >= self.min_up_s]
@@ -94,8 +114,16 @@ class AvailabilityGuard(Policy):
             return []
         if obs.active > 0:
             return self.prices.decide(obs)  # running: move only on a price difference worth the move
+        if obs.warming > 0 and obs.spot_available:
+            # restarting here: not idle, so not the idle net (whose margin adds the decision gap); leave the
+            # paid-for restart only where the slack falls to the paper's net, 2 restarts (Uniform Progress rule 4)
+            if slack < self.safety_restarts * d:
+                return [SwitchMarket(reason=f"restarting on spot with {slack:.0f} s of slack, below "
+                                            f"{self.safety_restarts * d:.0f} s: on-demand until the end (safety net)",
+                                     market="on-demand")]
+            return []
         if obs.spot_available:
-            return []  # capacity is back here (the workers are restarting): take it
+            return []  # capacity is back here (the workers are about to restart): take it
         others = [q for q in available if (q.zone, q.instance) != obs.place]
         if others and slack - d > net:
             best = self._best(others, d)

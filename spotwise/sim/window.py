@@ -151,16 +151,20 @@ class WindowRun:
     def reconcile(self) -> bool:
         """Hold what :meth:`wanted` says; True when spot nodes were lost (the place gives fewer than
         the job holds: a revocation -- every decision releases the nodes it gives up itself)."""
-        ws, wo = self.wanted()
-        hs = sum(1 for x in self.nodes if x.market == "spot")
-        ho = len(self.nodes) - hs
-        revoked = hs > ws
-        if revoked:
-            self._release("spot", hs - ws, "revoked")
-        if ho > wo:
-            self._release("on_demand", ho - wo, "released")
-        self._acquire("spot", ws - hs)
-        self._acquire("on_demand", wo - ho)
+        revoked = False
+        for _ in range(3):  # a spot node ready at once lets an on-demand one go in the same instant
+            ws, wo = self.wanted()
+            hs = sum(1 for x in self.nodes if x.market == "spot")
+            ho = len(self.nodes) - hs
+            if (ws, wo) == (hs, ho):
+                break
+            if hs > ws:
+                revoked = True
+                self._release("spot", hs - ws, "revoked")
+            if ho > wo:
+                self._release("on_demand", ho - wo, "released")
+            self._acquire("spot", ws - hs)
+            self._acquire("on_demand", wo - ho)
         return revoked
 
     @property

@@ -1,0 +1,214 @@
+"""Multi-node jobs on partial capacity (issue 31): the sweep's window executor on count traces.
+
+Every number is worked out by hand in the comments.  A place gives ``k`` spot nodes (a count
+series with ``meta.extra["nodes"]``); a job of N nodes holds ``min(k, N)``, waits below
+``min_workers``, progresses at ``rate(k)`` (linear here: ``k / N``) and bills each node it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from spotwise.errors import InputError
+from spotwise.market.catalog import Catalog
+from spotwise.market.series import SeriesMeta, StepSeries
+from spotwise.policies.base import Decision, Observation, Policy, TopUp
+from spotwise.policies.topup import HybridTopUp
+from spotwise.sim.partial import check_reading, worker_rates
+from spotwise.sim.places import Place
+from spotwise.sim.sweep import Strategy, SweepJob, run_window
+
+H = 3600.0
+T0 = 1_000_000.0
+OD = 3.06
+P3 = Catalog.default().instance("p3.2xlarge")
+SPOT = Strategy("spot", "home", "on-demand", "spot", ())
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "skypilot-spot-traces"
+
+
+def count_place(points: list[tuple[float, float]], end: float, nodes: int, price: float = 0.9, zone: str = "z-1a") -> Place:
+    t, v = zip(*points)
+    cap = StepSeries(np.array(t, float), np.array(v, float), end,
+                     SeriesMeta(f"cap:{zone}", "availability", "aws", zone[:-1], zone, "p3.2xlarge", extra={"nodes": nodes}))
+    pr = StepSeries(np.array([T0]), np.array([price]), end, SeriesMeta(f"price:{zone}", "price", "aws", zone[:-1], zone, "p3.2xlarge"))
+    return Place(zone, zone[:-1], P3, pr, OD, 1.0, cap)
+
+
+def job(**kw: object) -> SweepJob:
+    base = dict(work_s=2 * H, deadline_s=6 * H, workers=4, restart_s=0.0, coordinator_per_hour=0.5, min_workers=1)
+    base.update(kw)
+    return SweepJob(**base)  # type: ignore[arg-type]
+
+
+def test_elastic_job_trains_on_the_nodes_it_gets() -> None:
+    # 4 nodes for 1 h, 2 nodes for 1 h, then 4.  2 h of work at full width, no restarts:
+    # 1 h at rate 1 (1 h of work) + 1 h at rate 1/2 (0.5 h) + 0.5 h at rate 1: finish 2.5 h.
+    # Nodes: 4 x 1 h + 2 x 1 h + 4 x 0.5 h = 8 node-hours x 0.9 = 7.2 $; coordinator 2.5 h x 0.5 = 1.25 $.
+    p = count_place([(T0, 4), (T0 + H, 2), (T0 + 2 * H, 4)], T0 + 20 * H, 4)
+    r = run_window(job(), [p], p, T0, SPOT)
+    assert r.finish_s == pytest.approx(2.5 * H)
+    assert r.cost == pytest.approx(7.2 + 1.25)
+    assert r.deadline_met and r.revocations == 1
+    # node-hours / N: spot 8 / 4 = 2 job-hours
+    assert r.spot_s == pytest.approx(2 * H)
+
+
+def test_a_gang_waits_below_min_workers() -> None:
+    # min_workers 4: [1 h, 2 h) holds nothing (2 of 4 nodes), so the work ends at 3 h:
+    # 4 x 2 h = 8 node-hours x 0.9 = 7.2 $; coordinator 3 h x 0.5 = 1.5 $; idle 1 h.
+    p = count_place([(T0, 4), (T0 + H, 2), (T0 + 2 * H, 4)], T0 + 20 * H, 4)
+    r = run_window(job(min_workers=4), [p], p, T0, SPOT)
+    assert r.finish_s == pytest.approx(3 * H)
+    assert r.cost == pytest.approx(7.2 + 1.5)
+    assert r.idle_s == pytest.approx(H)
+
+
+def test_counts_above_the_job_are_capped_and_joiners_restart() -> None:
+    # 16 of 16 nodes on the trace; a job of 4 gets 4.  Rejoin 600 s: the trace gives 2 nodes on
+    # [1 h, 2 h) and 4 again from 2 h; the 2 joiners compute from 2 h + 600 s.
+    # Start (start_s 0): 1 h at rate 1 -> 1 h of work; 1 h at 1/2 -> 0.5 h; 600 s at 1/2 -> 1/12 h;
+    # left 2 - 1 - 0.5 - 1/12 = 5/12 h at rate 1: finish 2 h + 600 s + 1500 s = 2.5833 h.
+    # Node-hours: 4 + 2 + 4 x (1/6 + 5/12) = 8.3333 x 0.9 = 7.5 $; coordinator 2.58333 x 0.5.
+    p = count_place([(T0, 16), (T0 + H, 2), (T0 + 2 * H, 16)], T0 + 20 * H, 16)
+    r = run_window(job(start_s=0.0, rejoin_s=600.0, restart_s=600.0), [p], p, T0, SPOT)
+    assert r.finish_s == pytest.approx(2 * H + 2100.0)
+    assert r.cost == pytest.approx(0.9 * (6 + 4 * 2100.0 / H) + 0.5 * (2 * H + 2100.0) / H)
+    assert r.restart_spot_s == pytest.approx(2 * 600.0 / 4)  # 2 joiners x 600 s, in job-equivalents
+
+
+class _TopUpAt(Policy):
+    """Asks for on-demand nodes once, at its first decision."""
+
+    name = "test-topup"
+
+    def __init__(self, keep: bool) -> None:
+        self.keep = keep
+
+    def decide(self, obs: Observation) -> list[Decision]:
+        return [] if obs.on_demand_nodes or obs.t > 0 else [TopUp(reason="test", on_demand=4, keep=self.keep)]
+
+
+def test_top_up_fills_what_spot_does_not_give_and_yields_to_spot() -> None:
+    # 1 spot node on [0, 1 h), 4 from 1 h; TopUp(4) at t = 0: 3 on-demand nodes fill (rate 1 from 0).
+    # At 1 h three spot nodes join (rejoin 0: ready at once) and the on-demand nodes leave: 2 h of
+    # work in 2 h.  Spot node-hours 1 + 4 = 5 x 0.9 = 4.5 $; on-demand 3 x 1 h x 3.06 = 9.18 $;
+    # coordinator 2 h x 0.5 = 1 $.
+    p = count_place([(T0, 1), (T0 + H, 4)], T0 + 20 * H, 4)
+    from spotwise.sim.window import WindowRun
+
+    strat = Strategy("t", "home", "on-demand", "spot", ())
+    r = WindowRun(job(), [p], p, T0, strat, [_TopUpAt(False)], 600.0, T0 + 20 * H).run()
+    assert r.finish_s == pytest.approx(2 * H)
+    assert r.cost == pytest.approx(4.5 + 9.18 + 1.0)
+    # keep: the 3 on-demand nodes stay, spot fills only the 1 they leave: 1 x 2 h x 0.9 + 3 x 2 h x 3.06 + 1
+    r = WindowRun(job(), [p], p, T0, strat, [_TopUpAt(True)], 600.0, T0 + 20 * H).run()
+    assert r.finish_s == pytest.approx(2 * H)
+    assert r.cost == pytest.approx(1.8 + 18.36 + 1.0)
+
+
+def test_hybrid_top_up_meets_a_deadline_spot_alone_misses() -> None:
+    # 1 of 4 nodes the whole time: spot alone runs at 1/4 and needs 8 h for 2 h of work (deadline 4 h).
+    # hybrid-topup: the slack 7200 - 0.75 t shrinks to the net (2 x 300 s + 600 s = 1200 s) at t = 8000 s;
+    # the policy hears it at the next decision, t = 8400 s (a tick every 600 s; slack 900 s), and 3
+    # on-demand nodes start (ready 300 s later), then full width.  It meets the deadline.
+    p = count_place([(T0, 1)], T0 + 20 * H, 4)
+    j = job(deadline_s=4 * H, restart_s=300.0, start_s=0.0)
+    alone = run_window(j, [p], p, T0, SPOT)
+    assert not alone.deadline_met
+    hyb = run_window(j, [p], p, T0, Strategy("h", "home", "on-demand", "spot", ("hybrid-topup",)))
+    assert hyb.deadline_met
+    # work: 8400 s at 1/4 = 2100 s; + 300 s warm-up at 1/4 = 75 s; left 7200 - 2175 = 5025 s at full width
+    assert hyb.finish_s == pytest.approx(8400 + 300 + 5025, abs=1.0)
+    assert hyb.finish_s <= 4 * H
+
+
+def test_one_node_job_reads_a_count_trace_only_when_told() -> None:
+    p = count_place([(T0, 3)], T0 + 20 * H, 16)
+    with pytest.raises(InputError) as e:
+        check_reading(SweepJob(2 * H, 6 * H, workers=1), [p])
+    assert "min_workers" in e.value.fix and "workers: 16" in e.value.fix
+    check_reading(SweepJob(2 * H, 6 * H, workers=1, min_workers=1), [p])  # the 1-node reading, chosen
+    check_reading(SweepJob(2 * H, 6 * H, workers=16, min_workers=16), [p])
+    with pytest.raises(InputError, match="more nodes than the traces ever give"):
+        check_reading(SweepJob(2 * H, 6 * H, workers=32, min_workers=32), [p])
+
+
+@pytest.mark.parametrize("bad", [0, 5, -1, 2.5, True])
+def test_min_workers_out_of_range_is_refused(bad: object) -> None:
+    with pytest.raises(InputError, match="min_workers"):
+        SweepJob(2 * H, 6 * H, workers=4, min_workers=bad)  # type: ignore[arg-type]
+
+
+def test_rates_follow_the_straggler_law() -> None:
+    from spotwise.control.sync import make_sync
+    from spotwise.theory.runtime import MiniBatchTimeLaw
+
+    # no straggler, no overhead: linear
+    lin = worker_rates(make_sync("full", None), MiniBatchTimeLaw(1.0, 0.0), 4)
+    assert lin == pytest.approx((0.25, 0.5, 0.75, 1.0))
+    # exponential mini-batches (eq. 14): throughput k / H_k; rate(1) = (1 / 1) / (4 / H_4) = H_4 / 4
+    exp = worker_rates(make_sync("full", None), MiniBatchTimeLaw(1.0, 1.0), 4)
+    h4 = 1 + 1 / 2 + 1 / 3 + 1 / 4
+    assert exp[0] == pytest.approx(h4 / 4)
+    assert exp[1] == pytest.approx((2 / 1.5) / (4 / h4))
+    assert exp[-1] == 1.0
+
+
+def test_hybrid_policy_is_pure_and_tops_up_only_at_the_net() -> None:
+    pol = HybridTopUp()
+    base = dict(step=0, t=0.0, active=1, provisioned=4, max_workers=4, reference_workers=4, base_lr=1.0, lr=1.0, sync="full",
+                deadline_s=4 * H, target_iterations=7200, step_s=1.0, restart_s=300.0, next_decision_s=600.0, spot_nodes=1)
+    assert pol.decide(Observation(**base)) == []  # 2 h of slack
+    late = dict(base, t=2 * H - 1000.0)           # slack 1000 s < net 1200 s
+    (d,) = pol.decide(Observation(**late))
+    assert isinstance(d, TopUp) and d.on_demand == 4 and d.keep
+    assert pol.decide(Observation(**dict(late, on_demand_nodes=3, on_demand_kept=True))) == []
+
+
+def _spec(tmp: Path, **cluster: object) -> Path:
+    d = {"name": "multi", "workload": {"name": "mlp-digits", "family": "resnet50", "step_time_s": 9.6},
+         "target": {"iterations": 3600}, "deadline": "16h",
+         "cluster": {"instance_type": "p3.2xlarge", "workers": 1, "straggler": 0.3, "coordinator_instance": "c5.large", **cluster},
+         "market": {"synthetic": {"kind": "constant", "price": 1.0}}}
+    p = tmp / "spec.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def _sky(tmp: Path, data: list[int], nodes: int = 16) -> Path:
+    folder = tmp / f"{nodes}-node" / "aws-08-27-2023"
+    folder.mkdir(parents=True)
+    for zone in ("us-east-1a", "us-east-1b"):
+        (folder / f"{zone}_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 300}, "data": data}))
+    return folder
+
+
+def test_simulate_cli_asks_which_reading_then_sweeps_both(cli, tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    data = [int(x) for x in rng.integers(0, 17, size=12 * 24 * 4)]  # 4 days of 5-minute counts
+    trace = _sky(tmp_path, data)
+    code, _, err = cli("simulate", str(_spec(tmp_path)), "--trace", str(trace), "--starts", "12h", "--history", "1d",
+                       "--spot-price", "0.92", "--no-plot", "--json")
+    assert code == 2 and "min_workers" in err
+    costs = {}
+    for mw in (1, 16):
+        spec = _spec(tmp_path, workers=16, min_workers=mw)
+        code, out, err = cli("simulate", str(spec), "--trace", str(trace), "--starts", "12h", "--history", "1d",
+                             "--spot-price", "0.92", "--no-plot", "--json", "--strategies", "spotwise-avail,hybrid")
+        assert code == 0, err
+        res = json.loads(out)
+        costs[mw] = {s["strategy"]: s for s in res["strategies"]}
+        assert all(s["deadline_met"] == 1.0 for s in res["strategies"])
+    # a random count trace rarely gives all 16 nodes: the gang waits, the elastic job trains
+    assert costs[1]["spotwise-avail"]["mean_cost"] < costs[16]["spotwise-avail"]["mean_cost"]
+
+
+def test_spec_min_workers_is_validated(cli, tmp_path: Path) -> None:
+    for bad in (0, 5):
+        code, out, err = cli("plan", str(_spec(tmp_path, workers=4, min_workers=bad)))
+        assert code == 2 and "min_workers" in err + out
