@@ -212,3 +212,32 @@ def test_spec_min_workers_is_validated(cli, tmp_path: Path) -> None:
     for bad in (0, 5):
         code, out, err = cli("plan", str(_spec(tmp_path, workers=4, min_workers=bad)))
         assert code == 2 and "min_workers" in err + out
+
+
+def test_simulate_and_run_wait_below_min_workers(cli, tmp_path: Path) -> None:
+    # The controller (simulate here; run shares it) on a 4-node count trace of 60 s ticks: 4 nodes
+    # for 12 min, 2 for 12 min, then 4.  Elastic (min_workers 1) trains on the 2; a gang
+    # (min_workers 4) waits for all 4 (its 2 stay held): at most the step in flight at 720 s commits.
+    folder = tmp_path / "4-node" / "aws-08-03-2023"
+    folder.mkdir(parents=True)
+    data = [4] * 12 + [2] * 12 + [4] * 600
+    (folder / "us-east-1a_v100_1.json").write_text(json.dumps({"metadata": {"gap_seconds": 60}, "data": data,
+                                                                 "prices": [0.9] * len(data)}))
+    steps_in_gap = {}
+    for mw in (1, 4):
+        d = {"name": "mw", "workload": {"name": "mlp-digits", "family": "resnet50", "step_time_s": 9.6},
+             "target": {"iterations": 2000},
+             "cluster": {"instance_type": "p3.2xlarge", "workers": 4, "min_workers": mw, "straggler": 0,
+                         "coordinator_instance": "c5.large"},
+             "market": {"traces": [str(folder / "us-east-1a_v100_1.json")], "revocation": {"model": "trace"}}}
+        spec = tmp_path / f"spec{mw}.yaml"
+        spec.write_text(yaml.safe_dump(d))
+        code, _, err = cli("simulate", str(spec), "--out", str(tmp_path / f"out{mw}"), "--json")
+        assert code == 0, err
+        events = [json.loads(line) for line in (tmp_path / f"out{mw}" / "events.jsonl").read_text().splitlines()]
+        steps = [e for e in events if e["kind"] == "step"]
+        assert len(steps) == 2000
+        steps_in_gap[mw] = sum(1 for e in steps if 721.0 <= e["t"] < 1440.0)
+        if mw == 4:
+            assert any(e["kind"] == "idle" for e in events)
+    assert steps_in_gap[4] == 0 and steps_in_gap[1] > 500

@@ -411,7 +411,7 @@ class JobController:
             with self.checkpointer.on_sigterm() as term:  # SIGTERM: checkpoint the last committed step, then exit 143
                 while not (term.requested() or self.done()):
                     self.plane.before_tick()
-                    if not self.members:
+                    if len(self.members) < (self.spec.cluster.min_workers or 1):  # below min_workers: wait (issue 31)
                         if not self.outage.wait():
                             self.status = "no-capacity"
                             break

@@ -23,6 +23,7 @@ def observe(job: "JobController") -> Observation:
         place=(job.region or job.market.instance.region or "", job.market.instance.name),
         on_demand_price=job.market.instance.on_demand_per_hour,
         next_decision_s=job.outage.decision_s if not job.members else step_s,
+        min_workers=min(job.spec.cluster.min_workers or 1, job.max_workers),
         # shared, not copied (a copy per step would cost O(steps) each); policies only read it
         extra={"loss_history": job.loss_history, "last_resize_t": job.last_resize_t,
                "last_switch_t": job.last_switch_t},

@@ -33,7 +33,8 @@ class OutageWait:
         self.since: float | None = None
 
     def wait(self) -> bool:
-        """No active worker: let time pass until capacity returns (billed: the coordinator).
+        """No active worker, or fewer than ``cluster.min_workers`` (issue 31: a gang waits for all of its
+        nodes; those it has stay held and billed): let time pass until capacity returns (billed: the coordinator).
 
         Virtual time jumps to the next scheduled capacity change (or one iteration of a
         per-iteration market); requested capacity (a real cluster) is polled for up to the
@@ -48,7 +49,7 @@ class OutageWait:
             # moves the job): consulted at least every decision_s seconds while no worker computes
             self.next_decision = job.T + self.decision_s
             job.apply_policies()
-            if job.members:
+            if len(job.members) >= (job.spec.cluster.min_workers or 1):
                 self.end()
                 return True
         if job.provider.iteration_driven:
@@ -69,7 +70,7 @@ class OutageWait:
             else:
                 self.end()
                 return False
-        if job.members:
+        if len(job.members) >= (job.spec.cluster.min_workers or 1):
             self.end()
         return True
 
