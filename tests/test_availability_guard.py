@@ -19,28 +19,38 @@ from spotwise.sim.sweep_types import Strategy
 GUARD = Strategy("avail", "home", "on-demand", "spot", ("availability-guard",))
 
 
+def _down(zone: str = "z-1b") -> Any:
+    """A second zone with no capacity at all: the job *could* move, so the guard's own rules apply
+    (at a single place it runs Uniform Progress's, issue 31: see test_guard_one_place.py)."""
+    return place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 0)], zone=zone)
+
+
 def test_waiting_beats_on_demand_when_the_slack_covers_the_outage() -> None:
     # C = 3 h, D = 6.5 h, d = 300 s, decisions every 600 s.  Spot until 1800 (1500 s done after the
-    # start's restart), none until 7200.  Waiting spends slack: 23400 - t - 9300 reaches the on-demand
-    # point, net (2 d + 600) + 15 d = 5700 s, only at t = 8400, after the outage ends: the guard waits.
-    # Capacity returns at 7200 (rejoin 300 s): 9300 s left -> finish 16800 <= 23400, no on-demand.
-    # Uniform Progress falls behind its line (ep = C t / D) at 3250 and buys on-demand at the 3600 tick.
+    # start's restart), none until 7200, nor in z-1b.  Waiting spends slack: 23400 - t - 9300 reaches the
+    # on-demand point, net (2 d + 600) + 15 d = 5700 s, only at t = 8400, after the outage ends: the
+    # guard waits.  Capacity returns at 7200 (rejoin 300 s): 9300 s left -> finish 16800 <= 23400, no
+    # on-demand.  Uniform Progress falls behind its line (ep = C t / D) at 3250 and buys on-demand at the
+    # 3600 tick.
     job = SweepJob(3 * H, 6.5 * H, restart_s=300, history_s=H)
     p = _outage_place()
-    avail = run_window(job, [p], p, T0, GUARD, tick_s=600)
+    avail = run_window(job, [p, _down()], p, T0, GUARD, tick_s=600)
     up = run_window(job, [p], p, T0, STRATEGIES["spot+guard"], tick_s=600)
     assert avail.deadline_met and avail.finish_s == pytest.approx(16800.0) and avail.on_demand_s == 0.0
     assert up.deadline_met and up.on_demand_s > 0
     assert avail.cost < up.cost
     assert avail.cost == pytest.approx(((1800 + 16800 - 7200) * 0.9) / H, rel=1e-9)
+    # at the one place alone the guard cannot move: it runs Uniform Progress's rule, at its cost (issue 31)
+    alone = run_window(job, [p], p, T0, GUARD, tick_s=600)
+    assert alone.cost == pytest.approx(up.cost, rel=1e-12) and alone.finish_s == pytest.approx(up.finish_s)
 
 
 def test_on_demand_beats_waiting_when_the_outage_outlasts_the_slack() -> None:
-    # The same job, but spot never returns: the slack reaches 5700 s at 3000 -> on-demand, ready at 3300,
-    # 9300 s left -> finish 12600.  Waiting alone misses the deadline.
+    # The same job, but spot never returns (nor is there any in z-1b): the slack reaches 5700 s at 3000 ->
+    # on-demand, ready at 3300, 9300 s left -> finish 12600.  Waiting alone misses the deadline.
     job = SweepJob(3 * H, 5 * H, restart_s=300, history_s=H)
     p = place([(T0 - 2 * H, 0.9)], T0 + 30 * H, cap=[(T0 - 2 * H, 1), (T0 + 1800, 0)])
-    r = run_window(job, [p], p, T0, GUARD, tick_s=600)
+    r = run_window(job, [p, _down()], p, T0, GUARD, tick_s=600)
     assert r.deadline_met and r.market_switches == 1 and r.finish_s == pytest.approx(12600.0)
     assert r.on_demand_s == pytest.approx(12600.0 - 3000.0)
     assert r.cost == pytest.approx((1800 * 0.9 + (12600 - 3000) * OD) / H, rel=1e-9)

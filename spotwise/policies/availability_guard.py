@@ -46,7 +46,8 @@ and by every place's capacity now, using only what is known at the decision:
 
 The safety of the deadline is the safety net's: the job leaves spot (or never waits) once the
 slack would not cover ``safety_restarts`` restarts and a decision gap (idle) or ``safety_restarts``
-restarts (restarting: the rest of the restart and the switch), and on-demand is never revoked.  Pure: the decision is a function of the observation alone.
+restarts (restarting: the rest of the restart and the switch), and on-demand is never revoked.
+Pure: the decision is a function of the observation alone.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ The paper's rules (Sec. 4.2-4.3), as this policy applies them:
 3. **Hysteresis**: on on-demand, stay until ``cp(t) >= ep(t + 2d)``, then return to spot if
    spot is available;
 4. **Safety net**: when idle and the remaining time ``R(t) = D - t`` is below the remaining
-   compute plus ``2d`` (``R(t) < C - cp(t) + 2d``), switch to on-demand and stay until the end.
+   compute plus ``2d`` (``R(t) < C - cp(t) + 2d``), switch to on-demand and stay until the end
+   (idle only: a job restarting on spot keeps its restart, see below).
 
 Two additions, both about the executor rather than the rule set: the safety net's margin also
 counts the longest gap between two decisions (:attr:`Observation.next_decision_s`), since a guard
@@ -22,7 +23,19 @@ acts only when consulted; and a return to spot is allowed only while the slack l
 two restarts it may cost (back to spot, and back to on-demand if spot is lost at once) stays
 above the safety net, so the hysteresis never walks the job into the net.
 
-Idle means ``active == 0`` on the spot market (revoked, or restarting after a revocation).  When a
+Idle means ``active == 0`` on the spot market with no restart under way: revoked, or (where the
+executor cannot tell, ``warming == 0``) waiting for workers.  A job *restarting* on spot
+(``warming > 0`` with spot available: its workers are billed and restoring) is not idle -- the
+paper applies the safety net to an idle job only (Sec. 4.3), and a changeover in progress is
+time already paid for.  Leaving it with the idle net's margin (2 restarts *plus* the decision
+gap) would abandon that restart and pay a second one on on-demand while the slack is still above
+the paper's ``2d`` (issue 31).  So a restarting job leaves spot only once its slack has fallen
+below the paper's net itself, ``R(t) < C - cp(t) + 2d``; otherwise it stays.  That is the
+paper's ``2d`` read for a restart: staying costs at most the rest of the restart (``<= d``) and,
+should spot be lost as soon as it ends (a revocation the executor reports at once), a switch to
+on-demand (``d``), so ``2d`` of slack covers both.  And a decision that finds less than ``2d``
+still has ``d`` for its switch: the one before found ``2d`` or more (or the job was idle, above the
+idle net) and a restart eats at most ``min(gap, d)`` between the two.  When a
 policy that moves jobs (:class:`~spotwise.policies.migration.PriceMigration`) can find available
 spot capacity elsewhere, that beats on-demand: with ``defer_to_places=True`` (use it together
 with that policy, never alone) rule 1 waits while some other place quotes available spot and the
@@ -75,9 +88,16 @@ class UniformProgress(Policy):
                                             f"{slack:.0f} s slack: back to spot (hysteresis, Can't Be Late rule 3)",
                                      market="spot")]
             return []
-        idle = obs.active == 0
-        if not idle:
+        if obs.active > 0:
             return []  # exploitation: stay on spot while it lasts
+        if obs.warming > 0 and obs.spot_available:
+            # restarting on spot (billed, not yet computing): not idle, so not the idle net with its decision
+            # gap -- leaving now would abandon a paid-for restart and pay a second one.  Only the paper's net.
+            if slack < self.safety_restarts * d:
+                return [SwitchMarket(reason=f"restarting on spot with {slack:.0f} s of slack, below "
+                                            f"{self.safety_restarts * d:.0f} s (2 restarts): on-demand until the end "
+                                            "(safety net, rule 4)", market="on-demand")]
+            return []  # the restart goes on: spot until preempted (rule 2)
         if slack < net:
             return [SwitchMarket(reason=f"slack {slack:.0f} s is below {net:.0f} s (2 restarts + decision gap): "
                                         "on-demand until the end (safety net, rule 4)", market="on-demand")]

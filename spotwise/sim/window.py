@@ -270,7 +270,8 @@ class WindowRun:
                 cands.append(self.place.next_change(self.t))
             # a policy that reads the places hears of capacity elsewhere when it changes, while it
             # waits for capacity or pays on-demand (where a move or a return to spot would pay)
-            watch = self.uses_places and (not self.running or self.market == "on-demand")
+            # (with no other place there is nothing elsewhere to hear of)
+            watch = self.uses_places and len(self.cands) > 1 and (not self.running or self.market == "on-demand")
             if watch:
                 cands.append(min(p.next_change(self.t) for p in self.cands) if self.cands else math.inf)
             starting = [x.ready_at for x in self.nodes if x.ready_at > self.t + _EPS]
