@@ -10,37 +10,95 @@ vanishes every few hours the free-move bound is therefore out of reach for *any*
 ratio against it mixes the policy's mistakes with costs nobody can avoid.  This module computes a
 bound that charges them.
 
-The problem.  A schedule is a sequence of *stints*: ``L`` seconds in one mode (spot at place
-``i``, allowed only while ``i`` has capacity; on-demand at place ``i``; or idle) paying ``r``
-$/s (instances and coordinator) and progressing ``s * max(0, L - d)`` seconds of work
-(``s`` the place's speed); it must do ``W`` seconds of work by the deadline.  Minimise the cost.
+The model (issue 31: partial capacity).  The job has ``N`` nodes and trains on ``n`` of them, ``n``
+from ``m`` = ``min_nodes`` (1 elastic, ``N`` a gang) to ``N``, at ``speed * rate(a)`` where ``a``
+counts the nodes that are computing (:meth:`~spotwise.sim.sweep_types.SweepJob.rate`).  At a place
+at time ``t`` it holds ``s <= k(t)`` spot nodes (:meth:`~spotwise.sim.places.Place.nodes_at`,
+while the spot price is not above on-demand) and ``o`` on-demand ones, ``s + o <= N``, billed per
+node; every node acquired spends ``d`` seconds starting -- billed, not computing -- while the
+others compute on; a node released (revoked, scaled in) costs the others nothing; the coordinator
+is billed from the start until the work is done.  For ``N = 1`` this is the changeover model of
+Can't Be Late: a stint in one mode, ``d`` lost at every (re)start.
 
 The bound (Lagrangian relaxation; weak duality).  For a price ``lam >= 0`` on progress,
+``g(lam) = min over relaxed schedules of [cost - lam * progress] + lam W`` is a lower bound on the
+optimum for every ``lam`` as long as every real schedule ``S`` maps to a relaxed one whose
+bracket is at most ``cost(S) - lam progress(S)`` (then ``g(lam) <= cost(S*) - lam (progress(S*) -
+W) <= cost(S*)`` for the optimal ``S*``).  A relaxed schedule is a path through the *modes*, per
+place ``i`` and count ``n`` in ``[m, N]``: ``F(i, n)``, holding ``n`` nodes of which at least one
+is spot (allowed where ``k >= 1``), billed as if ``min(k, n)`` were spot and the rest on-demand;
+``O(i, n)``, ``n`` on-demand nodes; plus waiting before the first start, waiting after it
+(the coordinator alone) and *done*.  A mode is credited ``lam * speed * rate(n)`` per second --
+all its nodes computing -- and the restarts are charged at the transitions, ``c = lam * d * speed``
+times a concave ``phi`` (``rate`` itself when concave on ``0..N`` -- linear ``n / N`` by default --
+else the largest line below every rate increment): ``c (phi(n) - phi(S))`` where ``S`` is the most
+nodes any real schedule in the first mode can keep.  Within ``F`` or within ``O``, ``S = min(n1,
+n2)``: growing pays ``c (rate(n2) - rate(n1))`` (only the new nodes restart), scaling in is free;
+``O(n1) -> F(n2)`` needs a new spot node, ``F(n1) -> O(n2)`` can keep at most ``n1 - 1`` on-demand
+nodes; entering from a wait or from another place keeps none (``c rate(n2)``).  A real schedule
+may pass through several modes at one instant, so the programme charges the cheapest such path
+(the closure; ``tests/test_partial_bounds.py`` checks it against Floyd-Warshall):
+``O(n1) -> F(n2)``: ``c (phi(x) - phi(x - 1))`` with ``x = min(n1 + 1, N)`` for ``n2 <= n1 + 1``,
+else ``c (phi(n2) - phi(n1))``; ``F(n1) -> O(n2)``: free for ``n2 < n1``, else ``c (phi(n2) -
+phi(n1) + phi(n2 + 1) - phi(n2))`` (``phi(N) - phi(N - 1)`` for the last term at ``n2 = N``).
+Then the programme switches only at stretch boundaries (within a stretch the relaxed objective is
+linear in every switching time), one transition per boundary, each in ``O(N)`` per place with
+prefix and suffix minima over the counts, vectorised over a grid of ``lam``; ``g`` is concave in
+``lam`` (a minimum of affine functions) and :func:`restart_bound` maximises it on a grid refined
+around the best point.
 
-    g(lam) = min over schedules of  sum over stints [ (r - lam s) L + lam s d ]  +  lam W
+Why a real schedule ``S`` maps to a cheaper relaxed one.  First normalise ``S`` without raising
+its cost or lowering its progress: drop every node it holds for less than ``d`` (it never
+computes) and, for ``m > 1``, every node held while fewer than ``m`` are held at its place (the
+job computes nothing then, nor in the ``d`` seconds after the count grows back, when a node
+taken back at that moment would be ready as early).  Then map ``S`` to the modes of the nodes it
+holds (``F`` if any is spot, else ``O``; the waits when none).  The relaxed bill is the cheapest
+price of those nodes, at most ``S``'s.  The relaxed credit exceeds ``S``'s by ``lam speed
+(rate(h) - rate(a))`` with ``h`` held and ``a`` computing; a transition that brings ``J`` new nodes
+to ``h+`` charges at most ``phi(h+) - phi(h+ - J)``, spread over the ``d`` seconds those nodes
+start.  At any instant the charges in force are of node sets acquired one after another, each
+still held (normalised), on top of the ``a`` nodes computing; by concavity their sum is at most
+``phi(h) - phi(a) <= rate(h) - rate(a)`` (``h >= m`` whenever a node starts, by the
+normalisation; below ``m``, ``rate`` is 0 and ``phi <= rate`` above it).  So the charges never
+exceed the credit ``S`` loses to its restarts.  Each transition charges the fewest new nodes
+*any* schedule in those modes needs, so it holds for every mix of spot and on-demand (a TopUp
+keeping on-demand nodes while spot returns included).
 
-is a lower bound on the optimum for every ``lam``: the bracket equals the stint's true cost
-minus ``lam`` times its progress when ``L >= d`` and exceeds the true ``r L`` otherwise, so for the
-optimal schedule ``s*`` (no stint shorter than ``d``: such a stint costs money and progresses
-nothing, idling instead is cheaper) ``g(lam) <= cost(s*) - lam (progress(s*) - W) <= cost(s*)``.
-With progress priced, the minimisation needs no progress dimension: a dynamic programme over the
-window's stretches of constant prices and capacity (switching only at stretch boundaries is optimal:
-within a stretch the objective is linear in every switching time) and the ``2n + 3`` modes (idle
-before the first start, spot or on-demand at each of ``n`` places, idle after a start, done), with
-an entry charge ``lam s_j d`` into mode ``j``.  ``g`` is concave in ``lam`` (a minimum of affine
-functions); :func:`restart_bound` maximises it on a grid refined around the best point.
+A gang.  Nodes starting one after another cost a gang (``m = N``) the whole rate while any of them
+starts, so the charges above (``1/N`` of a restart per new node, to stay additive) are weak for it.
+On count traces a gang's bound is also the maximum of a second relaxation, :func:`_gang_dual`,
+whose modes are the compositions themselves -- ``s`` spot and ``N - s`` on-demand nodes at a place,
+``N + 1`` per place (normalised, a gang holds ``N`` nodes or none).  Entering a place charges ``c``;
+changing ``s`` at the boundary after a stretch of ``L`` seconds charges ``c min(1, L / d)``: the
+gang computes nothing in the union of the ``d``-second windows after its changes, which is at
+least ``d`` for the first and ``min(d, gap)`` more for each next one (a change inside a stretch
+moves, at no gain to ``S``, to the stretch's boundary or onto another change: the union is concave
+in its time).
+
+All or nothing.  Where no place's trace counts nodes (one node, 0/1 series, no capacity trace),
+``S`` holds its ``N`` nodes or none, all spot or all on-demand, and the programme keeps that model:
+the counts ``{N}``, every spot <-> on-demand switch restarting all of them -- the bound as before
+issue 31.  (It does not cover a schedule that holds fewer than ``N`` nodes, or a mix of spot and
+on-demand ones, on such traces -- a TopUp of fewer than ``N``; in small cases it never went above
+the exact optimum on a grid of such schedules.)
 
 The coordinator is billed from the start until the job is done, idle stretches included, as the
 sweep bills it: a *done* mode (free, never left) ends the schedule; ending it before the work is
 done only forfeits progress, which the relaxation prices.  Every schedule that does work starts at
-least once, so the programme tracks whether it has (done is reachable only after a start); the
-bound is then exact for a job at one place that never loses capacity.
+least once -- at least ``m`` nodes -- so the programme tracks whether it has (done is reachable only
+after a start); the bound is then exact for a job at one place that never loses capacity.
 
 What the bound leaves out, each making it lower (so it stays a bound): billing minimums,
 checkpoint egress on moves, and the difference between a rejoin, a start and a restart (it
-charges the smallest of the three for every entry).  The sweep's tests
+charges the smallest of the three for every entry); on count traces, a spot node replaced by an
+on-demand one while ``F`` keeps its count (the mode does not know how many of its nodes were
+spot).  It assumes a node that replaces another starts after the other leaves (``s + o <= N``):
+a schedule that keeps on-demand nodes computing while new spot ones start (make-before-break)
+pays the spot nodes' start instead of the lost progress and may come in under it by up to the
+transition's charge less ``d`` of the new spot nodes' price, per such replacement.  The sweep's tests
 check, window by window, that no strategy that meets the deadline pays less (a run past the
-deadline uses capacity outside the window, and the ``no-interruptions`` estimate ignores outages).
+deadline uses capacity outside the window, and the ``no-interruptions`` estimate ignores
+outages).
 
 How loose it can be: the dual prices progress linearly, so it may sit below the cheapest schedule
 by up to about one restart per window -- e.g. a job that must move once to finish is bounded by
@@ -51,12 +109,13 @@ the straight line between "stop where capacity ends" and "move and run to the de
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
 from spotwise.errors import InfeasibleError
-from spotwise.sim.oracle import live_places, window_cuts
+from spotwise.sim.oracle import live_places, node_options, rate_table, window_cuts
 from spotwise.sim.places import Place
 from spotwise.sim.sweep_types import SweepJob
 
@@ -65,72 +124,209 @@ _GRID = 48
 _ROUNDS = 4
 
 
-def _stretches(job: SweepJob, places: Sequence[Place], start: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(lengths s, rates $/s per mode and stretch, allowed per mode and stretch, speeds per mode)``.
+def restart_shape(job: SweepJob) -> np.ndarray:
+    """``phi(n)``, ``n = 0..workers``: the concave function the restarts are charged with (module
+    docstring) -- the job's rates without the ``min_nodes`` cut when they are concave (linear by
+    default), else ``n`` times the smallest slope of ``rate`` between counts the job trains on."""
+    n = job.workers
+    full = np.concatenate([[0.0], np.asarray(job.rates, dtype=float)]) if job.rates is not None else np.arange(n + 1) / n
+    inc = np.diff(full)
+    if np.all(inc[1:] <= inc[:-1] + 1e-12):
+        return full
+    r, m = rate_table(job), job.min_nodes
+    slopes = [r[h] / h for h in range(m, n + 1)]
+    slopes += [(r[h] - r[a]) / (h - a) for a in range(m, n + 1) for h in range(a + 1, n + 1)]
+    return max(0.0, min(slopes)) * np.arange(n + 1)
 
-    Mode 0 waits before the first start (the coordinator alone), modes ``1..n`` are spot and
-    ``n+1..2n`` on-demand at each place, mode ``2n+1`` waits after a start (the coordinator alone)
-    and mode ``2n+2`` is *done* (nothing billed; entered once started, never left)."""
+
+@dataclass(frozen=True)
+class _Window:
+    """A window's stretches and modes: ``lengths`` (s), per place and stretch the ``F`` modes' $/s
+    ``cf`` ``(P, K, R)`` and whether they are allowed ``okf`` ``(P, K)``, the ``O`` modes' $/s ``co``
+    ``(P, R)``, the work per second ``work`` ``(P, R)`` (``R`` counts ``min_nodes..workers``)."""
+
+    lengths: np.ndarray
+    cf: np.ndarray
+    okf: np.ndarray
+    co: np.ndarray
+    work: np.ndarray
+    speeds: np.ndarray
+    coord: float
+    phi: np.ndarray
+    counts: np.ndarray
+    #: the dearest mode's $ per second of work (the top of the grid over the progress price)
+    dearest: float
+    #: all N nodes or none, all spot or all on-demand (every place all or nothing)
+    whole: bool
+    #: per place and stretch, the spot nodes it gives (0 where spot is dearer than on-demand) and the
+    #: spot price ($/h); per place the on-demand price (the gang's compositions, :func:`_gang_dual`)
+    spot_nodes: np.ndarray
+    spot_price: np.ndarray
+    on_demand: np.ndarray
+
+
+def _window(job: SweepJob, places: Sequence[Place], start: float) -> _Window:
     live = live_places(job, places, start)
     cuts = window_cuts(job, live, start)
-    lengths = np.diff(cuts)
     mids = cuts[:-1]
-    n, k = len(live), mids.size
-    rates = np.zeros((2 * n + 3, k))
-    rates[0] = rates[2 * n + 1] = job.coordinator_per_hour / 3600.0
-    allowed = np.ones((2 * n + 3, k), dtype=bool)
-    speeds = np.zeros(2 * n + 3)
-    for i, p in enumerate(live):
-        spot = np.asarray(p.price.value_at(mids), dtype=float)
-        has = np.ones(k, dtype=bool) if p.capacity is None else np.asarray(p.capacity.value_at(mids)) >= 1
-        rates[1 + i] = (spot * job.workers + job.coordinator_per_hour) / 3600.0
-        allowed[1 + i] = has & (spot < p.on_demand_per_hour)
-        rates[1 + n + i] = (p.on_demand_per_hour * job.workers + job.coordinator_per_hour) / 3600.0
-        speeds[1 + i] = speeds[1 + n + i] = p.speed
-    return lengths, rates, allowed, speeds
+    # every place all or nothing (one node, a 0/1 series, no capacity trace): the job holds its N
+    # nodes or none, all spot or all on-demand -- the model of one node, as before issue 31
+    whole = not any(p.counts_nodes for p in live) or job.workers == 1
+    low = job.workers if whole else job.min_nodes
+    n = np.arange(low, job.workers + 1)
+    rate = rate_table(job)[n]
+    cf, okf, co, work, dear, kspot, spot = [], [], [], [], [], [], []
+    for p in live:
+        w, c, _, s = node_options(job, p, mids, strict=False)
+        kspot.append(np.where(np.asarray(p.price.value_at(mids)) <= p.on_demand_per_hour, p.nodes_at(mids, job.workers), 0))
+        spot.append(np.asarray(p.price.value_at(mids), dtype=float))
+        w, c, s = w[:, low - job.min_nodes:], c[:, low - job.min_nodes:], s[:, low - job.min_nodes:]
+        cf.append(c)
+        okf.append(s[:, 0] >= 1)  # s = min(k, n) >= 1 for one n iff for every n
+        co.append((n * p.on_demand_per_hour + job.coordinator_per_hour) / 3600.0)
+        work.append(w[0])
+        pm = np.maximum(np.asarray(p.price.value_at(mids), dtype=float), p.on_demand_per_hour)
+        dear.append(np.max((n[None, :] * pm[:, None] + job.coordinator_per_hour) / 3600.0 / (p.speed * rate[None, :])))
+    return _Window(np.diff(cuts), np.array(cf), np.array(okf), np.array(co), np.array(work),
+                   np.array([p.speed for p in live], dtype=float), job.coordinator_per_hour / 3600.0,
+                   rate_table(job) if whole else restart_shape(job), n, float(max(dear)), whole, np.array(kspot), np.array(spot),
+                   np.array([p.on_demand_per_hour for p in live], dtype=float))
 
 
-def _dual(lams: np.ndarray, lengths: np.ndarray, rates: np.ndarray, allowed: np.ndarray, speeds: np.ndarray,
-          d: float, work: float) -> np.ndarray:
+def _scan(x: np.ndarray, spare: np.ndarray, suffix: bool) -> np.ndarray:
+    """Along axis 1 of ``x``: ``min(x[:, j:])`` (``suffix``) or ``min(x[:, :j + 1])``, by doubling
+    (``log2`` of the length rounds, ping-ponging between ``x`` and ``spare``: both are overwritten);
+    returns the one holding the result."""
+    k = 1
+    while k < x.shape[1]:
+        if suffix:
+            np.minimum(x[:, :-k], x[:, k:], out=spare[:, :-k])
+            spare[:, -k:] = x[:, -k:]
+        else:
+            np.minimum(x[:, k:], x[:, :-k], out=spare[:, k:])
+            spare[:, :k] = x[:, :k]
+        x, spare = spare, x
+        k *= 2
+    return x
+
+
+def _dual(lams: np.ndarray, win: _Window, d: float, work: float) -> np.ndarray:
     """``g(lam)`` for each progress price in ``lams`` (module docstring): one pass of the programme.
 
     Every schedule that does any work starts at least once, so *done* is reachable only from a
     started mode: without that, mixing with "do nothing" (the Lagrangian's convex hull through the
-    origin) would spread the first start's cost over the work and loosen the bound."""
-    m = rates.shape[0]
-    run = slice(1, m - 2)  # the running modes
-    entry = lams[:, None] * speeds[None, run] * d
-    value = np.full((lams.size, m), np.inf)
-    value[:, 0] = 0.0  # at the start the job holds nothing (the coordinator is up)
-    lam_s = lams[:, None] * speeds[None, :]
-    for k in range(lengths.size):
-        best = value[:, :-1].min(axis=1, keepdims=True)        # any mode but done may (re)start
+    origin) would spread the first start's cost over the work and loosen the bound.
+
+    The modes are arrays ``(count, lam, place)``; per stretch the transitions between counts are
+    prefix and suffix minima over the counts (the charges ``phi(n2) - phi(n1)`` split into a part of
+    ``n1`` and one of ``n2``)."""
+    phi, n = win.phi, win.counts
+    top = phi.size - 1
+    c = lams[:, None] * win.speeds[None, :] * d                          # (lam, place)
+    g = phi[n][:, None, None] * c[None]                                 # (count, lam, place): entering afresh
+    up = np.minimum(n + 1, top)
+    g_of = (phi[up] - phi[up - 1])[:, None, None] * c[None]             # O(n1) -> F: one new node, at the top
+    g_fo = (phi[n] + np.where(n < top, phi[up] - phi[n], phi[top] - phi[top - 1]))[:, None, None] * c[None]
+    if win.whole:  # spot <-> on-demand replaces every node
+        g_of, g_fo = g, 2.0 * g
+    first = lams * float(win.speeds.min()) * d * phi[n[0]]              # the cheapest start of all
+    credit = win.work.T[:, None, :] * lams[None, :, None]               # (count, lam, place)
+    cf = np.where(win.okf[:, :, None], win.cf, np.inf).transpose(1, 2, 0)[:, :, None, :]  # (stretch, count, 1, place)
+    base_o = win.co.T[:, None, :] - credit
+    r = n.size
+    shape = (r, lams.size, win.speeds.size)
+    f, o = np.full(shape, np.inf), np.full(shape, np.inf)
+    sufs, sufs2 = np.empty((3,) + shape), np.empty((3,) + shape)         # suffix minima of F, O, O + g_of
+    pres, pres2 = np.empty((2,) + shape), np.empty((2,) + shape)         # prefix minima of F - g, O - g
+    tmp = np.empty(shape)
+    idle = np.zeros(lams.size)        # before the first start: the coordinator is up, nothing held
+    wait = np.full(lams.size, np.inf)  # after a start, holding nothing
+    done = np.full(lams.size, np.inf)
+    for k in range(win.lengths.size):
+        held = np.minimum(np.minimum(f.min(axis=0), o.min(axis=0)).min(axis=1), wait)
+        best = np.minimum(held, idle)                                   # any mode but done may (re)start
         # started: running or waiting after a start, or a start of no length (its entry charge only):
         # the schedules the programme compares switch at stretch boundaries, so a stint that would
         # end inside the stretch it began in shrinks to nothing -- it must still count as a start
-        started = np.minimum(value[:, 1:-1].min(axis=1), best[:, 0] + entry.min(axis=1))
-        value[:, run] = np.minimum(value[:, run], best + entry)
-        value[:, -2] = np.minimum(value[:, -2], started)
-        value[:, -1] = np.minimum(value[:, -1], started)
-        value[:, ~allowed[:, k]] = np.inf
-        value += (rates[None, :, k] - lam_s) * lengths[k]
-    return value[:, 1:].min(axis=1) + lams * work
+        started = np.minimum(held, best + first)
+        sufs[0], sufs[1] = f, o
+        np.add(o, g_of, out=sufs[2])
+        suf = _scan(sufs, sufs2, True)                                  # scaling in is free
+        np.subtract(f, g, out=pres[0])
+        np.subtract(o, g, out=pres[1])
+        pre = _scan(pres, pres2, False)                                 # growing from n1 to n2 pays phi(n2) - phi(n1)
+        entry = g + best[None, :, None]
+        np.minimum(suf[0], entry, out=f)
+        np.minimum(f[:1], suf[2, :1], out=f[:1])                        # O(n1) -> F(n2), n1 >= n2 - 1
+        np.minimum(f[1:], suf[2, :-1], out=f[1:])
+        np.add(g[1:], pre[0, :-1], out=tmp[1:])
+        np.minimum(f[1:], tmp[1:], out=f[1:])
+        np.add(g[2:], pre[1, :-2], out=tmp[2:])                         # O(n1) -> F(n2), n1 <= n2 - 2
+        np.minimum(f[2:], tmp[2:], out=f[2:])
+        np.minimum(suf[1], entry, out=o)
+        np.add(g[1:], pre[1, :-1], out=tmp[1:])
+        np.minimum(o[1:], tmp[1:], out=o[1:])
+        np.minimum(o[:-1], suf[0, 1:], out=o[:-1])                      # F(n1) -> O(n2), n1 > n2: free
+        np.add(g_fo, pre[0], out=tmp)                                   # ... n1 <= n2
+        np.minimum(o, tmp, out=o)
+        wait = np.minimum(wait, started)
+        done = np.minimum(done, started)
+        length = win.lengths[k]
+        np.subtract(cf[k], credit, out=tmp)
+        tmp *= length
+        f += tmp
+        o += base_o * length
+        idle = idle + win.coord * length
+        wait = wait + win.coord * length
+    return np.minimum(np.minimum(np.minimum(f.min(axis=0), o.min(axis=0)).min(axis=1), wait), done) + lams * work
 
 
-def _maximiser(job: SweepJob, lengths: np.ndarray, rates: np.ndarray, allowed: np.ndarray, speeds: np.ndarray,
-               d: float) -> tuple[float, float]:
+def _gang_dual(lams: np.ndarray, win: _Window, d: float, work: float) -> np.ndarray:
+    """``g(lam)`` of a gang (``min_nodes = N``) on count traces, its modes the compositions: ``s`` spot and
+    ``N - s`` on-demand nodes at a place (module docstring, "A gang").  Any change of ``s`` stalls the
+    gang while the new nodes start: at the boundary after a stretch of ``L`` seconds it is charged
+    ``lam d speed min(1, L / d)``, entering a place ``lam d speed``."""
+    nodes = win.phi.size - 1
+    s = np.arange(nodes + 1)
+    cost = (s[None, None, :] * win.spot_price[:, :, None] + (nodes - s)[None, None, :] * win.on_demand[:, None, None]
+            + win.coord * 3600.0) / 3600.0
+    cost = np.where(s[None, None, :] <= win.spot_nodes[:, :, None], cost, np.inf).transpose(1, 0, 2)  # (stretch, place, s)
+    full = win.work[:, -1]                                              # speed * rate(N) per place
+    credit = (lams[:, None] * full[None, :])[:, :, None]                 # (lam, place, 1)
+    c = credit * d                                                      # N nodes stalled for d
+    first = lams * float(full.min()) * d
+    v = np.full((lams.size, win.speeds.size, nodes + 1), np.inf)
+    idle = np.zeros(lams.size)
+    wait = np.full(lams.size, np.inf)
+    done = np.full(lams.size, np.inf)
+    for k in range(win.lengths.size):
+        held = np.minimum(v.min(axis=(1, 2)), wait)
+        best = np.minimum(held, idle)
+        started = np.minimum(held, best + first)
+        stall = 1.0 if k == 0 or d <= 0 else min(1.0, win.lengths[k - 1] / d)
+        v = np.minimum(np.minimum(v, v.min(axis=2, keepdims=True) + c * stall), best[:, None, None] + c)
+        wait = np.minimum(wait, started)
+        done = np.minimum(done, started)
+        length = win.lengths[k]
+        v = v + (cost[k][None] - credit) * length
+        idle = idle + win.coord * length
+        wait = wait + win.coord * length
+    return np.minimum(np.minimum(v.min(axis=(1, 2)), wait), done) + lams * work
+
+
+def _maximiser(job: SweepJob, win: _Window, d: float,
+               dual: Callable[[np.ndarray, _Window, float, float], np.ndarray] = _dual) -> tuple[float, float]:
     """``(lam*, g(lam*))``: the dual's maximum on a grid refined ``_ROUNDS`` times around the best point."""
     work = float(job.work_s)
     # a progress price above the dearest mode's cost per unit of work (restart included) buys
     # every second it can: the dual's slope there is W minus the most work that fits, so the
     # maximiser lies below it unless the job cannot fit (then the bound grows without limit)
-    run = speeds > 0
-    hi = float(np.max(rates[run] / speeds[run, None])) * (1.0 + job.deadline_s / max(job.deadline_s - d, 1.0)) * 4.0
+    hi = win.dearest * (1.0 + job.deadline_s / max(job.deadline_s - d, 1.0)) * 4.0
     lo = 0.0
     best_lam, best = 0.0, -math.inf
     for _ in range(_ROUNDS):
         lams = np.linspace(lo, hi, _GRID)
-        g = _dual(lams, lengths, rates, allowed, speeds, d, work)
+        g = dual(lams, win, d, work)
         i = int(np.argmax(g))
         if g[i] > best:
             best, best_lam = float(g[i]), float(lams[i])
@@ -144,9 +340,10 @@ def restart_bound(job: SweepJob, places: Sequence[Place], start: float) -> float
     if job.work_s <= 0:
         return 0.0
     d = min(job.restart_s, float(job.start_s or 0.0), float(job.rejoin_s or 0.0))
-    lengths, rates, allowed, speeds = _stretches(job, places, start)
-    best = _maximiser(job, lengths, rates, allowed, speeds, d)[1]
+    win = _window(job, places, start)
+    best = _maximiser(job, win, d)[1]
+    if job.min_nodes == job.workers and not win.whole:  # a gang on count traces: both relaxations are bounds
+        best = max(best, _maximiser(job, win, d, _gang_dual)[1])
     if not math.isfinite(best):
         raise InfeasibleError("the restart-aware bound is not finite", "check the traces' prices")
     return best
-
