@@ -16,11 +16,14 @@ from test_sweep import OD, P3, T0, H, place, price_series
 
 from spotwise.errors import InfeasibleError
 from spotwise.market.series import SeriesMeta, StepSeries
+from spotwise.policies.base import Decision, Observation, Policy, TopUp
 from spotwise.sim.hindsight import hindsight_schedule
 from spotwise.sim.oracle import free_move_bound, hindsight_oracle, place_oracle
 from spotwise.sim.places import Place
-from spotwise.sim.restart_bound import _dual, _window, restart_bound
-from spotwise.sim.sweep_types import SweepJob
+from spotwise.sim.restart_bound import _dual, _gang_dual, _window, restart_bound
+from spotwise.sim.sweep import run_window
+from spotwise.sim.sweep_types import STRATEGIES, Strategy, SweepJob
+from spotwise.sim.window import WindowRun
 
 D = 300.0
 
@@ -128,6 +131,62 @@ def test_an_elastic_job_trains_on_the_nodes_left_and_the_bounds_bracket_it() -> 
         assert bound(gang) > bound(job)
 
 
+class _TopUpFromTheStart(Policy):
+    """Asks at its first decision for on-demand nodes that fill what spot does not give, for good (no keep):
+    each spot node that returns replaces one make-before-break (the executor, :meth:`WindowRun.wanted`)."""
+
+    name = "test-topup"
+
+    def decide(self, obs: Observation) -> list[Decision]:
+        return [] if obs.t > 0 else [TopUp(reason="test", on_demand=obs.max_workers)]
+
+
+TOPUP = Strategy("topup", "home", "on-demand", "spot", ())
+
+
+def topup_run(job: SweepJob, places: list[Place], start: float, tick_s: float = 600.0):
+    home = places[0]
+    return WindowRun(job, places, home, start, TOPUP, [_TopUpFromTheStart()], tick_s,
+                     min(home.end, start + 3 * job.deadline_s)).run()
+
+
+def test_spot_replacing_on_demand_nodes_make_before_break_pays_no_less_than_the_bound() -> None:
+    # 4 nodes; spot 1 $/h gives none for 1 h, then 4; on-demand 3.06 $/h, coordinator 0.2 $/h; every start 900 s;
+    # 3 h of work by 3 h + 930 s.  Topped up from the start: 4 on-demand nodes start (900 s) and compute from
+    # 0.25 h; at 1 h 4 spot nodes start beside them, and the on-demand nodes leave at 1.25 h when the spot ones
+    # are ready: no progress lost, the work done at 3.25 h.  On-demand 4 x 1.25 h x 3.06 = 15.3 $, spot
+    # 4 x 2.25 h = 9 $, coordinator 3.25 h x 0.2 = 0.65 $: 24.95 $ (the hindsight schedule restarts instead)
+    d = 900.0
+    p = count_place([(T0, 1.0)], T0 + 30 * H, [(T0, 0.0), (T0 + H, 4.0)], 4)
+    gang = SweepJob(3 * H, 3 * H + d + 30, workers=4, min_workers=4, restart_s=d, coordinator_per_hour=0.2, iterations=1000)
+    elastic = SweepJob(3 * H, 3 * H + d + 30, workers=4, min_workers=1, restart_s=d, coordinator_per_hour=0.2, iterations=1000)
+    for job in (gang, elastic):
+        r = topup_run(job, [p], T0)
+        assert r.deadline_met and r.finish_s == pytest.approx(3.25 * H) and r.cost == pytest.approx(24.95)
+        # in job-equivalents (node-seconds / 4): 1.25 h on-demand, 2.25 h spot, of which 900 s starting
+        assert (r.on_demand_s, r.spot_s, r.restart_spot_s) == pytest.approx((1.25 * H, 2.25 * H, d))
+    # The bounds, the dual's straight line between two relaxed schedules (work-hours, $), at 3 h of work:
+    #   wait for spot, 4 spot nodes from 1 h to the deadline: 2.2583 - 0.25 = 2.0083 work-h for
+    #     4 x 2.2583 + 0.2 x 3.2583 = 9.685 $;
+    #   4 on-demand nodes from 0, the spot nodes replacing them at 1 h make-before-break:
+    #     3.2583 - 0.25 = 3.0083 work-h for 12.24 + 9.0333 + 0.6517 = 21.925 $ plus the replacement.
+    # The gang's composition relaxation bills the replacement 4 on-demand nodes for 900 s (3.06 $): 24.985 $;
+    # the line: 9.685 + (3 - 2.0083) x 15.3 = 24.8575 $.  (Before: charged as a restart that loses the
+    # gang's progress, lam x 900 s, growing with the price of progress lam: 39.91 $ > 24.95 $.)
+    assert restart_bound(gang, [p], T0) == pytest.approx(24.8575, rel=1e-4)
+    # The elastic job's relaxation knows only that at least one spot node replaces an on-demand one, so it bills
+    # the replacement one on-demand node for 900 s (0.765 $): 22.69 $; its line runs from "3 on-demand nodes for
+    # 1 h, then 4 spot" (9.18 + 9.0333 + 0.6517 = 18.865 $ for 0.75 + 2.2583 - 0.25 = 2.7583 work-h, the
+    # restarts 900 s of full-width progress in all: 3 nodes' start, then the 4th node's): 18.865 + (3 - 2.7583)
+    # x 15.3 = 22.5625 $.  (Before: the replacement charged a node's progress, lam x 225 s: 27.94 $.)
+    assert restart_bound(elastic, [p], T0) == pytest.approx(22.5625, rel=1e-4)
+    # the programme's switch is O(4) -> F(4) there: the same charge in the vectorised closure and Floyd-Warshall's
+    win = _window(elastic, [p], T0)
+    lams = np.array([12.0, 15.3, 20.0]) / H
+    assert _dual(lams, win, d, elastic.work_s) == pytest.approx(_reference_dual(lams, win, d, elastic.work_s), rel=1e-9)
+    assert _gang_dual(np.array([15.3 / H]), _window(gang, [p], T0), d, gang.work_s)[0] == pytest.approx(24.8575, rel=1e-9)
+
+
 # ------------------------------------------------------------------ one node and 0/1 series: as before
 #: (seed, places, node count of the traces (None: 0/1 series), workers, (free-move, single-place oracle,
 #: restart bound, hindsight schedule) as the code before issue 31 computed them, window from T0 + 6 h)
@@ -179,7 +238,9 @@ def test_the_bounds_are_ordered_and_the_gang_never_below_the_elastic_job(seed: i
 def _grid_optimum(job: SweepJob, caps: list[list[int]], price: list[float], d: float, q: int) -> float:
     """The exact optimum of the partial-capacity model on a grid of ``d / q``: any mix of spot and on-demand
     nodes at every step, a node acquired at a step boundary computing ``q`` steps later (the oldest nodes kept
-    when fewer are held) -- schedules of the model, so no lower bound may exceed it."""
+    when fewer are held) -- schedules of the model, so no lower bound may exceed it.  On-demand nodes may
+    compute beside spot nodes that are still starting, up to ``N`` with the spot nodes that compute (the
+    sweep's TopUp, make-before-break: up to ``2 N`` held)."""
     n, m = job.workers, job.min_nodes
     dt = d / q
     units = 4 * n  # a unit of work: dt / units seconds
@@ -207,10 +268,12 @@ def _grid_optimum(job: SweepJob, caps: list[list[int]], price: list[float], d: f
         for a, va in val.items():
             options = [(None, coord, 0)]
             for p, s, o in itertools.product(range(len(caps)), range(n + 1), range(n + 1)):
-                if s + o > n or s + o < m or s > caps[p][t]:
+                if s + o < m or s > caps[p][t]:
                     continue
                 sa, oa = (hold(a[1], s), hold(a[2], o)) if a is not None and a[0] == p else (hold(none, s), hold(none, o))
-                options.append(((p, older(sa), older(oa)), (s * price[p] + o * OD) * dt / H + coord, gain[sa[q] + oa[q]]))
+                if sa[q] + o > n:  # on-demand nodes only beside spot nodes still starting (make-before-break)
+                    continue
+                options.append(((p, older(sa), older(oa)), (s * price[p] + o * OD) * dt / H + coord, gain[min(n, sa[q] + oa[q])]))
             for b, cost, g in options:
                 shifted = va
                 if g > 0:
@@ -223,9 +286,13 @@ def _grid_optimum(job: SweepJob, caps: list[list[int]], price: list[float], d: f
     return best
 
 
+@pytest.mark.parametrize("tight", [False, True])
 @pytest.mark.parametrize("seed", range(12))
-def test_no_schedule_of_the_model_on_a_grid_pays_less_than_the_restart_bound(seed: int) -> None:
-    # capacity changing every d / q: a gang that swaps nodes twice within d stalls less than twice d
+def test_no_schedule_of_the_model_on_a_grid_pays_less_than_the_restart_bound(seed: int, tight: bool) -> None:
+    # capacity changing every d / q: a gang that swaps nodes twice within d stalls less than twice d.  The
+    # schedules include make-before-break replacements (on-demand nodes computing beside spot nodes that start),
+    # which a tight deadline makes worth their bill: charged as restarts, the bound went above them (seeds 2, 4,
+    # 8 and 10, tight)
     rng = np.random.default_rng(seed)
     nodes = int(rng.choice([2, 3]))
     mw = nodes if seed % 3 else 1
@@ -240,7 +307,8 @@ def test_no_schedule_of_the_model_on_a_grid_pays_less_than_the_restart_bound(see
     price = [float(rng.uniform(0.5, 1.5)) for _ in range(n_places)]
     rates = tuple(float(x) for x in np.sqrt(np.arange(1, nodes + 1) / nodes)) if seed % 4 == 1 else None
     d, dt = 2 * D, 2 * D / q
-    job = SweepJob(float(rng.uniform(0.3, 0.7)) * steps * dt, steps * dt, workers=nodes, min_workers=mw, rates=rates,
+    frac = float(rng.uniform(0.3, 0.7))
+    job = SweepJob((0.85 if tight else frac) * steps * dt, steps * dt, workers=nodes, min_workers=mw, rates=rates,
                    restart_s=d, coordinator_per_hour=float(rng.uniform(0, 0.3)), iterations=100)
     places = [count_place([(T0, price[p])], T0 + 30 * H, [(T0 + dt * t, float(v)) for t, v in enumerate(caps[p])]
                           + [(T0 + dt * steps, 0.0)], nodes, zone=f"z-{p + 1}a") for p in range(n_places)]
@@ -248,12 +316,42 @@ def test_no_schedule_of_the_model_on_a_grid_pays_less_than_the_restart_bound(see
     assert restart_bound(job, places, T0) <= exact * (1 + 1e-9)
 
 
+# ------------------------------------------------------------------ the strategies against the bound
+@pytest.mark.parametrize("seed", range(6))
+def test_no_strategy_that_meets_its_deadline_pays_less_than_the_restart_bound_on_count_traces(seed: int) -> None:
+    # every built-in strategy (but the no-interruptions estimate, which ignores outages) and a top-up from the
+    # start (make-before-break whenever spot returns), N in {2, 4, 16}, elastic and gang, deadlines from tight
+    # to loose; a run past the deadline uses capacity outside the window
+    nodes = [2, 4, 16][seed % 3]
+    places, rng = random_market(400 + seed, 1 + seed % 3, nodes, span_h=40.0)
+    work = float(rng.uniform(2, 6)) * H
+    d = float(rng.choice([300.0, 900.0]))
+    deadline = work + d + work * float(rng.uniform(0.05, 1.0))
+    checked = 0
+    for mw in (1, nodes):
+        job = SweepJob(work, deadline, workers=nodes, min_workers=mw, restart_s=d,
+                       coordinator_per_hour=float(rng.uniform(0, 0.3)), iterations=1000)
+        for k in range(2):
+            st = T0 + k * 6 * H
+            bound = restart_bound(job, places, st)
+            runs = [run_window(job, places, places[0], st, s, tick_s=300.0) for name, s in STRATEGIES.items()
+                    if name != "no-interruptions"]
+            for r in runs + [topup_run(job, places, st, tick_s=300.0)]:
+                if r.deadline_met:
+                    checked += 1
+                    assert r.cost >= bound - 1e-6, (mw, k, r.strategy, r.cost, bound)
+    assert checked >= 8
+
+
 # ------------------------------------------------------------------ the programme's transitions
 def _reference_dual(lams: np.ndarray, win, d: float, work: float) -> np.ndarray:
     """The restart bound's programme with explicit modes: the charges of the fewest new nodes between two
-    modes of a place (module docstring of restart_bound), closed under composition by Floyd-Warshall."""
+    modes of a place (module docstring of restart_bound), O(N) -> F capped at the make-before-break
+    replacement's bill (one on-demand node's d beyond N, all N of them when all or nothing), closed under
+    composition by Floyd-Warshall."""
     phi, n = win.phi, list(win.counts)
     modes = [(f, x) for f in "FO" for x in n]
+    top = phi.size - 1
 
     def direct(a: tuple[str, int], b: tuple[str, int]) -> float:
         (fa, n1), (fb, n2) = a, b
@@ -264,11 +362,18 @@ def _reference_dual(lams: np.ndarray, win, d: float, work: float) -> np.ndarray:
         return phi[n2] - phi[min(n2 - 1, n1) if fa == "O" else min(n2, n1 - 1)]
 
     c = np.array([[direct(a, b) for b in modes] for a in modes])
-    for k in range(len(modes)):
-        c = np.minimum(c, c[:, k:k + 1] + c[k:k + 1, :])
     places, r = win.speeds.size, len(n)
+
+    def closure(lam: float, i: int) -> np.ndarray:
+        x = lam * win.speeds[i] * d * c
+        x[2 * r - 1, :r] = np.minimum(x[2 * r - 1, :r], d * win.on_demand[i] / H * (top if win.whole else 1))  # O(N) -> F
+        for k in range(len(modes)):
+            x = np.minimum(x, x[:, k:k + 1] + x[k:k + 1, :])
+        return x
+
     out = []
     for lam in lams:
+        cs = [closure(lam, i) for i in range(places)]
         v = np.full((places, 2 * r), np.inf)
         idle, wait, done = 0.0, math.inf, math.inf
         first = lam * win.speeds.min() * d * phi[n[0]]
@@ -279,7 +384,7 @@ def _reference_dual(lams: np.ndarray, win, d: float, work: float) -> np.ndarray:
             new = np.empty_like(v)
             for i in range(places):
                 ci = lam * win.speeds[i] * d
-                new[i] = np.minimum((v[i][:, None] + ci * c).min(axis=0), best + ci * phi[np.array(n * 2)])
+                new[i] = np.minimum((v[i][:, None] + cs[i]).min(axis=0), best + ci * phi[np.array(n * 2)])
                 if not win.okf[i, k]:
                     new[i, :r] = np.inf
                 credit = lam * win.work[i]

@@ -69,6 +69,36 @@ def test_an_outage_too_long_to_wait_buys_on_demand_in_the_bound() -> None:
     assert bound > 6 * 1.0 + 2.5 * (OD - 1.0)  # at least 2.5 h of the work must be on on-demand
 
 
+def test_spot_replacing_an_on_demand_node_make_before_break_pays_no_less_than_the_bound() -> None:
+    # one node; spot 1 $/h down for the first hour; every start 900 s; 3 h of work by 3 h + 930 s; coordinator
+    # 0.2 $/h.  Topped up from the start (TopUp, not a switch of market), the on-demand node starts at once and
+    # computes from 0.25 h; the spot node starts at 1 h beside it, which leaves at 1.25 h: no progress lost,
+    # done at 3.25 h.  On-demand 1.25 h x 3.06 + spot 2.25 h + coordinator 3.25 h x 0.2 = 6.725 $
+    from spotwise.policies.base import Decision, Observation, Policy, TopUp
+    from spotwise.sim.sweep import Strategy
+    from spotwise.sim.window import WindowRun
+
+    class TopUpAtStart(Policy):
+        name = "test-topup"
+
+        def decide(self, obs: Observation) -> list[Decision]:
+            return [] if obs.t > 0 else [TopUp(reason="test", on_demand=1)]
+
+    d = 900.0
+    p = place([(T0, 1.0)], T0 + 30 * H, cap=[(T0, 0.0), (T0 + H, 1.0)])
+    job = SweepJob(3 * H, 3 * H + d + 30, restart_s=d, coordinator_per_hour=0.2, iterations=1000)
+    r = WindowRun(job, [p], p, T0, Strategy("topup", "home", "on-demand", "spot", ()), [TopUpAtStart()], 600.0, T0 + 30 * H).run()
+    assert r.deadline_met and r.finish_s == pytest.approx(3.25 * H) and r.cost == pytest.approx(6.725)
+    assert (r.on_demand_s, r.spot_s, r.restart_spot_s) == pytest.approx((1.25 * H, 2.25 * H, d))
+    # The bound: the line between "wait, spot from 1 h to the deadline" (2.2583 - 0.25 = 2.0083 work-h for
+    # 2.2583 + 0.2 x 3.2583 = 2.91 $) and "on-demand from 0, spot replacing it make-before-break at 1 h" (3.0083
+    # work-h for 3.06 + 2.2583 + 0.6517 = 5.97 $, plus the on-demand node billed 900 s beside the spot one:
+    # 0.765 $): 2.91 + (3 - 2.0083) x 3.825 = 6.703125 $.  (Charged as a restart that loses 900 s of progress,
+    # at the price of progress lam, it was 10.467 $, above what the top-up pays.)
+    bound = restart_bound(job, [p], T0)
+    assert bound == pytest.approx(6.703125, rel=1e-4) and bound <= r.cost
+
+
 def _random_places(rng: np.random.Generator, n: int, span_h: float) -> list:
     out = []
     for i in range(n):

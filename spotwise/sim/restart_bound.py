@@ -17,8 +17,11 @@ at time ``t`` it holds ``s <= k(t)`` spot nodes (:meth:`~spotwise.sim.places.Pla
 while the spot price is not above on-demand) and ``o`` on-demand ones, ``s + o <= N``, billed per
 node; every node acquired spends ``d`` seconds starting -- billed, not computing -- while the
 others compute on; a node released (revoked, scaled in) costs the others nothing; the coordinator
-is billed from the start until the work is done.  For ``N = 1`` this is the changeover model of
-Can't Be Late: a stint in one mode, ``d`` lost at every (re)start.
+is billed from the start until the work is done.  On-demand nodes may also compute on beside spot
+nodes that start to replace them, and leave once those are ready (make-before-break: the sweep's
+:class:`~spotwise.policies.base.TopUp`), so the job may hold up to ``2 N`` nodes for ``d``.
+For ``N = 1`` this is the changeover model of Can't Be Late: a stint in one mode, ``d`` lost at
+every (re)start.
 
 The bound (Lagrangian relaxation; weak duality).  For a price ``lam >= 0`` on progress,
 ``g(lam) = min over relaxed schedules of [cost - lam * progress] + lam W`` is a lower bound on the
@@ -41,11 +44,15 @@ may pass through several modes at one instant, so the programme charges the chea
 ``O(n1) -> F(n2)``: ``c (phi(x) - phi(x - 1))`` with ``x = min(n1 + 1, N)`` for ``n2 <= n1 + 1``,
 else ``c (phi(n2) - phi(n1))``; ``F(n1) -> O(n2)``: free for ``n2 < n1``, else ``c (phi(n2) -
 phi(n1) + phi(n2 + 1) - phi(n2))`` (``phi(N) - phi(N - 1)`` for the last term at ``n2 = N``).
-Then the programme switches only at stretch boundaries (within a stretch the relaxed objective is
-linear in every switching time), one transition per boundary, each in ``O(N)`` per place with
-prefix and suffix minima over the counts, vectorised over a grid of ``lam``; ``g`` is concave in
-``lam`` (a minimum of affine functions) and :func:`restart_bound` maximises it on a grid refined
-around the best point.
+From ``O(N)`` the spot nodes may instead replace on-demand ones make-before-break, which loses no
+progress and bills at least one on-demand node ``d`` seconds beyond ``N``: ``O(N) -> F(n2)`` is
+charged ``min(c (phi(N) - phi(N - 1)), d u)`` with ``u`` a node's on-demand $ per second (the
+other transitions' charges the closure leaves as they were: a path through ``O(N)`` never beats
+them).  Then the programme switches only at stretch boundaries (within a stretch the relaxed
+objective is linear in every switching time), one transition per boundary, each in ``O(N)`` per
+place with prefix and suffix minima over the counts, vectorised over a grid of ``lam``; ``g`` is
+concave in ``lam`` (a minimum of affine functions) and :func:`restart_bound` maximises it on a grid
+refined around the best point.
 
 Why a real schedule ``S`` maps to a cheaper relaxed one.  First normalise ``S`` without raising
 its cost or lowering its progress: drop every node it holds for less than ``d`` (it never
@@ -61,26 +68,46 @@ still held (normalised), on top of the ``a`` nodes computing; by concavity their
 ``phi(h) - phi(a) <= rate(h) - rate(a)`` (``h >= m`` whenever a node starts, by the
 normalisation; below ``m``, ``rate`` is 0 and ``phi <= rate`` above it).  So the charges never
 exceed the credit ``S`` loses to its restarts.  Each transition charges the fewest new nodes
-*any* schedule in those modes needs, so it holds for every mix of spot and on-demand (a TopUp
-keeping on-demand nodes while spot returns included).
+*any* schedule in those modes needs, so it holds for every mix of spot and on-demand.
+
+Make-before-break.  While on-demand nodes compute on beside spot nodes that start to replace them,
+``S`` holds ``h`` nodes, up to ``2 N`` (normalised: spot nodes revoked before they are ready are
+dropped -- ``S`` computes as much without them -- so the replacement completes).  Map ``S`` to
+``F(min(h, N))`` from the moment the spot nodes are acquired, holding ``S``'s cheapest ``min(h, N)``
+nodes, the new spot ones among them: its bill is ``S``'s less that of the ``h - N`` dearest nodes,
+on-demand ones, ``u`` each per second.  From ``O(n1)``, ``n1 < N``, or ``F(n1)`` that is growth to
+``F(min(h, N))`` (none from ``F(N)``) -- charged as above, paid by the credit ``S`` forgoes while
+the new nodes start -- and a free scale-in when the on-demand nodes leave.  From ``O(N)`` ``S``
+computes on all ``N`` (no credit to forgo) and pays ``u`` for at least one node beyond ``N`` for
+the ``d`` seconds the spot nodes start: the charge ``min(c (phi(N) - phi(N - 1)), d u)``.  If the
+on-demand nodes left after ``l < d`` seconds instead, ``S`` would pay ``l u`` and forgo ``d - l``
+seconds of a node's credit: a mix of the two terms, never below their minimum.  (The converse --
+on-demand nodes starting while the spot nodes they replace compute on -- is not in the model: the
+sweep releases spot nodes before it replaces them, on a revocation or a switch of market.)
 
 A gang.  Nodes starting one after another cost a gang (``m = N``) the whole rate while any of them
 starts, so the charges above (``1/N`` of a restart per new node, to stay additive) are weak for it.
 On count traces a gang's bound is also the maximum of a second relaxation, :func:`_gang_dual`,
 whose modes are the compositions themselves -- ``s`` spot and ``N - s`` on-demand nodes at a place,
-``N + 1`` per place (normalised, a gang holds ``N`` nodes or none).  Entering a place charges ``c``;
-changing ``s`` at the boundary after a stretch of ``L`` seconds charges ``c min(1, L / d)``: the
-gang computes nothing in the union of the ``d``-second windows after its changes, which is at
-least ``d`` for the first and ``min(d, gap)`` more for each next one (a change inside a stretch
-moves, at no gain to ``S``, to the stretch's boundary or onto another change: the union is concave
-in its time).
+``N + 1`` per place (normalised, a gang holds ``N`` nodes or none, beside the on-demand nodes that
+spot ones replace make-before-break).  Entering a place charges ``c``; changing ``s`` at the
+boundary after a stretch of ``L`` seconds charges ``c min(1, L / d)``: the gang computes nothing in
+the union of the ``d``-second windows after its changes, which is at least ``d`` for the first and
+``min(d, gap)`` more for each next one (a change inside a stretch moves, at no gain to ``S``, to the
+stretch's boundary or onto another change: the union is concave in its time).  Raising ``s`` from
+``s1`` to ``s2`` make-before-break stalls nothing and bills ``s2 - s1`` on-demand nodes beyond
+``N`` for ``d`` (the composition ``s2`` from the moment the spot nodes are acquired): such a change
+charges ``min(c min(1, L / d), (s2 - s1) d u)`` (on-demand nodes leaving ``l < d`` early pay ``l``
+of it and stall ``min(d - l, gap)``: again at least the minimum).
 
 All or nothing.  Where no place's trace counts nodes (one node, 0/1 series, no capacity trace),
 ``S`` holds its ``N`` nodes or none, all spot or all on-demand, and the programme keeps that model:
 the counts ``{N}``, every spot <-> on-demand switch restarting all of them -- the bound as before
-issue 31.  (It does not cover a schedule that holds fewer than ``N`` nodes, or a mix of spot and
-on-demand ones, on such traces -- a TopUp of fewer than ``N``; in small cases it never went above
-the exact optimum on a grid of such schedules.)
+issue 31 -- except that spot may replace the ``N`` on-demand nodes make-before-break, billing all
+``N`` of them beyond ``N`` for ``d``: ``O -> F`` charges ``min(c rate(N), N d u)``.  (It does not
+cover a schedule that holds fewer than ``N`` nodes, or a mix of spot and on-demand ones, on such
+traces -- a TopUp of fewer than ``N``; in small cases it never went above the exact optimum on a
+grid of such schedules.)
 
 The coordinator is billed from the start until the job is done, idle stretches included, as the
 sweep bills it: a *done* mode (free, never left) ends the schedule; ending it before the work is
@@ -92,13 +119,10 @@ What the bound leaves out, each making it lower (so it stays a bound): billing m
 checkpoint egress on moves, and the difference between a rejoin, a start and a restart (it
 charges the smallest of the three for every entry); on count traces, a spot node replaced by an
 on-demand one while ``F`` keeps its count (the mode does not know how many of its nodes were
-spot).  It assumes a node that replaces another starts after the other leaves (``s + o <= N``):
-a schedule that keeps on-demand nodes computing while new spot ones start (make-before-break)
-pays the spot nodes' start instead of the lost progress and may come in under it by up to the
-transition's charge less ``d`` of the new spot nodes' price, per such replacement.  The sweep's tests
-check, window by window, that no strategy that meets the deadline pays less (a run past the
-deadline uses capacity outside the window, and the ``no-interruptions`` estimate ignores
-outages).
+spot); beyond the first, the on-demand nodes a make-before-break replacement from ``O(N)`` bills
+beyond ``N`` (the mode does not know how many it replaces).  The sweep's tests check, window by
+window, that no strategy that meets the deadline pays less (a run past the deadline uses capacity
+outside the window, and the ``no-interruptions`` estimate ignores outages).
 
 How loose it can be: the dual prices progress linearly, so it may sit below the cheapest schedule
 by up to about one restart per window -- e.g. a job that must move once to finish is bounded by
@@ -229,6 +253,11 @@ def _dual(lams: np.ndarray, win: _Window, d: float, work: float) -> np.ndarray:
     g_fo = (phi[n] + np.where(n < top, phi[up] - phi[n], phi[top] - phi[top - 1]))[:, None, None] * c[None]
     if win.whole:  # spot <-> on-demand replaces every node
         g_of, g_fo = g, 2.0 * g
+    # O(N) -> F: the spot nodes may start while the N on-demand ones compute on (make-before-break,
+    # a TopUp): no progress lost, the replaced on-demand nodes billed d beyond N -- one of them at
+    # least (N of them where spot gives all N or none)
+    mbb = d * win.on_demand / 3600.0 * (top if win.whole else 1)        # (place,)
+    g_of = np.concatenate([g_of[:-1], np.minimum(g_of[-1:], mbb[None, None, :])])
     first = lams * float(win.speeds.min()) * d * phi[n[0]]              # the cheapest start of all
     credit = win.work.T[:, None, :] * lams[None, :, None]               # (count, lam, place)
     cf = np.where(win.okf[:, :, None], win.cf, np.inf).transpose(1, 2, 0)[:, :, None, :]  # (stretch, count, 1, place)
@@ -285,7 +314,9 @@ def _gang_dual(lams: np.ndarray, win: _Window, d: float, work: float) -> np.ndar
     """``g(lam)`` of a gang (``min_nodes = N``) on count traces, its modes the compositions: ``s`` spot and
     ``N - s`` on-demand nodes at a place (module docstring, "A gang").  Any change of ``s`` stalls the
     gang while the new nodes start: at the boundary after a stretch of ``L`` seconds it is charged
-    ``lam d speed min(1, L / d)``, entering a place ``lam d speed``."""
+    ``lam d speed min(1, L / d)``, entering a place ``lam d speed``; raising ``s`` by ``j``, at most
+    ``j d`` of an on-demand node's price (make-before-break: the on-demand nodes compute on while the
+    spot nodes that replace them start)."""
     nodes = win.phi.size - 1
     s = np.arange(nodes + 1)
     cost = (s[None, None, :] * win.spot_price[:, :, None] + (nodes - s)[None, None, :] * win.on_demand[:, None, None]
@@ -295,7 +326,9 @@ def _gang_dual(lams: np.ndarray, win: _Window, d: float, work: float) -> np.ndar
     credit = (lams[:, None] * full[None, :])[:, :, None]                 # (lam, place, 1)
     c = credit * d                                                      # N nodes stalled for d
     first = lams * float(full.min()) * d
+    mbb = (d * win.on_demand / 3600.0)[None, :, None] * s                # (1, place, s): s on-demand nodes billed d
     v = np.full((lams.size, win.speeds.size, nodes + 1), np.inf)
+    up = np.empty_like(v)
     idle = np.zeros(lams.size)
     wait = np.full(lams.size, np.inf)
     done = np.full(lams.size, np.inf)
@@ -304,7 +337,11 @@ def _gang_dual(lams: np.ndarray, win: _Window, d: float, work: float) -> np.ndar
         best = np.minimum(held, idle)
         started = np.minimum(held, best + first)
         stall = 1.0 if k == 0 or d <= 0 else min(1.0, win.lengths[k - 1] / d)
-        v = np.minimum(np.minimum(v, v.min(axis=2, keepdims=True) + c * stall), best[:, None, None] + c)
+        # raising s from s1 to s2 make-before-break: s2 - s1 on-demand nodes billed d beyond N (s1 = s2: v)
+        np.subtract(v, mbb, out=up)
+        np.minimum.accumulate(up, axis=2, out=up)
+        up += mbb
+        v = np.minimum(np.minimum(np.minimum(v, v.min(axis=2, keepdims=True) + c * stall), up), best[:, None, None] + c)
         wait = np.minimum(wait, started)
         done = np.minimum(done, started)
         length = win.lengths[k]
