@@ -113,18 +113,23 @@ def test_top_up_fills_what_spot_does_not_give_and_yields_to_spot() -> None:
 
 def test_hybrid_top_up_meets_a_deadline_spot_alone_misses() -> None:
     # 1 of 4 nodes the whole time: spot alone runs at 1/4 and needs 8 h for 2 h of work (deadline 4 h).
-    # hybrid-topup: the slack 7200 - 0.75 t shrinks to the net (2 x 300 s + 600 s = 1200 s) at t = 8000 s;
-    # the policy hears it at the next decision, t = 8400 s (a tick every 600 s; slack 900 s), and 3
-    # on-demand nodes start (ready 300 s later), then full width.  It meets the deadline.
+    # hybrid-topup (Uniform Progress over node counts; ticks every 600 s, d = 300 s, ep(t) = t / 2,
+    # and 1 node's rate 1/4 is below the line's 1/2):
+    #   600: behind (150 < 300): top up, 3 on-demand nodes ready at 900 (done 225);
+    #   2400: done 1725 >= ep(3000) = 1500: release (hysteresis); then 1/4 again;
+    #   4800: done 2325 < 2400: top up (ready 5100, done 2400); 6000: done 3300 >= ep(6600): release;
+    #   7800: done 3750 < 3900: top up (ready 8100, done 3825); 9600: done 5325 >= ep(10200): release;
+    #   12000: done 5925, slack (14400 - 12000) - 1275 = 1125 s <= net 2 x 300 + 600: top up and keep
+    #   (ready 12300, done 6000); the last 1200 s at full width: finish 13500 s.
     p = count_place([(T0, 1)], T0 + 20 * H, 4)
     j = job(deadline_s=4 * H, restart_s=300.0, start_s=0.0)
     alone = run_window(j, [p], p, T0, SPOT)
     assert not alone.deadline_met
     hyb = run_window(j, [p], p, T0, Strategy("h", "home", "on-demand", "spot", ("hybrid-topup",)))
     assert hyb.deadline_met
-    # work: 8400 s at 1/4 = 2100 s; + 300 s warm-up at 1/4 = 75 s; left 7200 - 2175 = 5025 s at full width
-    assert hyb.finish_s == pytest.approx(8400 + 300 + 5025, abs=1.0)
-    assert hyb.finish_s <= 4 * H
+    assert hyb.finish_s == pytest.approx(13500.0, abs=1.0)
+    # on-demand node-seconds: 3 x (2400-600) + 3 x (6000-4800) + 3 x (9600-7800) + 3 x (13500-12000), in job-equivalents
+    assert hyb.on_demand_s == pytest.approx(3 * (1800 + 1200 + 1800 + 1500) / 4)
 
 
 def test_one_node_job_reads_a_count_trace_only_when_told() -> None:
@@ -159,12 +164,23 @@ def test_rates_follow_the_straggler_law() -> None:
     assert exp[-1] == 1.0
 
 
-def test_hybrid_policy_is_pure_and_tops_up_only_at_the_net() -> None:
+def test_hybrid_policy_rules() -> None:
     pol = HybridTopUp()
     base = dict(step=0, t=0.0, active=1, provisioned=4, max_workers=4, reference_workers=4, base_lr=1.0, lr=1.0, sync="full",
                 deadline_s=4 * H, target_iterations=7200, step_s=1.0, restart_s=300.0, next_decision_s=600.0, spot_nodes=1)
-    assert pol.decide(Observation(**base)) == []  # 2 h of slack
-    late = dict(base, t=2 * H - 1000.0)           # slack 1000 s < net 1200 s
+    assert pol.decide(Observation(**base)) == []  # on the line (0 = ep(0)), 2 h of slack
+    # rule 1: behind the line (100 s < ep(600) = 300 s) on 1 of 4 nodes (rate 1/4 < the line's 1/2): fill
+    (d,) = pol.decide(Observation(**dict(base, t=600.0, step=100)))
+    assert isinstance(d, TopUp) and d.on_demand == 4 and not d.keep
+    # ... but 3 of 4 nodes progress faster than the line (3/4 > 1/2): they catch up alone
+    assert pol.decide(Observation(**dict(base, t=600.0, step=100, spot_nodes=3))) == []
+    # rule 3: topped up and ahead of ep(t + 2d) = ep(1200) = 600: release, if the spot nodes can train alone
+    ahead = dict(base, t=600.0, step=700, on_demand_nodes=3)
+    (d,) = pol.decide(Observation(**ahead))
+    assert isinstance(d, TopUp) and d.on_demand == 0
+    assert pol.decide(Observation(**dict(ahead, spot_nodes=0))) == []
+    # rule 4: slack 1000 s < net 1200 s: top up and keep; once kept, nothing more
+    late = dict(base, t=2 * H - 1000.0)
     (d,) = pol.decide(Observation(**late))
     assert isinstance(d, TopUp) and d.on_demand == 4 and d.keep
     assert pol.decide(Observation(**dict(late, on_demand_nodes=3, on_demand_kept=True))) == []
@@ -241,3 +257,32 @@ def test_simulate_and_run_wait_below_min_workers(cli, tmp_path: Path) -> None:
         if mw == 4:
             assert any(e["kind"] == "idle" for e in events)
     assert steps_in_gap[4] == 0 and steps_in_gap[1] > 500
+
+
+def test_availability_guard_partial_rules() -> None:
+    from spotwise.policies.availability_guard import AvailabilityGuard
+    from spotwise.policies.base import Migrate, PlaceQuote
+
+    g = AvailabilityGuard()  # net 2 x 300 + 600 = 1200 s; on-demand threshold 1200 + 15 x 300 = 5700 s
+    here = PlaceQuote("z-1a", "p3.2xlarge", 0.9, 1.0, True, "z-1", 3600.0, 0.5, 2)
+    there = PlaceQuote("z-1b", "p3.2xlarge", 0.9, 1.0, True, "z-1", 7200.0, 0.9, 16)
+    base = dict(step=0, t=0.0, active=2, provisioned=16, max_workers=16, reference_workers=16, base_lr=1.0, lr=1.0, sync="full",
+                deadline_s=36 * H, target_iterations=24 * 3600, step_s=1.0, restart_s=300.0, next_decision_s=600.0,
+                spot_nodes=2, place=("z-1a", "p3.2xlarge"), places=(here, there))
+    # 2 of 16 nodes here (rate 1/8), 16 there: a gain of 7/8 >= 0.5 -- move (12 h of slack cover it)
+    (d,) = g.decide(Observation(**base))
+    assert isinstance(d, Migrate) and d.region == "z-1b"
+    # nowhere better: spot only while the slack is above the threshold
+    alone = dict(base, places=(here,))
+    assert g.decide(Observation(**alone)) == []
+    # slack 5000 s <= 5700 s: top up (spot replaces the on-demand nodes when it comes); 1000 s <= net: keep
+    thin = dict(alone, t=12 * H - 5000.0)
+    (d,) = g.decide(Observation(**thin))
+    assert isinstance(d, TopUp) and d.on_demand == 16 and not d.keep
+    (d,) = g.decide(Observation(**dict(alone, t=12 * H - 1000.0, on_demand_nodes=14)))
+    assert isinstance(d, TopUp) and d.keep
+    # topped up below the threshold and a zone with every node: leave the on-demand nodes, move
+    ds = g.decide(Observation(**dict(base, t=12 * H - 5000.0, on_demand_nodes=14)))
+    assert [type(x) for x in ds] == [TopUp, Migrate] and ds[0].on_demand == 0
+    # below the net, kept: no move (it would cost a restart the slack cannot pay)
+    assert g.decide(Observation(**dict(base, t=12 * H - 1000.0, on_demand_nodes=14, on_demand_kept=True))) == []

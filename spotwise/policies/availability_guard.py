@@ -98,7 +98,7 @@ class AvailabilityGuard(Policy):
         net = self.safety_restarts * d + obs.next_decision_s
         od_at = net + self.return_restarts * d
         if is_partial(obs):  # several nodes on partial capacity: on-demand nodes beside spot ones (issue 31)
-            return partial_decisions(obs, net, od_at, self.min_up_s)
+            return partial_decisions(obs, net, od_at, self.min_up_s, self.expected_unit_cost)
         if not any((q.zone, q.instance) != obs.place for q in obs.places):
             return self.uniform.decide(obs)  # nowhere to move: waiting only buys on-demand later (module docstring)
         slack = (obs.deadline_s - obs.t) - left

@@ -62,10 +62,11 @@ def check_availability_guard(safety_restarts: float, return_restarts: float, min
     check_price_migration(min_saving, checkpoint_gb, egress_per_gb, safety_restarts + 1.0)
 
 
-def check_hybrid_topup(safety_restarts: float) -> None:
-    """``hybrid-topup`` (issue 31): the safety net must leave at least one restart of slack."""
-    if not safety_restarts >= 1:
-        raise ValueError("hybrid-topup: safety_restarts must be >= 1 (the net must cover the on-demand nodes' start)")
+def check_hybrid_topup(hysteresis_restarts: float, safety_restarts: float) -> None:
+    """``hybrid-topup`` (issue 31): hysteresis >= 0 restarts; the safety net must leave at least one restart of slack."""
+    if not hysteresis_restarts >= 0 or not safety_restarts >= 1:
+        raise ValueError("hybrid-topup: hysteresis_restarts must be >= 0 and safety_restarts >= 1 "
+                         "(the net must cover the on-demand nodes' start)")
 
 
 def check_price_migration(min_saving: float, checkpoint_gb: float, egress_per_gb: float, slack_restarts: float) -> None:
@@ -149,7 +150,8 @@ SCHEMAS: dict[str, PolicySchema] = {s.name: s for s in (
     PolicySchema("availability-guard", "spotwise.policies.availability_guard:AvailabilityGuard",
                  {"safety_restarts": 2.0, "return_restarts": 15.0, "min_up_s": 600.0, "min_saving": 0.05,
                   "checkpoint_gb": 0.1, "egress_per_gb": 0.09}, check_availability_guard, spot_only=True),
-    PolicySchema("hybrid-topup", "spotwise.policies.topup:HybridTopUp", {"safety_restarts": 2.0}, check_hybrid_topup,
+    PolicySchema("hybrid-topup", "spotwise.policies.topup:HybridTopUp", {"hysteresis_restarts": 2.0, "safety_restarts": 2.0},
+                 check_hybrid_topup,
                  spot_only=True),
     PolicySchema("scale-in", "spotwise.policies.scale_in:ScaleIn",
                  {"threshold": 0.05, "delta_s": 10.0, "interval_s": 20.0, "min_workers": 1, "knee_slope": 0.1,

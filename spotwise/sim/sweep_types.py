@@ -145,9 +145,9 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
     Strategy("spotwise-avail", "cheapest", "on-demand", "spot", ("availability-guard",),
              "cheapest place at the start, then by the slack: move to the steadiest place with capacity, wait while "
              "the slack allows, on-demand only near the safety net and back to spot when it returns (issue 23)"),
-    Strategy("hybrid", "cheapest", "on-demand", "spot", ("hybrid-topup",),
-             "cheapest place at the start; train on the k spot nodes it gives while the slack allows, then add on-demand "
-             "nodes for the rest at the safety net (issue 31)"),
+    Strategy("hybrid", "home", "on-demand", "spot", ("hybrid-topup",),
+             "the home place, Uniform Progress over node counts: train on the k spot nodes it gives, add on-demand nodes "
+             "for the rest while behind the uniform progress line and at the safety net (issue 31)"),
 )}
 DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise", "spotwise-avail")
 
