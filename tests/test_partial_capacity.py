@@ -286,3 +286,28 @@ def test_availability_guard_partial_rules() -> None:
     assert [type(x) for x in ds] == [TopUp, Migrate] and ds[0].on_demand == 0
     # below the net, kept: no move (it would cost a restart the slack cannot pay)
     assert g.decide(Observation(**dict(base, t=12 * H - 1000.0, on_demand_nodes=14, on_demand_kept=True))) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder,n", [("availability/16-node/aws-08-27-2023", 16), ("preemption/4-node/aws-08-03-2023", 4)])
+def test_no_strategy_below_the_lower_bound_on_skypilot_multi_node_sets(folder: str, n: int) -> None:
+    from spotwise.market.traces import load_traces
+    from spotwise.sim.places import build_places
+    from spotwise.sim.sweep import STRATEGIES, parse_strategies, sweep, window_starts
+
+    path = TRACES / folder
+    if not path.is_dir():
+        pytest.skip(f"SkyPilot traces not found at {path}")
+    places, _ = build_places(load_traces([str(path)]), Catalog.default(), "resnet50", "p3.2xlarge", ["p3.2xlarge"],
+                             spot_price=0.918)
+    strategies = parse_strategies([s for s in STRATEGIES if s != "no-interruptions"])  # that one ignores outages
+    for mw in (1, n):
+        j = SweepJob(24 * H, 36 * H, workers=n, min_workers=mw, restart_s=300.0, coordinator_per_hour=0.085, history_s=86400.0)
+        starts = window_starts(places, j, 36 * H, warmup_s=86400.0)
+        res = sweep(j, places, [p.key for p in places], strategies, starts, hindsight=True)
+        assert res.rows
+        for r in res.rows:
+            assert r.free_cost is not None and r.restart_bound is not None and r.hindsight_cost is not None
+            assert r.free_cost <= r.restart_bound + 1e-6 <= r.hindsight_cost + 2e-6
+            if r.deadline_met:
+                assert r.cost >= r.restart_bound - 1e-6, (mw, r.strategy, r.start, r.cost, r.restart_bound)
