@@ -20,16 +20,20 @@ the :class:`~spotwise.market.billing.Ledger` and billing policy (per-second, 60 
 coordinator billed on-demand for the whole run), and the trace loaders.
 ``benchmarks/trace_sweep.py`` checks its time and cost against the step-by-step simulator.
 
-Model (one job = ``workers`` instances moving together; Can't Be Late's single-job model):
+Model (:mod:`spotwise.sim.window`, the executor of one window; issue 31): the job is ``workers``
+nodes of data-parallel training at one place at a time (Can't Be Late's single-job model, with
+node counts):
 
-* at a spot place the job runs while the place has capacity (:meth:`Place.has_capacity`); a loss
-  of capacity revokes every worker (they share the price and the zone); committed progress is
-  kept (the coordinator holds it: spotwise survives revocations in place), so a revocation costs
-  the restart ``d`` when capacity returns, not lost work;
-* every (re)start costs seconds billed at the new capacity's price with no progress:
-  ``restart_s`` for a switch of market or a move (a move across regions also ships the
-  checkpoint: egress), ``start_s`` for the first start and ``rejoin_s`` for a return of capacity
-  at the same place (both default to ``restart_s``);
+* at a spot place the job holds the spot nodes the place gives (:meth:`Place.nodes_at`:
+  ``min(count, N)`` on a count trace, all or none on a 0/1 trace) and trains on them when there
+  are at least ``min_workers``, at ``rate(k)`` of its full width; committed progress is kept (the
+  coordinator holds it: spotwise survives revocations in place), so a revocation costs the
+  restart ``d`` of the nodes that come back, not lost work;
+* on-demand nodes may fill what spot does not give (:class:`~spotwise.policies.base.TopUp`);
+* every node acquired costs seconds billed at its price with no progress: ``restart_s`` after a
+  switch of market or a move (a move across regions also ships the checkpoint: egress),
+  ``start_s`` for the first start and ``rejoin_s`` for a node joining at the same place (both
+  default to ``restart_s``);
 * on-demand capacity is always there, at the catalog's on-demand price.
 
 Hold-out: a strategy decides only from what is known at the time -- the prices in force, and for
