@@ -311,3 +311,12 @@ def test_no_strategy_below_the_lower_bound_on_skypilot_multi_node_sets(folder: s
             assert r.free_cost <= r.restart_bound + 1e-6 <= r.hindsight_cost + 2e-6
             if r.deadline_met:
                 assert r.cost >= r.restart_bound - 1e-6, (mw, r.strategy, r.start, r.cost, r.restart_bound)
+
+
+def test_a_pool_on_a_count_trace_needs_all_its_workers() -> None:
+    from spotwise.sim.pool_sweep import PoolPlace, _up
+
+    p = count_place([(T0, 3), (T0 + H, 4)], T0 + 20 * H, 16)
+    pool = PoolPlace("a", p, 4, 1.0, OD)
+    assert not _up(pool, T0) and _up(pool, T0 + H)  # 3 of the pool's 4 nodes is not the pool
+    assert _up(PoolPlace("b", p, 2, 1.0, OD), T0)

@@ -8,7 +8,7 @@ exact for piecewise-constant markets: between two changes of any pool's price or
 decision tick) the fleet's rate is constant, so progress advances in closed form.
 
 Model: pool ``j`` has ``n_j`` workers of speed ``s_j`` (catalog throughput for the workload
-family); while its place has capacity at its bid, its workers compute at ``n_j * s_j`` (work
+family); while its place has capacity at its bid (on a count trace: at least ``n_j`` nodes), its workers compute at ``n_j * s_j`` (work
 units per second) and are billed at the spot price; when capacity returns they restart (``--restart``,
 billed, no progress); committed progress is never lost (the parameter server keeps it).  The job
 is ``W`` work units: the spec's iterations at the expected round time of the whole fleet at full
@@ -64,7 +64,9 @@ class PoolPlace:
 
 
 def _up(pool: PoolPlace, t: float) -> bool:
-    return pool.place.has_capacity(t, pool.bid)
+    """Whether the pool's place can hold the whole pool: on a count trace (SkyPilot's k-node folders) at
+    least ``workers`` nodes (a pool is a gang of its workers here, never "any node free"; issue 31)."""
+    return pool.place.has_capacity(t, pool.bid, need=pool.workers)
 
 
 def run_pool_window(job: SweepJob, pools: Sequence[PoolPlace], start: float, strategy: str, *,
