@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from test_sweep import OD, T0, H, SPOT_NO_GUARD, _outage_place, place
 
-from spotwise.market.series import StepSeries
 from spotwise.policies.availability_guard import AvailabilityGuard
 from spotwise.policies.base import Decision, Observation, Policy
 from spotwise.sim.sweep import STRATEGIES, SweepJob, run_window
