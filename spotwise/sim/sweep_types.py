@@ -343,6 +343,7 @@ class SweepResult:
             "windows": len(self.starts), "places": self.places, "first_start": iso8601(self.starts[0]) if self.starts else None,
             "last_start": iso8601(self.starts[-1]) if self.starts else None,
             "job": {"work_h": self.job.work_s / 3600, "deadline_h": self.job.deadline_s / 3600, "workers": self.job.workers,
+                    "min_workers": self.job.min_nodes, "rates": list(self.job.rates) if self.job.rates else None,
                     "restart_s": self.job.restart_s, "coordinator_per_hour": self.job.coordinator_per_hour},
             "oracle_mean_cost": float(np.mean([o.cost for o in self.oracle])) if self.oracle else None,
             "free_move_mean_cost": float(np.mean([o.cost for o in self.free])) if self.free else None,
