@@ -106,8 +106,13 @@ class Place:
         return np.where(v >= 1, int(workers), 0)
 
     def nodes(self, t: float, workers: int) -> int:
-        """:meth:`nodes_at` at one time."""
-        return int(self.nodes_at(t, workers)[0])
+        """:meth:`nodes_at` at one time (the scalar path the sweep takes at every event)."""
+        if self.capacity is None:
+            return int(workers)
+        v = math.floor(float(self.capacity.value_at(float(t))) + 1e-9)
+        if self.counts_nodes:
+            return min(int(v), int(workers))
+        return int(workers) if v >= 1 else 0
 
     def has_capacity(self, t: float, bid: float, price: float | None = None, need: int = 1) -> bool:
         """Spot capacity at ``t`` for a job bidding ``bid`` $/h (``price``: the spot price at ``t`` if
