@@ -250,7 +250,7 @@ def main() -> None:
     payload["wall_s"] = time.perf_counter() - t0
     print(f"({payload['wall_s']:.0f} s)")
     if not args.quick:  # a smoke run never overwrites the recorded results
-        print(f"result: {write_result('availability_sweep', payload)}")
+        print(f"result: {write_result('availability_sweep_partial' if args.partial_only else 'availability_sweep', payload)}")
 
 
 if __name__ == "__main__":

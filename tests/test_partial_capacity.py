@@ -320,3 +320,18 @@ def test_a_pool_on_a_count_trace_needs_all_its_workers() -> None:
     pool = PoolPlace("a", p, 4, 1.0, OD)
     assert not _up(pool, T0) and _up(pool, T0 + H)  # 3 of the pool's 4 nodes is not the pool
     assert _up(PoolPlace("b", p, 2, 1.0, OD), T0)
+
+
+def test_uniform_progress_nets_a_job_running_on_part_of_its_nodes() -> None:
+    from spotwise.policies.base import SwitchMarket
+    from spotwise.policies.deadline_guard import UniformProgress
+
+    up = UniformProgress()  # net 2 x 300 + 600 = 1200 s
+    base = dict(step=0, t=2 * H - 1000.0, active=2, provisioned=16, max_workers=16, reference_workers=16, base_lr=1.0, lr=1.0,
+                sync="full", deadline_s=4 * H, target_iterations=7200, step_s=1.0, restart_s=300.0, next_decision_s=600.0,
+                spot_nodes=2)
+    # 2 of 16 nodes "running" with 1000 s of slack: the slack shrinks as if idle -- on-demand (rule 4)
+    (d,) = up.decide(Observation(**base))
+    assert isinstance(d, SwitchMarket) and d.market == "on-demand"
+    assert up.decide(Observation(**dict(base, active=16, spot_nodes=16))) == []  # full width: exploitation
+    assert up.decide(Observation(**dict(base, spot_nodes=None))) == []  # an executor without node counts: as before

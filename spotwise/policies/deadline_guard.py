@@ -89,6 +89,11 @@ class UniformProgress(Policy):
                                      market="spot")]
             return []
         if obs.active > 0:
+            if obs.spot_nodes is not None and obs.rate(obs.active) < 1.0 and slack < net:
+                # issue 31: on k of N nodes (a count trace) the job progresses at rate(k) < 1 and the slack shrinks
+                # while it "runs": the net applies as if it were idle (rule 4 over node counts)
+                return [SwitchMarket(reason=f"on {obs.active} of {obs.max_workers} nodes with {slack:.0f} s of slack, below "
+                                            f"{net:.0f} s: on-demand until the end (safety net, rule 4)", market="on-demand")]
             return []  # exploitation: stay on spot while it lasts
         if obs.warming > 0 and obs.spot_available:
             # restarting on spot (billed, not yet computing): not idle, so not the idle net with its decision
