@@ -7,15 +7,18 @@ nodes a zone gives (``k >= min_workers``), at ``rate(k)`` of its full width
 on-demand *nodes* beside the spot ones (:class:`~spotwise.policies.base.TopUp`) give it without
 a switch of market (no restart of the spot nodes, no way back to pay):
 
+* **a zone that gives many more nodes**: move there when its progress is at least ``move_gain``
+  of the job's width above this zone's (``rate`` of the nodes each gives; among equals the lowest
+  expected cost per unit of progress, the guard's measure of how long a zone keeps its capacity;
+  a zone up for less than ``min_up_s`` only when this one gives nothing), while the slack covers
+  the move's restart above the net -- also when topped up, leaving the on-demand nodes behind:
+  the other zone's spot nodes replace them.  ``move_gain = 0.5`` measured best on the SkyPilot
+  16-node set among 0.25 / 0.5 / 0.75 / 0.95 (1.5x deadline: 1.120 / 1.083 / 1.085 / 1.091x the
+  hindsight schedule, before the two refinements that took it to 1.032x: the ranking among
+  equals and the move while topped up); with no such move at all the guard never leaves a zone
+  that gives one node (1.496x);
 * slack above ``od_at`` (the guard's on-demand threshold: the net plus ``return_restarts``
-  restarts): spot only.  When the zone gives few nodes and another zone gives many more
-  (``rate`` at least ``move_gain`` higher, capacity there up for ``min_up_s``), move there --
-  the move costs one restart of the job, the gain is the difference in progress for as long as
-  the other zone keeps its nodes.  ``move_gain = 0.5`` (a zone that gives at most about half the
-  job's width, left for one that gives all of it) measured best on the SkyPilot 16-node set
-  among 0.25 / 0.5 / 0.75 / 0.95 (1.5x deadline: 1.120 / 1.083 / 1.085 / 1.091x the hindsight
-  schedule); with no such move at all the guard never leaves a zone that gives one node
-  (1.496x);
+  restarts): spot only;
 * slack at or below ``od_at``: top up with on-demand nodes that spot nodes replace when they come
   (make-before-break: a replacement costs the spot node's start, billed, and no progress);
 * slack at or below the net: top up and *keep* the on-demand nodes, so a spot node revoked after
