@@ -50,6 +50,18 @@ class PlaceQuote:
         return self.price / self.speed
 
 
+def node_rate(nodes: int, workers: int, min_workers: int, rates: tuple[float, ...] | None) -> float:
+    """Progress of ``nodes`` of a job's ``workers`` nodes relative to all of them (issue 31): 0 below
+    ``min_workers`` (the job waits), ``rates[nodes - 1]`` (or ``nodes / workers``) up to ``workers``,
+    never more than full width beyond.  The one rule the sweep's job and the policies' observation share."""
+    n = min(int(nodes), int(workers))
+    if n < min_workers or n <= 0:
+        return 0.0
+    if rates is not None and len(rates) == workers:
+        return float(rates[n - 1])
+    return n / workers
+
+
 @dataclass(frozen=True)
 class Observation:
     """What an executor knows when a step has been committed (or when membership changed).
@@ -140,12 +152,7 @@ class Observation:
 
     def rate(self, nodes: int) -> float:
         """Progress of ``nodes`` nodes relative to ``max_workers`` (0 below ``min_workers``)."""
-        n = min(int(nodes), self.max_workers)
-        if n < self.min_workers or n <= 0:
-            return 0.0
-        if len(self.node_rates) == self.max_workers:
-            return float(self.node_rates[n - 1])
-        return n / self.max_workers
+        return node_rate(nodes, self.max_workers, self.min_workers, self.node_rates or None)
 
     @property
     def time_left_s(self) -> float | None:

@@ -33,14 +33,19 @@ from spotwise.sim.sweep import (MAX_RUNS, SweepJob, SweepResult, check_sweep_siz
 from spotwise.theory.runtime import MiniBatchTimeLaw
 
 
+def _time_law(spec: JobSpec, catalog: Any) -> MiniBatchTimeLaw:
+    """The mini-batch time law of one of the spec's workers: the catalog's step time on its type, its straggler."""
+    inst = catalog.instance(spec.cluster.instance_type, cloud=spec.cluster.cloud)
+    return MiniBatchTimeLaw(float(spec.workload.step_time_s) / catalog.throughput(inst, spec.workload.family),
+                            float(spec.cluster.straggler))
+
+
 def job_work_s(spec: JobSpec, catalog: Any) -> float:
     """Compute seconds of ``spec``'s job on its own cluster (iterations x expected step time)."""
     if spec.target.iterations is None:
         raise InputError("a trace sweep needs the job's size: target.iterations (or --work-hours)",
                          "set target.iterations, or pass --work-hours H", "target.iterations")
-    inst = catalog.instance(spec.cluster.instance_type, cloud=spec.cluster.cloud)
-    mean = float(spec.workload.step_time_s) / catalog.throughput(inst, spec.workload.family)
-    law = MiniBatchTimeLaw(mean, float(spec.cluster.straggler))
+    law = _time_law(spec, catalog)
     sync = make_sync(spec.cluster.sync, spec.cluster.sync_n)
     return spec.target.iterations * sync.expected_round_s(law, spec.cluster.workers, float(spec.cluster.sync_overhead_s))
 
@@ -101,8 +106,7 @@ def spec_rates(spec: JobSpec, catalog: Any) -> tuple[float, ...] | None:
     n = int(spec.cluster.workers)
     if n <= 1 or spec.cluster.sync not in ("full", "ssgd", "n-sync", "n-batch", "async"):
         return None
-    inst = catalog.instance(spec.cluster.instance_type, cloud=spec.cluster.cloud)
-    law = MiniBatchTimeLaw(float(spec.workload.step_time_s) / catalog.throughput(inst, spec.workload.family), float(spec.cluster.straggler))
+    law = _time_law(spec, catalog)
     sync_n = spec.cluster.sync_n
     if spec.cluster.sync == "n-sync" and sync_n is not None:
         sync_n = min(sync_n, n)

@@ -15,6 +15,7 @@ import numpy as np
 from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.series import iso8601
+from spotwise.policies.base import node_rate
 
 StartRule = Literal["home", "cheapest"]
 #: "none": no bid limit and no revocation at all (also not by an availability trace)
@@ -96,10 +97,7 @@ class SweepJob:
         """Progress per second on ``nodes`` nodes relative to ``workers`` nodes: 0 below ``min_nodes``
         (the job waits), ``rates[nodes - 1]`` (or ``nodes / workers``) up to ``workers``, and no more
         than 1.0 beyond (the job has ``workers`` data-parallel shards)."""
-        n = min(int(nodes), self.workers)
-        if n < self.min_nodes or n <= 0:
-            return 0.0
-        return self.rates[n - 1] if self.rates is not None else n / self.workers
+        return node_rate(nodes, self.workers, self.min_nodes, self.rates)
 
 
 @dataclass(frozen=True)
