@@ -57,7 +57,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # the executor moved the workers: spot <-> on-demand, or to another instance type / place
     "market_switch": ("from", "to"),
     "migrate": ("from", "to"),
-    # serverless: a worker function invoked / ended (lease, left, error, lost, merged); the store
+    # serverless: a worker function invoked / ended (lease, left, error, lost, leaving, merged); the store
     "function": ("worker", "status"),
     "store": ("status",),
     # collective data plane: a new generation of the all-reduce group; a roll-back after every

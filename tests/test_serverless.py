@@ -248,7 +248,13 @@ def test_scale_in_policy_removes_workers_and_merges_their_replicas(redis_server,
     ev = read_events(tmp_path / "sc" / "events.jsonl")
     resizes = [e for e in ev if e["kind"] == "decision" and e["decision"].startswith("Resize(") and e["acted"]]
     merged = [e for e in ev if e["kind"] == "function" and e["status"] == "merged"]
-    assert resizes and len(merged) == len(resizes)
+    leaving = [e for e in ev if e["kind"] == "function" and e["status"] == "leaving"]
+    assert resizes and len(leaving) == len(resizes)
+    # a leave is scheduled one step past the furthest worker's clock (up to MAX_LEAD ahead of the
+    # supervisor): every one the job reached is merged, exactly once; one past the end never is
+    reached = [e for e in leaving if e["at"] <= s.steps]
+    assert reached and sorted(e["worker"] for e in merged) == sorted(e["worker"] for e in reached)
+    assert all(m["step"] == e["at"] for m in merged for e in reached if e["worker"] == m["worker"])
     assert s.extra["workers_at_end"] < 3
     steps = [e for e in ev if e["kind"] == "step"]
     assert steps[-1]["active"] < steps[0]["active"]

@@ -271,6 +271,8 @@ class ServerlessPlane:
         L = self.store.leave(list(self.schedule.join), leaving)
         for q in leaving:
             self.schedule.leave[q] = L
+            # merged when the job commits step L; a job that ends first never removes it
+            self.job.log.emit("function", worker=q, status="leaving", at=L, step=self.job.step)
 
     def ready_for_checkpoint(self, why: str) -> bool:
         return True  # the reference replica is the controller's parameters at every merged step
