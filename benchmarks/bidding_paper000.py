@@ -15,7 +15,7 @@ real SGD, virtual time, the bid revocation model) with the same seed:
 * ``two-bids-paper-eps`` (extra): the planner sets ``eps`` to the Thm 1 bound after J iterations
   with *all* n workers, so ``Q(eps) = 1/n`` and Thm 4 degenerates to the uniform bid.  The paper
   picks eps with ``Q(eps)`` strictly inside ``[1/n, 1/n_h]``; this variant takes the midpoint
-  ``E[1/y] = (1/n + 1/n_h)/2`` and calls :func:`spotwise.planner.bidding.optimal_two_bids` directly;
+  ``E[1/y] = (1/n + 1/n_h)/2`` and calls :func:`spotwise.planner.bids.optimal_two_bids` directly;
 * ``dynamic``: the paper's protocol (Sec. VI-A: 4000 of 5000 iterations with half the workers,
   then all, re-bid for the remaining iterations and deadline) with the *same* J: n/2 workers bid
   Thm 3's bid for 0.8 J iterations within the planner's share of the deadline, then the
@@ -82,7 +82,7 @@ def base_dict(kind: str, seed: int, iterations: int, interval: float, eval_every
 def strategies(kind: str, seed: int, args) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The plan and the run configurations (spec dicts) of every strategy."""
     from spotwise.planner import plan as P
-    from spotwise.planner.bidding import optimal_two_bids
+    from spotwise.planner.bids import optimal_two_bids
     from spotwise.theory.bounds import error_bound
 
     d = base_dict(kind, seed, args.iterations, args.interval, args.eval_every)

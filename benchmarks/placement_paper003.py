@@ -2,7 +2,7 @@
 
 For each model (ResNet-50, Transformer) a single-GPU job of ``--work`` V100-hours (default 96 =
 the paper's "4 V100-days") is placed with every strategy of
-:mod:`spotwise.planner.placement` -- ``cheapest_v100`` (baseline: cheapest 1xV100 zone of AWS
+:mod:`spotwise.planner.placement.over_time` -- ``cheapest_v100`` (baseline: cheapest 1xV100 zone of AWS
 us-east-1 at the start), ``gpu_type``, ``multi_gpu`` (both AWS us-east-1), ``multi_cloud`` (AWS,
 all 9 regions, and Azure, chosen at the start) and ``dynamic`` (re-decided hourly, moves only
 when the saving over the remaining work beats the move cost) -- plus ``dynamic`` re-decided
@@ -17,7 +17,7 @@ Moves cost ``--restart-s`` seconds at the new instance's price plus the checkpoi
 and 0.408 GB for the Transformer (paper 003 Table 2; BERT-Base stands in for the Transformer).
 
 Throughputs are paper 003 Table 1 (relative to a K80); a job on an n-GPU instance is "packed"
-(pays 1/n of the price, one GPU's speed), see spotwise/planner/placement.py.
+(pays 1/n of the price, one GPU's speed), see spotwise/planner/placement/over_time.py.
 
     .venv/bin/python benchmarks/placement_paper003.py
 """
@@ -39,7 +39,7 @@ from spotwise.errors import InfeasibleError  # noqa: E402
 from spotwise.market.catalog import Catalog  # noqa: E402
 from spotwise.market.series import iso8601  # noqa: E402
 from spotwise.market.traces import load_traces  # noqa: E402
-from spotwise.planner.placement import STRATEGIES, MoveCost, PlacementJob, build_options, plan_placement  # noqa: E402
+from spotwise.planner.placement.over_time import STRATEGIES, MoveCost, PlacementJob, build_options, plan_placement  # noqa: E402
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "training-on-a-dime" / "logs"
 MODELS = {"resnet50": ("ResNet-50", 0.098), "transformer": ("Transformer", 0.408)}

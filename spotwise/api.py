@@ -28,7 +28,7 @@ from spotwise.errors import InputError
 if TYPE_CHECKING:  # types only: each function imports what it runs
     from spotwise.config import JobSpec
     from spotwise.events import RunSummary
-    from spotwise.planner.plan_types import Plan
+    from spotwise.planner.plan.records import Plan
     from spotwise.reports.compare import Report
     from spotwise.sim.sweep_types import SweepResult
 

@@ -29,6 +29,7 @@ from spotwise.policies.schema import validate_policies
 from spotwise.spec_checks import MAX_SEED, _non_negative, _positive, _seed  # noqa: F401  (re-exported)
 from spotwise.spec_market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
 from spotwise.spec_pools import Balance, check_pool_markets, check_pools
+from spotwise.spec_hardware import resolve_hardware
 from spotwise.specload import Duration, build, to_plain
 from spotwise.training.recipe import BUILTIN_RECIPES, LoaderSpec, OptimizerSpec, Precision, ScheduleSpec
 
@@ -474,8 +475,6 @@ class JobSpec:
 def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> JobSpec:
     """Build a :class:`JobSpec` from parsed YAML/JSON; errors name ``source`` and the field.  ``resolve``:
     also turn ``cluster.accelerators`` / ``target.hours`` into the concrete fields (:mod:`spotwise.spec_hardware`)."""
-    from spotwise.spec_hardware import resolve_hardware
-
     check_bounds(data, source, "the spec")  # a dict from the Python API or spec.json: no nesting bombs
     if isinstance(data, dict) and "output" in data:  # ``output:`` is another name of ``outputs:``
         if "outputs" in data:
@@ -512,8 +511,6 @@ def load_spec(path: str | Path) -> JobSpec:
         raise InputError("the spec must be a YAML mapping", "start from examples/demo.yaml", str(p))
     spec = spec_from_dict(data, str(p), resolve=False)
     _resolve_paths(spec, p.parent)
-    from spotwise.spec_hardware import resolve_hardware
-
     try:
         resolve_hardware(spec)  # after the paths: a market.catalog file is relative to the spec
     except InputError as e:

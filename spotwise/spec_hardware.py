@@ -15,6 +15,9 @@ one job):
   and the synchronisation mode, plus the sync overhead).  With ``target.iterations`` also given, the
   step time is derived instead (``workload.step_time_s``); with both and a ``step_time_s`` that
   disagrees by more than 1 %, exit 2.
+
+The spec (:mod:`spotwise.config`) calls :func:`resolve_hardware` while it loads, so this module
+reads and fills a spec through :class:`HardwareSpec` -- the fields it needs -- and never imports it.
 """
 
 from __future__ import annotations
@@ -22,14 +25,72 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from spotwise.errors import InputError
+from spotwise.market.catalog import Catalog
+from spotwise.market.catalog_records import InstanceType
+from spotwise.specload import Duration
 
-if TYPE_CHECKING:
-    from spotwise.config import JobSpec
-    from spotwise.market.catalog import Catalog
-    from spotwise.market.catalog_records import InstanceType
+
+class _Cluster(Protocol):
+    """What this module reads of ``cluster`` (:class:`spotwise.config.ClusterSpec`); it fills in the
+    two attributes."""
+
+    instance_type: str
+    cloud: Any  # config's ``Cloud`` literal, or None
+
+    @property
+    def accelerators(self) -> str | None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def pools(self) -> object: ...
+    @property
+    def region(self) -> str | None: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def straggler(self) -> float: ...
+    @property
+    def sync(self) -> str: ...
+    @property
+    def sync_n(self) -> int | None: ...
+    @property
+    def sync_overhead_s(self) -> float: ...
+
+
+class _Target(Protocol):
+    iterations: int | None
+
+    @property
+    def hours(self) -> float | None: ...
+
+
+class _Workload(Protocol):
+    step_time_s: Duration
+
+    @property
+    def family(self) -> str: ...
+
+
+class _Market(Protocol):
+    @property
+    def catalog(self) -> Sequence[str]: ...
+
+
+class HardwareSpec(Protocol):
+    """The parts of a job spec (a :class:`spotwise.config.JobSpec`) this module reads and fills in."""
+
+    @property
+    def cluster(self) -> _Cluster: ...
+    @property
+    def target(self) -> _Target: ...
+    @property
+    def workload(self) -> _Workload: ...
+    @property
+    def market(self) -> _Market: ...
 
 
 def parse_accelerators(text: str) -> tuple[str, int]:
@@ -61,7 +122,7 @@ def cloud_of_region(region: str | None) -> str | None:
     return next((cloud for cloud, pat in _REGION_PATTERNS if pat.match(region.strip().lower())), None)
 
 
-def pick_instance(catalog: "Catalog", accelerators: str, cloud: str | None = None, region: str | None = None) -> "InstanceType":
+def pick_instance(catalog: Catalog, accelerators: str, cloud: str | None = None, region: str | None = None) -> InstanceType:
     """The cheapest on-demand instance type with exactly these accelerators (module docstring)."""
     name, count = parse_accelerators(accelerators)
     every = {it.accelerator for it in catalog.instances() if it.accelerator}
@@ -85,7 +146,7 @@ def pick_instance(catalog: "Catalog", accelerators: str, cloud: str | None = Non
     return min(exact, key=lambda it: (float(it.on_demand_per_hour or 0.0), it.cloud, it.name))
 
 
-def expected_step_s(spec: "JobSpec", catalog: "Catalog", step_time_s: float | None = None) -> float:
+def expected_step_s(spec: HardwareSpec, catalog: Catalog, step_time_s: float | None = None) -> float:
     """The expected round time of ``spec``'s cluster (the sweep's :func:`spotwise.sim.sweep_spec.job_work_s` per step)."""
     from spotwise.control.sync import make_sync
     from spotwise.theory.runtime import MiniBatchTimeLaw
@@ -97,7 +158,7 @@ def expected_step_s(spec: "JobSpec", catalog: "Catalog", step_time_s: float | No
     return float(make_sync(c.sync, c.sync_n).expected_round_s(law, int(c.workers), float(c.sync_overhead_s)))
 
 
-def resolve_hardware(spec: "JobSpec", catalog: "Catalog | None" = None) -> None:
+def resolve_hardware(spec: HardwareSpec, catalog: Catalog | None = None) -> None:
     """Fill ``cluster.instance_type`` from ``cluster.accelerators`` and ``target.iterations`` (or
     ``workload.step_time_s``) from ``target.hours``, in place (module docstring).  A no-op for specs
     that use neither field, so it never loads a catalog they do not need."""
@@ -108,8 +169,6 @@ def resolve_hardware(spec: "JobSpec", catalog: "Catalog | None" = None) -> None:
         raise InputError("cluster.accelerators and target.hours describe one VM type", "give instance types per pool "
                          "and target.iterations for pools or serverless jobs", "cluster.accelerators")
     if catalog is None:
-        from spotwise.market.catalog import Catalog
-
         catalog = Catalog.default()
         for path in spec.market.catalog:
             catalog = catalog.extend(path)
@@ -126,7 +185,7 @@ def resolve_hardware(spec: "JobSpec", catalog: "Catalog | None" = None) -> None:
         else:
             c.instance_type = picked.name
             if c.cloud is None:
-                c.cloud = picked.cloud  # type: ignore[assignment]
+                c.cloud = picked.cloud
     if t.hours is not None:
         if not c.instance_type:
             raise InputError("target.hours needs the hardware it is measured on",

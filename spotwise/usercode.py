@@ -1,15 +1,18 @@
 """The traceback of user code (a ``module:function`` workload, a ``module:Class`` policy), without
-spotwise's own leading frames: what the CLI prints above the one-line exit-2 message."""
+spotwise's own leading frames: what the CLI prints above the one-line exit-2 message.
+
+Also the checks on code references (refused modules, and whether a resumed run may import the code
+its recorded spec names).  The spec (:mod:`spotwise.config`) validates its references here, so this
+module reads a spec through :class:`NamesCode` -- the fields it needs -- and never imports it.
+"""
 
 from __future__ import annotations
 
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from spotwise.config import JobSpec
+from typing import Protocol
 
 _SPOTWISE_DIR = str(Path(__file__).resolve().parent)
 #: an explicit traceback limit: ``None`` would mean ``sys.tracebacklimit``, which other code may set
@@ -50,7 +53,29 @@ def refuse_unsafe_reference(ref: str, what: str, where: str) -> None:
                          "'package.module:Name' (see docs, 'Security')", where)
 
 
-def code_references(job: "JobSpec") -> dict[str, str]:
+class _NamedWorkload(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def optimizer(self) -> object: ...
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class NamesCode(Protocol):
+    """What :func:`code_references` reads of a job spec (a :class:`spotwise.config.JobSpec`): the
+    workload's name and optimizer, and the policies' names."""
+
+    @property
+    def workload(self) -> _NamedWorkload: ...
+    @property
+    def policies(self) -> Sequence[_Named]: ...
+
+
+def code_references(job: NamesCode) -> dict[str, str]:
     """The user-code references a spec names, by field: a ``module:function`` workload, a
     ``module:Class`` optimizer, ``module:Class`` policies (built-in names are not code)."""
     refs: dict[str, str] = {}
@@ -66,7 +91,7 @@ def code_references(job: "JobSpec") -> dict[str, str]:
     return refs
 
 
-def check_resume_trust(recorded: "JobSpec", given: "JobSpec | None", trust_code: bool, where: str) -> None:
+def check_resume_trust(recorded: NamesCode, given: NamesCode | None, trust_code: bool, where: str) -> None:
     """May a resumed run import the user code its recorded ``spec.json`` names?
 
     A run directory may come from someone else: its ``spec.json`` is untrusted input.  Built-in
@@ -79,7 +104,7 @@ def check_resume_trust(recorded: "JobSpec", given: "JobSpec | None", trust_code:
     refs = code_references(recorded)
     if given is not None:
         theirs = code_references(given)
-        def shown(job: "JobSpec", found: dict[str, str], key: str) -> str:
+        def shown(job: NamesCode, found: dict[str, str], key: str) -> str:
             if key in found:
                 return repr(found[key])
             return f"{job.workload.name!r} (built in)" if key == "workload.name" else "absent"

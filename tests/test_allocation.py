@@ -9,7 +9,7 @@ import pytest
 
 from spotwise.errors import InfeasibleError, InputError
 from spotwise.market.catalog import Catalog
-from spotwise.planner.allocation import (
+from spotwise.planner.placement.lp import (
     SLO,
     AllocationProblem,
     max_throughput_per_dollar,

@@ -120,7 +120,7 @@ def test_decisions_never_read_the_future() -> None:
 def test_the_same_policy_object_runs_in_spotwise_run_and_in_the_sweep(tmp_path: Path, ray_unimportable: None) -> None:
     from _specs import spec_with
 
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
     from spotwise.events import read_events
     from spotwise.planes.ps.compute import LocalCompute
     from spotwise.planes.ps.worker import worker_args_for
@@ -132,7 +132,7 @@ def test_the_same_policy_object_runs_in_spotwise_run_and_in_the_sweep(tmp_path: 
                       "cluster": {"instance_type": "c5.xlarge", "workers": 1, "coordinator_instance": "c5.large"},
                       "market": {"revocation": {"model": "lifetime", "mttf_s": 300, "mttr_s": 3000}},
                       "outputs": {"checkpoint_every": 0, "plots": False}})
-    coord = JobController(spec, tmp_path / "run", compute=LocalCompute(worker_args_for(spec)))
+    coord = build_controller(spec, tmp_path / "run", compute=LocalCompute(worker_args_for(spec)))
     coord.policies = [guard]
     summary = coord.run()
     acted = [e for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["decision"]) if e["policy"] == guard.name]

@@ -1,4 +1,4 @@
-"""spotwise.planner.bidding against brute-force optimisation of the same objectives.
+"""spotwise.planner.bids against brute-force optimisation of the same objectives.
 
 Paper: ``papers/000_3c734f3ffedcac15.txt`` Thm 3-7, Corollary 2, eq. (25)-(28).  The objectives
 themselves (Lemma 1-2 and their heterogeneous forms) are checked by Monte Carlo in
@@ -24,7 +24,7 @@ from spotwise.planner import (
     optimal_uniform_bid,
     optimal_workers_and_iterations,
 )
-from spotwise.planner.bidding import growth_objective, growth_time
+from spotwise.planner.bids import growth_objective, growth_time
 from spotwise.theory import (
     ErrorModel,
     RuntimeModel,

@@ -89,7 +89,7 @@ def test_no_raw_seconds_or_minutes_formatters_left_in_the_display_code() -> None
 
 # ----------------------------------------------------------------------------------------- plan
 def _fake_plan() -> Any:
-    from spotwise.planner.plan_types import Alternative, Plan
+    from spotwise.planner.plan.records import Alternative, Plan
 
     alts = (
         Alternative("no-interruptions", (1.178,), 1, 86400, 103.1, 90792.0, 0.186, True, "closed-form",
@@ -293,8 +293,8 @@ def test_sweep_table_names_a_user_policy_by_its_name(monkeypatch: pytest.MonkeyP
 
 # ------------------------------------------------------------------------------ constraint errors
 def test_budget_error_says_what_to_raise_and_keeps_the_theorem_at_the_end() -> None:
-    from spotwise.planner.constraint_msg import infeasible_message
-    from spotwise.planner.plan_types import Alternative
+    from spotwise.planner.plan.constraints import infeasible_message
+    from spotwise.planner.plan.records import Alternative
 
     alts = [Alternative("one-bid", (1.1,), 1, 10, 62.3, 3600.0, 0.1, True, "closed-form",
                         "Thm 3: F(b*) = J E[R(n)] / theta = 10 x 1 s / 3600 s"),

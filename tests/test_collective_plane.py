@@ -27,6 +27,7 @@ from spotwise.market.world import build_market
 from spotwise.policies.base import Decision, Observation, Policy, SwitchSync
 from spotwise.control.checkpoint import load_latest_checkpoint
 from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.planes.collective.data_plane import CollectivePlane
 from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
 
@@ -55,7 +56,7 @@ def run(spec, out: Path, revocation=None, faults: dict[int, dict[str, Any]] | No
         market = dataclasses.replace(market, revocation=revocation)
     if faults is not None:
         kw["plane"] = CollectivePlane(spec, faults=faults)
-    coord = JobController(spec, out, market=market, **kw)
+    coord = build_controller(spec, out, market=market, **kw)
     assert isinstance(coord.plane, CollectivePlane)  # the spec's cluster.data_plane
     return coord, coord.run()
 
@@ -166,7 +167,7 @@ def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -
 def test_a_crashed_member_is_replaced_and_a_strategy_switch_is_atomic(ray_session: Any, tmp_path: Path) -> None:
     spec = make_spec(target__iterations=14, cluster__standby=1)
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
-    coord = JobController(spec, tmp_path / "run", market=market, plane=CollectivePlane(spec, faults={2: {"step": 3, "action": "exit"}}))
+    coord = build_controller(spec, tmp_path / "run", market=market, plane=CollectivePlane(spec, faults={2: {"step": 3, "action": "exit"}}))
     coord.policies.append(SwitchAt(at=6, to="adpsgd"))
     coord.policies.append(SwitchAt(at=6, to="async"))  # a PS mode: refused, not acted on
     summary = coord.run()

@@ -22,6 +22,7 @@ from test_training_recipe import ADAMW, flat_of, reference
 from spotwise.capacity.faults import ScriptedRevocation, outage
 from spotwise.control.checkpoint import load_latest_checkpoint
 from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.planes.collective.data_plane import CollectivePlane
@@ -44,7 +45,7 @@ def run(spec, out: Path, revocation=None, **kw: Any) -> tuple[JobController, Any
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
-    job = JobController(spec, out, market=market, **kw)
+    job = build_controller(spec, out, market=market, **kw)
     assert isinstance(job.plane, CollectivePlane)
     return job, job.run()
 

@@ -211,7 +211,7 @@ def test_steps_whose_records_died_with_a_leader_carry_the_samples_the_cursor_mov
     """A new leader's first record is for step 3 while the controller has logged step 0: steps 1
     and 2 are logged ``unreported`` (loss unknown) and together hold the samples the data cursor
     moved over before step 3 (they used to say 0, so the run's sample count fell short)."""
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
     from spotwise.events import read_events
     from spotwise.market.world import build_market
     from spotwise.planes.collective.data_plane import CollectivePlane
@@ -220,7 +220,7 @@ def test_steps_whose_records_died_with_a_leader_carry_the_samples_the_cursor_mov
 
     spec = spec_with(BASE, cluster__data_plane="collective", cluster__sync="ssgd", cluster__workers=2,
                      cluster__standby=0, target__iterations=10)
-    job = JobController(spec, tmp_path / "run", market=build_market(spec, horizon_s=7 * 24 * 3600.0),
+    job = build_controller(spec, tmp_path / "run", market=build_market(spec, horizon_s=7 * 24 * 3600.0),
                         compute=LocalCompute(worker_args_for(spec)), plane=CollectivePlane(spec))
     try:
         plane = job.plane

@@ -18,7 +18,7 @@ from _specs import single_process_sgd, spec_with
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.planes.ps.compute import LocalCompute, WorkerLost
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.planes.ps.worker import worker_args_for
 from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
 from spotwise.workloads.params import flat_params
@@ -51,7 +51,7 @@ def run_local(spec, out: Path, revocation=None):
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
     compute = LocalCompute(worker_args_for(spec))
-    coord = JobController(spec, out, market=market, compute=compute)
+    coord = build_controller(spec, out, market=market, compute=compute)
     return coord, coord.run()
 
 

@@ -17,6 +17,7 @@ from spotwise.market.world import build_market
 from spotwise.policies.base import Decision, Migrate, Observation, Policy, SwitchMarket
 from spotwise.planes.ps.compute import LocalCompute
 from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.planes.ps.worker import worker_args_for
 from spotwise.capacity.faults import ScriptedRevocation, outage
 from spotwise.capacity.provider import EmulatedProvider
@@ -66,7 +67,7 @@ def run(tmp_path: Path, script: dict[int, Decision], provider_cls: type[Emulated
         market = dataclasses.replace(market, revocation=revocation)
     compute = LocalCompute(worker_args_for(spec))
     provider = provider_cls(market.revocation, spec.cluster.workers, market.horizon_s, spec.seed, compute=compute)
-    coord = JobController(spec, tmp_path / "run", market=market, provider=provider, compute=compute, restart_s=RESTART_S)
+    coord = build_controller(spec, tmp_path / "run", market=market, provider=provider, compute=compute, restart_s=RESTART_S)
     policy = Scripted(script)
     coord.policies = [policy]
     summary = coord.run()
@@ -184,7 +185,7 @@ def test_a_resumed_run_stays_on_its_market_and_place(tmp_path: Path) -> None:
     def coordinator(resume: bool, stop: int | None) -> tuple[JobController, Scripted]:
         compute = LocalCompute(worker_args_for(spec))
         provider = EmulatedProvider(market.revocation, spec.cluster.workers, market.horizon_s, spec.seed, compute=compute)
-        coord = JobController(spec, out, market=market, provider=provider, compute=compute, restart_s=RESTART_S,
+        coord = build_controller(spec, out, market=market, provider=provider, compute=compute, restart_s=RESTART_S,
                               resume=resume, stop_after_steps=stop)
         policy = Scripted(script if not resume else {})
         coord.policies = [policy]

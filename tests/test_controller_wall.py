@@ -22,7 +22,7 @@ from spotwise.market.preemption import MarketEvent
 from spotwise.market.world import build_market
 from spotwise.control.clock import WallClock
 from spotwise.planes.ps.compute import LocalCompute
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.planes.ps.worker import worker_args_for
 from spotwise.capacity.provider import Provider
 
@@ -118,7 +118,7 @@ def test_wall_clock_loop_requests_capacity_again_after_node_loss(tmp_path: Path,
             lost.append(1)
             provider.lose(1)
 
-    coord = JobController(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
+    coord = build_controller(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
                           clock=WallClock(), mode="cluster", progress=node_loss_at_step_10)
     summary = coord.run()
     assert summary.status == "completed" and summary.steps == 30 and summary.mode == "cluster"
@@ -149,7 +149,7 @@ def test_wall_clock_gives_up_without_capacity(tmp_path: Path) -> None:
             return []
 
     provider = NeverStarts(compute)
-    coord = JobController(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
+    coord = build_controller(spec, tmp_path / "run", market=build_market(spec), provider=provider, compute=compute,
                           clock=WallClock(), mode="cluster")
     summary = coord.run()
     assert summary.status == "no-capacity" and summary.steps == 0

@@ -190,7 +190,7 @@ def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_pa
 def test_setup_stops_without_a_gpu_driver_and_says_why(tmp_path: Path) -> None:
     """The driver check of a GPU instance: a failing nvidia-smi fails the setup with the reason;
     SPOTWISE_REHEARSAL=1 skips it (and nothing else)."""
-    from spotwise.planner.emit_scripts import driver_check
+    from spotwise.planner.emit.scripts import driver_check
 
     fake = tmp_path / "bin"
     fake.mkdir()
@@ -223,7 +223,7 @@ def test_plan_emit_refuses_what_cannot_run_on_the_nodes(cli: Any, tmp_path: Path
 def test_a_file_the_spec_names_must_exist_to_be_mounted(tmp_path: Path) -> None:
     from spotwise.config import spec_from_dict
     from spotwise.errors import InputError
-    from spotwise.planner.emit_files import node_files
+    from spotwise.planner.emit.files import node_files
 
     d = yaml.safe_load(_spec(tmp_path, None).read_text())
     d["market"]["revocation"] = {"model": "lifetime", "lifetimes": "gone.csv"}

@@ -20,7 +20,7 @@ from spotwise.market.series import iso8601
 from spotwise.market.traces import load_traces
 from spotwise.market.world import build_market
 from spotwise.planner.plan import error_model_for
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.capacity.provider import EmulatedProvider
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 from spotwise.sim.places import build_places
@@ -60,7 +60,7 @@ def _controller(tmp: Path, trace: Path, policies: list, loss_model) -> object:
     state = ModelledState(loss_model[0], 1797, loss_model[1])
     compute = ModelledCompute(state)
     provider = EmulatedProvider(market.revocation, 1, market.horizon_s, 0, compute=compute)
-    return JobController(spec, tmp / "run", market=market, provider=provider, compute=compute, state=state, mode="simulate",
+    return build_controller(spec, tmp / "run", market=market, provider=provider, compute=compute, state=state, mode="simulate",
                          restart_s=120).run()
 
 

@@ -206,8 +206,8 @@ def test_item1_resume_from_a_uri_goes_through_the_same_check(run_dir: Path, evil
 
 
 def test_item1_the_emitted_run_script_resumes_with_the_jobs_own_spec() -> None:
-    from spotwise.planner.emit_files import REMOTE_SPEC
-    from spotwise.planner.emit_scripts import run_script
+    from spotwise.planner.emit.files import REMOTE_SPEC
+    from spotwise.planner.emit.scripts import run_script
 
     script = run_script(address="auto", notice_source="aws", autoscale=False, uri="s3://b/p")
     line = next(x for x in script.splitlines() if x.strip().startswith("resume)"))

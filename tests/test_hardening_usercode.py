@@ -88,13 +88,13 @@ def simulate_cli(cli: Any, tmp_path: Path, doc: dict[str, Any], *extra: str) -> 
 def local_run(doc: dict[str, Any], out: Path) -> Any:
     """``spotwise run`` without Ray: the controller with in-process workers (the numerics of the actors)."""
     from spotwise.config import spec_from_dict
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
     from spotwise.market.world import build_market
     from spotwise.planes.ps.compute import LocalCompute
     from spotwise.planes.ps.worker import worker_args_for
 
     spec = spec_from_dict(doc)
-    job = JobController(spec, out, market=build_market(spec, horizon_s=7 * 24 * 3600.0),
+    job = build_controller(spec, out, market=build_market(spec, horizon_s=7 * 24 * 3600.0),
                         compute=LocalCompute(worker_args_for(spec)))
     return job.run()
 
@@ -286,7 +286,7 @@ def test_a_vector_loss_in_the_plan_pilot_exits_2_naming_its_shape(user_path: Non
 def test_a_vector_loss_in_the_serverless_footprint_exits_2_naming_its_shape(user_path: None) -> None:
     """The serverless planner's footprint probe called ``.backward()`` on whatever the loss returned (exit 1)."""
     from spotwise.config import spec_from_dict
-    from spotwise.planner.serverless import measure_footprint
+    from spotwise.planner.plan.serverless import measure_footprint
 
     spec = spec_from_dict(workload_spec("misbehaving:vector_loss", after=1))
     with pytest.raises(InputError, match=r"returned a tensor of shape \(8,\), not a scalar"):

@@ -187,7 +187,7 @@ def test_a_collective_job_with_loader_workers_in_ray_actors_equals_one_process(r
     process with the global batch (S-SGD, plain SGD)."""
     from _specs import single_process_sgd, spec_with
 
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
     from spotwise.market.world import build_market
 
     spec = spec_with({
@@ -206,7 +206,7 @@ def test_a_collective_job_with_loader_workers_in_ray_actors_equals_one_process(r
     probe = CollectiveMember(args[0], args[1])
     assert probe.replica.loader is not None and probe.replica.loader.num_workers == 1
     probe.replica.close()
-    job = JobController(spec, tmp_path / "run", market=build_market(spec, horizon_s=7 * 24 * 3600.0))
+    job = build_controller(spec, tmp_path / "run", market=build_market(spec, horizon_s=7 * 24 * 3600.0))
     summary = job.run()
     assert summary.status == "completed" and summary.steps == 12
     assert np.max(np.abs(job.params - single_process_sgd(spec, 12, 16))) < 1e-5

@@ -1,4 +1,4 @@
-"""Pilot fits: Thm 1 constants from losses, runtime model from durations (spotwise.planner.pilot)."""
+"""Pilot fits: Thm 1 constants from losses, runtime model from durations (spotwise.planner.estimate.pilot)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from spotwise.config import spec_from_dict
 from spotwise.errors import InputError
 from spotwise.events import EventLog
-from spotwise.planner.pilot import fit_error_model, fit_runtime, pilot_from_run, run_pilot, thm1_curve
+from spotwise.planner.estimate.pilot import fit_error_model, fit_runtime, pilot_from_run, run_pilot, thm1_curve
 from spotwise.theory.bounds import error_bound
 
 pytestmark = pytest.mark.timeout(60)

@@ -11,7 +11,7 @@ import pytest
 from spotwise.errors import InfeasibleError, InputError
 from spotwise.market.catalog import Catalog, InstanceType
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.planner.placement import (
+from spotwise.planner.placement.over_time import (
     STRATEGIES,
     MoveCost,
     PlacementJob,

@@ -176,7 +176,7 @@ def _brute_force_times(J: int, mu: float, sd: float, p_up: float, epoch_s: float
 
 @pytest.mark.parametrize("p_up,epoch_s", [(0.5, 1.0), (0.3, 30.0), (1.0, 5.0), (0.8, 4.0)])
 def test_deadline_probability_matches_brute_force_monte_carlo(p_up: float, epoch_s: float) -> None:
-    from spotwise.planner.deadline import deadline_probability
+    from spotwise.planner.estimate.deadline import deadline_probability
 
     J, mu, sd = 400, 1.0, 0.5
     times = _brute_force_times(J, mu, sd, p_up, epoch_s, reps=2000, seed=1)
@@ -215,7 +215,7 @@ def test_deadline_probability_in_json(cli) -> None:
 
 # ============================================================================ item 13: pilot fits
 def test_degenerate_pilot_fit_is_flagged_unreliable() -> None:
-    from spotwise.planner.pilot import fit_error_model
+    from spotwise.planner.estimate.pilot import fit_error_model
 
     j = np.arange(200)
     fit = fit_error_model(2.0 * 0.95**j, lr=0.1, workers=8)  # no floor at all: F fitted at its bound 0
@@ -224,7 +224,7 @@ def test_degenerate_pilot_fit_is_flagged_unreliable() -> None:
 
 
 def test_healthy_pilot_fit_is_reliable() -> None:
-    from spotwise.planner.pilot import fit_error_model
+    from spotwise.planner.estimate.pilot import fit_error_model
 
     rng = np.random.default_rng(0)
     j = np.arange(200)
@@ -233,7 +233,7 @@ def test_healthy_pilot_fit_is_reliable() -> None:
 
 
 def test_plan_falls_back_to_assumed_constants_on_an_unreliable_pilot(monkeypatch) -> None:
-    from spotwise.planner import pilot as pl
+    from spotwise.planner.estimate import pilot as pl
 
     real = pl.run_pilot
 
@@ -302,7 +302,7 @@ def test_pilot_steps_bound_follows_the_target_iterations() -> None:
 def test_spot_billing_extra_matches_a_ledger_replay() -> None:
     """The expected minimum-charge overhead of revoked spot workers equals what a Ledger bills on a replay."""
     from spotwise.market.series import SeriesMeta, StepSeries
-    from spotwise.planner.plan import _spot_billing_extra
+    from spotwise.planner.plan.strategies import _spot_billing_extra
 
     spec = spec_from_dict(demo_dict())  # uniform [0.03, 0.15] $/h redrawn every 30 s, per-second billing, 60 s minimum
     inp = gather_inputs(spec, error_model=DEMO_MODEL)

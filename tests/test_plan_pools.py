@@ -18,7 +18,7 @@ from _specs import spec_with
 
 from spotwise.config import spec_from_dict
 from spotwise.errors import InfeasibleError
-from spotwise.planner.allocation import SLO, AllocationProblem, min_cost_with_slos
+from spotwise.planner.placement.lp import SLO, AllocationProblem, min_cost_with_slos
 from spotwise.planner.plan import apply_plan, make_plan
 from spotwise.theory.bounds import ErrorModel
 

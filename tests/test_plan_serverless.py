@@ -18,8 +18,8 @@ import yaml
 from spotwise.config import spec_from_dict
 from spotwise.errors import InputError
 from spotwise.market.catalog import Catalog
-from spotwise.planner import serverless as sv
 from spotwise.planner.plan import apply_plan, make_plan
+from spotwise.planner.plan import serverless as sv
 from spotwise.theory.bounds import ErrorModel
 from tests._specs import spec_with
 

@@ -17,7 +17,7 @@ import pytest
 from _specs import spec_with
 
 from spotwise.config import spec_from_dict
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.errors import InputError
 from spotwise.events import read_events
 from spotwise.market.network import region_of
@@ -53,7 +53,7 @@ def make_spec(**over: Any):
 
 def run_local(spec, out: Path, record: list | None = None):
     compute = LocalCompute(worker_args_for(spec))
-    coord = JobController(spec, out, compute=compute)
+    coord = build_controller(spec, out, compute=compute)
     if record is not None:
         commit = coord.sampler.commit
 
@@ -275,9 +275,9 @@ def test_a_resumed_pooled_run_keeps_each_pools_billing_and_every_shard(tmp_path:
     spec = make_spec(**{"target__iterations": 30, "cluster__ps_shards": 2, "cluster__ps_gbps": 8.0,
                         "cluster__pools": [K80, {**V100, "region": "us-west1"}], "workload__model_mb": 2.0})
     out = tmp_path / "run"
-    first = JobController(spec, out, compute=LocalCompute(worker_args_for(spec)), stop_after_steps=12)
+    first = build_controller(spec, out, compute=LocalCompute(worker_args_for(spec)), stop_after_steps=12)
     assert first.run().status == "stopped"
-    again = JobController(spec, out, compute=LocalCompute(worker_args_for(spec)), resume=True)
+    again = build_controller(spec, out, compute=LocalCompute(worker_args_for(spec)), resume=True)
     summary = again.run()
     assert summary.status == "completed" and summary.steps == 30
     bd = summary.cost_breakdown

@@ -1,6 +1,6 @@
 """Issue 29 item 2: the recommendation is the best *tested* strategy, and the written spec runs exactly it.
 
-The unit tests drive :func:`spotwise.planner.recommend.choose_tested` with backtest tables; the trace
+The unit tests drive :func:`spotwise.planner.plan.recommend.choose_tested` with backtest tables; the trace
 test plans a V100 job on the real AWS p3 prices, writes the planned spec and simulates it: the headline
 cost must be reproduced within 10 %.
 """
@@ -14,7 +14,7 @@ import pytest
 
 from spotwise import api
 from spotwise.config import load_spec
-from spotwise.planner.recommend import choose_tested, policy_dicts
+from spotwise.planner.plan.recommend import choose_tested, policy_dicts
 from spotwise.sim.sweep_types import STRATEGIES
 
 

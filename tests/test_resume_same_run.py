@@ -170,12 +170,12 @@ def _outcome(s: Any) -> tuple[Any, ...]:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("plane", ["ps", "collective"])
 def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path, plane: str) -> None:
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
     from spotwise.events import read_events
 
     spec = spec_with(BASE, cluster__data_plane=plane)
     full = tmp_path / "full"
-    job = JobController(spec, full)
+    job = build_controller(spec, full)
     copies: dict[int, Path] = {}
     revoke_times: set[float] = set()
 
@@ -199,11 +199,11 @@ def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path
     members = _membership(full)
 
     stopped = tmp_path / "sigterm"  # SIGTERM's path: a final checkpoint of the last committed step, then stop
-    s1 = JobController(spec, stopped, stop_after_steps=23).run()
+    s1 = build_controller(spec, stopped, stop_after_steps=23).run()
     assert s1.status == "stopped"
     copies[0] = stopped
 
     for key, out in sorted(copies.items()):
-        again = JobController(spec, out, resume=True).run()
+        again = build_controller(spec, out, resume=True).run()
         assert _outcome(again) == _outcome(base), (key, _outcome(again), _outcome(base))
         assert _membership(out) == members, key

@@ -30,6 +30,7 @@ from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.market.world import build_market
 from spotwise.planes.ps.compute import LocalCompute
 from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.planes.ps.worker import worker_args_for
 from spotwise.capacity.faults import ScriptedRevocation, outage
 from spotwise.capacity.provider import EmulatedProvider
@@ -58,7 +59,7 @@ def coordinator(spec, out: Path, revocation=None, horizon_s: float = 7 * 24 * 36
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
     kw.setdefault("compute", LocalCompute(worker_args_for(spec)))
-    return JobController(spec, out, market=market, **kw)
+    return build_controller(spec, out, market=market, **kw)
 
 
 def run(spec, out: Path, revocation=None, horizon_s: float = 7 * 24 * 3600.0, **kw: Any):

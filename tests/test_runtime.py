@@ -25,7 +25,7 @@ from _specs import single_process_sgd, spec_with
 
 from spotwise.events import read_events, read_summary
 from spotwise.market.world import build_market
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
 from spotwise.control.sampler import EpochSampler
 
@@ -50,7 +50,7 @@ def run(spec, out: Path, revocation=None, **kw):
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
-    coord = JobController(spec, out, market=market, **kw)
+    coord = build_controller(spec, out, market=market, **kw)
     return coord, coord.run()
 
 

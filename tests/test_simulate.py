@@ -20,7 +20,7 @@ import yaml
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.planes.ps.compute import LocalCompute
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.planes.ps.worker import worker_args_for
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 from spotwise.sim.simulate import simulate_job
@@ -53,7 +53,7 @@ def spec(**over: Any):
 
 
 def emulated(s, out: Path):
-    coord = JobController(s, out, market=build_market(s), compute=LocalCompute(worker_args_for(s)))
+    coord = build_controller(s, out, market=build_market(s), compute=LocalCompute(worker_args_for(s)))
     return coord.run()
 
 
@@ -85,7 +85,7 @@ def test_modelled_loss_follows_the_thm1_recursion(no_ray, tmp_path: Path) -> Non
     s = spec(market={"synthetic": {"kind": "constant", "price": 0.07}}, cluster__bids=None, target__iterations=50)
     state = ModelledState(MODEL, n_train=32 * 100)  # whole rounds: no short step at an epoch end
     compute = ModelledCompute(state)
-    coord = JobController(s, tmp_path / "sim", market=build_market(s), compute=compute, state=state, mode="simulate")
+    coord = build_controller(s, tmp_path / "sim", market=build_market(s), compute=compute, state=state, mode="simulate")
     summary = coord.run()
     assert summary.steps == 50
     assert state.error == pytest.approx(error_bound(50, MODEL, 1 / 4), rel=1e-5)

@@ -23,7 +23,7 @@ from _specs import spec_with
 from spotwise.config import WorkloadSpec
 from spotwise.market.world import build_market
 from spotwise.planes.ps.compute import LocalCompute
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.capacity.faults import ScriptedRevocation, outage
 from spotwise.planes.ps.wire import accumulate, payload_nbytes, to_dense
 from spotwise.planes.ps.worker import GradientWorker, worker_args_for
@@ -164,7 +164,7 @@ def run(spec, out: Path, revocation=None):
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
-    coord = JobController(spec, out, market=market, compute=LocalCompute(worker_args_for(spec)))
+    coord = build_controller(spec, out, market=market, compute=LocalCompute(worker_args_for(spec)))
     return coord, coord.run()
 
 

@@ -12,7 +12,7 @@ import torch
 from _specs import spec_with
 
 from spotwise.config import WorkloadSpec
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.control.permutation import epoch_permutation
 from spotwise.control.sampler import EpochSampler
 from spotwise.errors import InputError
@@ -62,7 +62,7 @@ def commits(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, np.ndarray]]:
 
 def run_local(spec, out: Path, **kw: Any):
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
-    job = JobController(spec, out, market=market, compute=LocalCompute(worker_args_for(spec)), **kw)
+    job = build_controller(spec, out, market=market, compute=LocalCompute(worker_args_for(spec)), **kw)
     return job, job.run()
 
 

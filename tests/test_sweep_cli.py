@@ -100,7 +100,7 @@ def test_sweep_cli_missing_trace_and_unknown_zone_exit_2(cli, tmp_path: Path) ->
 
 def test_plan_placement_chooses_the_cheapest_place_and_measures_the_deadline(tmp_path: Path) -> None:
     from spotwise.config import load_spec
-    from spotwise.planner.trace_plan import plan_placement
+    from spotwise.planner.placement.history import plan_placement
 
     trace = _two_zones(tmp_path)
     spec = load_spec(_spec(tmp_path))
@@ -205,7 +205,7 @@ def test_sweep_over_gcp_preemptible_lifetimes(cli) -> None:
 
 def test_sweep_job_sized_by_a_pilot_run(cli, tmp_path: Path) -> None:
     from spotwise.config import load_spec
-    from spotwise.planner.pilot import pilot_from_run
+    from spotwise.planner.estimate.pilot import pilot_from_run
 
     demo = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
     code, _, err = cli("simulate", str(demo), "--out", str(tmp_path / "pilot"), "--pilot-steps", "20", "--json")

@@ -16,8 +16,9 @@ from spotwise.config import load_spec
 from spotwise.errors import InputError
 from spotwise.market.synthetic import TruncatedGaussianPrice, UniformPrice
 from spotwise.planner import PriceModel, optimal_uniform_bid
-from spotwise.planner.bidding import bid_at_level, thm3_bid
-from spotwise.planner.plan import _uniform, gather_inputs
+from spotwise.planner.bids import bid_at_level, thm3_bid
+from spotwise.planner.plan import gather_inputs
+from spotwise.planner.plan.strategies import _uniform
 from spotwise.policies import Observation, Rebid, make_policy
 from spotwise.control.sync import AsyncSync, FullSync, NBatchSync, NSync, SyncStrategy, make_sync
 from spotwise.theory import ErrorModel, RuntimeModel
@@ -225,7 +226,7 @@ def test_thm3_bid_of_n_batch_uses_the_continuous_step_time() -> None:
     $0.0078 on this job).  The Thm 3 bid and Lemma 2 cost follow from that step time."""
     import numpy as np
 
-    from spotwise.planner.bidding import expected_cost_uniform, expected_time_uniform
+    from spotwise.planner.bids import expected_cost_uniform, expected_time_uniform
 
     inp = gather_inputs(load_spec(EXAMPLES / "zhang-uniform.yaml"), error_model=PLAN_MODEL)
     n, J, deadline, N = 8, 80, 1000.0, 2

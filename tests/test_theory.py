@@ -12,7 +12,7 @@ import pytest
 
 from spotwise.errors import InfeasibleError, InputError
 from spotwise.market.synthetic import TruncatedGaussianPrice, UniformPrice
-from spotwise.planner.prices import PriceModel
+from spotwise.planner.bids.prices import PriceModel
 from spotwise.theory import (
     ErrorModel,
     RuntimeModel,

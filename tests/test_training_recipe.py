@@ -19,7 +19,7 @@ import torch
 from _specs import spec_with
 
 from spotwise.config import WorkloadSpec
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.control.sampler import EpochSampler
 from spotwise.errors import InputError
 from spotwise.events import read_events
@@ -55,7 +55,7 @@ def user_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def run_local(spec, out: Path, **kw: Any):
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
-    job = JobController(spec, out, market=market, compute=LocalCompute(worker_args_for(spec)), **kw)
+    job = build_controller(spec, out, market=market, compute=LocalCompute(worker_args_for(spec)), **kw)
     return job, job.run()
 
 
@@ -285,7 +285,7 @@ def test_bf16_autocast_trains_on_cpu(tmp_path: Path) -> None:
 
 
 def test_the_planners_pilot_trains_with_the_jobs_recipe() -> None:
-    from spotwise.planner.pilot import run_pilot
+    from spotwise.planner.estimate.pilot import run_pilot
 
     spec = spec_with(BASE, workload__optimizer=dict(ADAMW), workload__schedule={"decay": "cosine", "warmup": 64},
                      cluster__workers=2, target__iterations=200)

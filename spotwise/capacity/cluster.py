@@ -271,4 +271,6 @@ def cluster_controller(spec: JobSpec, out_dir: str | Path, *, provider: Provider
 
         # the store listens on this node's cluster address only (members on other nodes reach it)
         kw["plane"] = CollectivePlane(spec, store_host=str(ray.util.get_node_ip_address()))
-    return JobController(spec, out_dir, provider=provider, mode="cluster", clock=clock or WallClock(), **kw)
+    from spotwise.assemble import build_controller
+
+    return build_controller(spec, out_dir, provider=provider, mode="cluster", clock=clock or WallClock(), **kw)

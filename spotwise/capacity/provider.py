@@ -128,7 +128,7 @@ class Provider(ABC):
         return False
 
     def migrate(self, place: Any, t: float) -> None:
-        """Capacity of ``place`` (a :class:`~spotwise.market.world.Market` built for the new instance
+        """Capacity of ``place`` (a :class:`~spotwise.market.job_market.Market` built for the new instance
         type and region) from time ``t`` on; only where :attr:`supports_migration`."""
         raise InputError("this capacity cannot move to another place", "use the emulated provider", "policies")
 

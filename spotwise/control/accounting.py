@@ -1,7 +1,7 @@
 """The job controller's money: worker prices, the ledger across resumes, the price log, cost breakdowns.
 
-:class:`Accounting` is a component held by :class:`~spotwise.control.controller.JobController`
-(``job.accounting``): it owns the billing :class:`~spotwise.market.billing.Ledger`, the money
+:class:`Accounting` is a component held by the job controller (``job.accounting``;
+what it reads of the job is :class:`AccountedJob`): it owns the billing :class:`~spotwise.market.billing.Ledger`, the money
 carried from earlier sessions of a resumed run and the price log, and answers what a worker costs
 on the market in force, the cost so far and its breakdown, and the model estimate of the same work
 on on-demand workers.  It reads the job (clock, market, event log) and never changes it.
@@ -15,15 +15,19 @@ With ``cluster.ps_shards: k`` the k parameter-server shards are k on-demand coor
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from spotwise.config import JobSpec
+from spotwise.control.records import Counters
+from spotwise.control.sync import SyncStrategy
+from spotwise.events import EventLog
 from spotwise.market.billing import Ledger
+from spotwise.market.pools import PoolSet
 from spotwise.market.series import SeriesMeta, StepSeries
-
-if TYPE_CHECKING:  # type only: the controller holds this component
-    from spotwise.control.controller import JobController
+from spotwise.market.job_market import Market
+from spotwise.theory.runtime import MiniBatchTimeLaw
 
 
 class Billing(Protocol):
@@ -41,6 +45,7 @@ class Billing(Protocol):
     def worker_price(self, market: str | None = None) -> Any: ...
     def member_started(self, w: int, t: float, reopen: dict[str, Any] | None) -> None: ...
     def member_stopped(self, w: int, t: float, reason: str) -> None: ...
+    def egress(self, w: int, usd: float, nbytes: float) -> None: ...
     def cost_so_far(self) -> float: ...
     def cost_breakdown(self, final: bool) -> dict[str, Any]: ...
     def ledger_state(self) -> dict[str, Any]: ...
@@ -50,10 +55,45 @@ class Billing(Protocol):
     def close(self, t: float, members: list[int]) -> None: ...
 
 
+class _Pools(Protocol):
+    pools: PoolSet
+
+
+class AccountedJob(Protocol):
+    """What :class:`Accounting` reads of the job (it never changes it): the clock, the market in
+    force and the pools, the work done and the runtime model of its estimate, and the event log."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def market(self) -> Market: ...
+    @property
+    def worker_market(self) -> str: ...
+    @property
+    def speeds(self) -> _Pools: ...
+    @property
+    def members(self) -> dict[int, Any]: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def log(self) -> EventLog: ...
+    @property
+    def batch(self) -> int: ...
+    @property
+    def delta(self) -> float: ...
+    @property
+    def time_law(self) -> MiniBatchTimeLaw: ...
+
+    @property
+    def T(self) -> float: ...
+    @property
+    def sync_strategy(self) -> SyncStrategy: ...
+
+
 class Accounting:
     """Prices, billing and cost of one job on instances (see the module docstring)."""
 
-    def __init__(self, job: "JobController") -> None:
+    def __init__(self, job: AccountedJob) -> None:
         self.job = job
         #: every instance's billed intervals (this session)
         self.ledger = Ledger(job.market.billing)

@@ -76,7 +76,7 @@ def run_on_demand_baseline(
     "cost_breakdown", "metric", "metric_name", "final_loss", "status", "dir"}``.  Needs Ray to be
     initialised (the spot run's Ray is reused).
     """
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
 
     if samples < 1:
         raise ValueError("a baseline needs at least one sample to match")
@@ -84,8 +84,8 @@ def run_on_demand_baseline(
     base = on_demand_spec(spec, spot_market.on_demand_price)
     base.target = TargetSpec(iterations=max(base.target.iterations or 1, samples), loss=None)
     out = Path(out_dir)
-    coord = JobController(base, out, resume=False, progress=progress, mode="emulated",
-                        stop_after_samples=int(samples), worker_market="on_demand")
+    coord = build_controller(base, out, resume=False, progress=progress, mode="emulated",
+                             stop_after_samples=int(samples), worker_market="on_demand")
     summary = coord.run()
     return {
         "basis": "measured", "workers": base.cluster.workers, "samples": int(coord.counters.samples), "steps": summary.steps,

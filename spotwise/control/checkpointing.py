@@ -1,7 +1,7 @@
 """The job controller's checkpoints: what one holds, taking one, and resuming a run from the newest.
 
-:class:`Checkpointer` is a component held by :class:`~spotwise.control.controller.JobController`
-(``job.checkpointer``).  A checkpoint holds the parameters, learning rate, clock, sampler and
+:class:`Checkpointer` is a component held by the job controller (``job.checkpointer``); what it
+reads and writes of the job is :class:`CheckpointedJob`.  A checkpoint holds the parameters, learning rate, clock, sampler and
 duration generator, the provider's market state, the place and market the workers run on, the
 sync mode, the counters and the ledger (settled money and open intervals), so that a killed
 controller resumes where it was (``spotwise run --resume OUT``); the file format is
@@ -13,21 +13,82 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 import torch
 
-from spotwise.events import EventLog
-from spotwise.market.world import market_for_place
+from spotwise.capacity.provider import Provider
+from spotwise.config import JobSpec
+from spotwise.control.accounting import Billing
 from spotwise.control.checkpoint import require_checkpoint, save_checkpoint, warn_on_stderr
+from spotwise.control.clock import Clock
 from spotwise.control.records import Counters
 from spotwise.control.sampler import EpochSampler
+from spotwise.control.state import TrainingState
+from spotwise.events import EventLog
+from spotwise.market.job_market import Market
+from spotwise.market.world import market_for_place
 from spotwise.signals import termination_pending
 
-if TYPE_CHECKING:  # type only: the controller holds this component
-    from spotwise.control.controller import JobController
+if TYPE_CHECKING:  # the class it returns (imported where it is made: it holds the whole job)
     from spotwise.control.terminating import FinalCheckpoint
+
+
+class _PlaneState(Protocol):
+    def checkpoint_state(self) -> dict[str, Any]: ...
+    def restore_state(self, state: dict[str, Any]) -> None: ...
+    # what FinalCheckpoint asks of the plane
+    def stop(self) -> None: ...
+    def before_finish(self) -> None: ...
+
+
+class CheckpointedJob(Protocol):
+    """What :class:`Checkpointer` reads into a checkpoint and puts back on resume: the job's
+    training state, clock, sampler, market and membership, and the controller's ``checkpoint``
+    (through the plane) and ``add_member`` / ``enter_place`` (a resumed run rejoins its workers)."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def out(self) -> Path: ...
+    step: int
+    params: np.ndarray
+    lr: float
+    sync: str
+    sync_n: int | None
+    ema_loss: float | None
+    last_commit_T: float
+    provisioned: int
+    worker_market: str
+    @property
+    def region(self) -> str | None: ...
+    @property
+    def market(self) -> Market: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def provider(self) -> Provider: ...
+    sampler: EpochSampler
+    @property
+    def dur_rng(self) -> np.random.Generator: ...
+    counters: Counters
+    log: EventLog
+    @property
+    def state(self) -> TrainingState: ...
+    @property
+    def accounting(self) -> Billing: ...
+    @property
+    def plane(self) -> _PlaneState: ...
+    @property
+    def checkpointer(self) -> "Checkpointer": ...
+
+    @property
+    def T(self) -> float: ...
+    def checkpoint(self, why: str) -> None: ...
+    def add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,
+                   billed_from: float | None = None) -> None: ...
+    def enter_place(self, place: Market, region: str | None) -> None: ...
 
 
 #: the exported final model in the run directory (a ``state_dict``)
@@ -37,7 +98,7 @@ MODEL_FILE = "model.pt"
 class Checkpointer:
     """Checkpoints and resume of one job (see the module docstring)."""
 
-    def __init__(self, job: "JobController") -> None:
+    def __init__(self, job: CheckpointedJob) -> None:
         self.job = job
         #: the step of the newest checkpoint (-1: none this session)
         self.last_step = -1
@@ -64,8 +125,8 @@ class Checkpointer:
         if model_sd is not None:
             state["model"] = model_sd
             state["train_extra"] = job.state.extra_state()
-            state["rng"] = {"torch": torch.get_rng_state(), "numpy_iter": json.dumps(job.iter_rng.bit_generator.state)
-                            if hasattr(job, "iter_rng") else ""}
+            # the per-iteration market generator is the provider's (``iter_rng`` of market_state above)
+            state["rng"] = {"torch": torch.get_rng_state(), "numpy_iter": ""}
         path = save_checkpoint(job.out, job.step, state)
         self.last_step = job.step
         job.counters.checkpoints += 1

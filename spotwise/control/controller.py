@@ -11,7 +11,8 @@ its ``self``):
   parameter-server plane (:class:`~spotwise.planes.ps.plane.ParameterServerPlane`: rounds of each
   sync mode, the atomic commit) or the collective plane
   (:class:`~spotwise.planes.collective.data_plane.CollectivePlane`: leases, regroups, the
-  members' records), chosen by ``cluster.data_plane``;
+  members' records), chosen by ``cluster.data_plane`` above the controller
+  (:func:`spotwise.assemble.plane_for`: this module imports no concrete plane);
 * ``accounting`` -- :class:`~spotwise.control.accounting.Billing`: ledger, prices, cost (instances by
   the hour, or functions per use: the plane says which);
 * ``checkpointer`` -- :class:`~spotwise.control.checkpointing.Checkpointer`: checkpoints, resume;
@@ -19,8 +20,14 @@ its ``self``):
   and migrations with their restart window;
 * ``outage`` -- :class:`~spotwise.control.outage.OutageWait`: waiting without workers, policies
   consulted meanwhile;
-* ``provider`` (capacity: :mod:`spotwise.capacity`), ``compute`` (member processes), ``clock``
-  (virtual or wall) and ``state`` (the model), injected or built from the spec.
+* ``provider`` (capacity: :mod:`spotwise.capacity`) and ``compute`` (member processes), given by
+  the assembler (:func:`spotwise.assemble.build_controller`); ``clock`` (virtual or wall) and
+  ``state`` (the model), injected or built from the spec.
+
+Each component is given a port, not the controller: the protocol beside it names what it reads and
+calls (``AccountedJob``, ``CheckpointedJob``, ``MarketHost``, ``OutageHost``, ``SpeedsHost``,
+``ObservedJob``, ``SummarisedJob``, ``TerminatingJob``; a plane's is
+:class:`~spotwise.control.dataplane.PlaneHost`), and none of them imports this module.
 
 A run on a real Ray cluster differs only by what is injected
 (:func:`spotwise.capacity.cluster.cluster_controller`).
@@ -54,7 +61,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from spotwise.capacity.provider import EmulatedProvider, Provider
+from spotwise.capacity.provider import Provider
 from spotwise.config import JobSpec
 from spotwise.control.accounting import Billing
 from spotwise.control.checkpointing import Checkpointer
@@ -62,7 +69,7 @@ from spotwise.control.clock import Clock, VirtualClock
 from spotwise.control.dataplane import DataPlane
 from spotwise.control.market_actions import DEFAULT_RESTART_S, MarketActions
 from spotwise.control.outage import OutageWait
-from spotwise.control.progress import NoProgressError, check_progress_possible, diverged_error, progress_fix
+from spotwise.control.progress import NoProgressError, diverged_error, progress_fix
 from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
@@ -73,7 +80,8 @@ from spotwise.control.sync import SyncStrategy
 from spotwise.events import EventLog, RunSummary, atomic_write_text, write_summary
 from spotwise.market.billing import Ledger
 from spotwise.market.preemption import MarketEvent
-from spotwise.market.world import Market, build_market
+from spotwise.market.job_market import Market
+from spotwise.market.world import build_market
 from spotwise.planes.ps.compute import Compute
 from spotwise.policies import Rebid, Resize, SetLearningRate, SwitchSync, make_policies
 from spotwise.policies.base import Checkpoint as CheckpointDecision
@@ -84,25 +92,12 @@ from spotwise.policies.user import UserPolicyError
 from spotwise.workloads.registry import make_workload
 
 
-def plane_for(spec: JobSpec) -> DataPlane:
-    """The (fresh) data plane ``spec.cluster.data_plane`` names; a serverless job's controller comes
-    from :func:`spotwise.planes.serverless.runner.serverless_controller` (its whole world differs)."""
-    if spec.cluster.kind == "serverless":
-        raise ValueError("a serverless job is built by spotwise.planes.serverless.runner.serverless_controller")
-    if spec.cluster.data_plane == "collective":
-        from spotwise.planes.collective.data_plane import CollectivePlane
-
-        return CollectivePlane(spec)
-    from spotwise.planes.ps.plane import ParameterServerPlane
-
-    return ParameterServerPlane()
-
-
 class JobController:
     """Runs one job to its target; see the module docstring for its components and semantics.
 
     **No progress** (issue 7 item 17).  A spec whose workers cannot outlive one mini-batch is
-    refused up front (:func:`check_progress_possible`, :class:`InfeasibleError`).  At run time,
+    refused up front by the assembler (:func:`~spotwise.control.progress.check_progress_possible`,
+    :class:`InfeasibleError`).  At run time,
     every worker lost to the market (or a node loss) since the last commit counts as a failed
     attempt; after ``max(no_progress_attempts, 5 * max_workers, 10 * losses-per-commit so far)``
     of them without a commit the run stops with status ``no-progress``, writes its summary and
@@ -125,11 +120,11 @@ class JobController:
         spec: JobSpec,
         out_dir: str | Path,
         *,
+        plane: DataPlane,
+        provider: Provider,
+        compute: Compute | None,
         market: Market | None = None,
-        provider: Provider | None = None,
-        compute: Compute | None = None,
         state: TrainingState | None = None,
-        plane: DataPlane | None = None,
         resume: bool = False,
         progress: Callable[[dict[str, Any]], None] | None = None,
         mode: str = "emulated",
@@ -163,7 +158,7 @@ class JobController:
         cl = spec.cluster
         self.max_workers = max(cl.workers, cl.max_workers or cl.workers)
         self.batch = spec.workload.batch_size
-        self.sync = cl.sync
+        self.sync: str = cl.sync
         self.sync_n = cl.sync_n
         self.delta = float(cl.sync_overhead_s)
         #: virtual time a commit adds (Delta of eq. 14-15); a wall clock ignores it (time is measured)
@@ -181,14 +176,11 @@ class JobController:
         self.speeds = WorkerSpeeds(self)
         self.mean_step_s, self.time_law = self.speeds.mean_step_s, self.speeds.effective_law()
         #: what a step is (see the module docstring)
-        self.plane: DataPlane = plane if plane is not None else plane_for(spec)
-        standby = cl.standby if cl.standby is not None else min(cl.workers, 4)
-        if provider is None:  # the market model decides capacity: refuse a hopeless one before any actor starts
-            check_progress_possible(spec, self.market)
-        #: worker processes and their calls (Ray actors of the plane unless the caller gives another)
-        self.compute: Compute | None = compute or self.plane.default_compute(spec, standby if provider is None else 0)
-        self.provider = provider or EmulatedProvider(
-            self.market.revocation, self.max_workers, self.market.horizon_s, spec.seed, compute=self.compute)
+        self.plane: DataPlane = plane
+        #: worker processes and their calls (the plane's Ray actors unless the assembler gave others;
+        #: None where the plane runs its members itself, as functions)
+        self.compute: Compute | None = compute
+        self.provider: Provider = provider
 
         self.step = 0
         self.lr = self.base_lr

@@ -1,7 +1,7 @@
 """The data-plane interface of the job controller: how members exchange updates and commit steps.
 
-:class:`~spotwise.control.controller.JobController` owns the run loop, the policy loop, the
-membership and the market; *what a step is* belongs to the data plane it holds:
+The job controller owns the run loop, the policy loop, the membership and the market; *what a
+step is* belongs to the data plane it holds:
 
 * the **parameter-server plane** (:class:`spotwise.planes.ps.plane.ParameterServerPlane`): the
   parameters live in the controller, workers compute gradients on blocks the controller hands out
@@ -20,21 +20,135 @@ membership and the market; *what a step is* belongs to the data plane it holds:
 A plane is bound to one controller (:meth:`DataPlane.attach`) and called back at fixed points of
 the controller's loop; it never runs a loop of its own between two :meth:`DataPlane.tick` calls,
 so the controller stays the only place that decides when policies are consulted, when the market
-is applied and when checkpoints are taken.
+is applied and when checkpoints are taken.  What a plane may read and do of the job is
+:class:`PlaneHost` (the port it is given), not the controller: planes are chosen above the
+controller (:mod:`spotwise.assemble`) and this module imports none of them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Callable, Protocol
 
+import numpy as np
+
+from spotwise.capacity.provider import Provider
+from spotwise.config import JobSpec
+from spotwise.control.accounting import AccountedJob, Billing
+from spotwise.control.clock import Clock
+from spotwise.control.records import Counters
+from spotwise.control.sampler import EpochSampler
+from spotwise.control.state import TrainingState
+from spotwise.control.sync import SyncStrategy
+from spotwise.events import EventLog
 from spotwise.market.preemption import MarketEvent
+from spotwise.market.job_market import Market
+from spotwise.planes.ps.compute import Compute
 from spotwise.policies.base import Decision, Policy
+from spotwise.theory.runtime import MiniBatchTimeLaw
+from spotwise.training.recipe import Recipe
 
-if TYPE_CHECKING:  # the controller holds a plane; a plane only reads the controller's type
-    from spotwise.control.accounting import Billing
-    from spotwise.control.controller import JobController
-    from spotwise.control.sync import SyncStrategy
-    from spotwise.planes.ps.compute import Compute
+
+class _Speeds(Protocol):
+    """A slot's batch share and mini-batch time (:class:`~spotwise.control.speeds.WorkerSpeeds`)."""
+
+    def batch(self, w: int, members: list[int]) -> int: ...
+    def draw(self, w: int, samples: int | None, rng: np.random.Generator) -> Callable[[], float]: ...
+    def finish(self, start: float, duration: float | None, w: int) -> float | None: ...
+
+
+class _Checkpoints(Protocol):
+    #: the step of the newest checkpoint (-1: none this session)
+    last_step: int
+
+    def take(self, why: str) -> None: ...
+
+
+class PlaneHost(Protocol):
+    """The port a data plane is given (:meth:`DataPlane.attach`): what a step reads and writes
+    of the job, and the controller's calls a plane makes at its fixed points.
+
+    *State a step reads*: the spec, the clock and the capacity provider, the market in force, the
+    members (slot -> process), the sampler, the model state and its recipe, the batch shares.
+    *State a commit writes*: ``step``, ``params``, the losses, ``last_commit_T``, ``last_eval``,
+    ``status`` / ``stop_message`` (a plane that ends the job) and ``kill_wall`` (the recovery clock).
+    *Calls*: membership (:meth:`drop_member`, :meth:`poll_joins`), the market
+    (:meth:`handle_market`, :meth:`drain_market`, :meth:`iteration_market`), a commit's bookkeeping
+    (:meth:`committed`, :meth:`evaluate`, :meth:`apply_policies`, :meth:`after_commit`,
+    :meth:`nonfinite`), :meth:`checkpoint`, :meth:`cost_so_far` and :meth:`done`.
+    """
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def provider(self) -> Provider: ...
+    @property
+    def compute(self) -> Compute | None: ...
+    @property
+    def market(self) -> Market: ...
+    @property
+    def members(self) -> dict[int, Any]: ...
+    sampler: EpochSampler
+    @property
+    def state(self) -> TrainingState: ...
+    @property
+    def recipe(self) -> Recipe: ...
+    @property
+    def speeds(self) -> _Speeds: ...
+    @property
+    def accounting(self) -> Billing: ...
+    @property
+    def checkpointer(self) -> _Checkpoints: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def log(self) -> EventLog: ...
+    @property
+    def dur_rng(self) -> np.random.Generator: ...
+    step: int
+    params: np.ndarray
+    @property
+    def lr(self) -> float: ...
+    @property
+    def sync(self) -> str: ...
+    @property
+    def batch(self) -> int: ...
+    @property
+    def commit_overhead_s(self) -> float: ...
+    @property
+    def time_law(self) -> MiniBatchTimeLaw: ...
+    @property
+    def stop_after_steps(self) -> int | None: ...
+    @property
+    def stop_after_samples(self) -> int | None: ...
+    ema_loss: float | None
+    last_loss: float | None
+    last_commit_T: float
+    last_eval: dict[str, float]
+    @property
+    def loss_history(self) -> list[tuple[int, float, float, int]]: ...
+    kill_wall: float | None
+    status: str
+    stop_message: str | None
+
+    @property
+    def T(self) -> float: ...
+    @property
+    def sync_strategy(self) -> SyncStrategy: ...
+    def drop_member(self, w: int, reason: str) -> None: ...
+    def poll_joins(self, timeout: float = 0.0) -> None: ...
+    def handle_market(self, ev: MarketEvent) -> None: ...
+    def drain_market(self, until: float) -> None: ...
+    def iteration_market(self) -> None: ...
+    def committed(self) -> None: ...
+    def evaluate(self) -> dict[str, float]: ...
+    def apply_policies(self) -> None: ...
+    def after_commit(self) -> None: ...
+    def nonfinite(self, what: str, checkpoint: bool = True) -> None: ...
+    def checkpoint(self, why: str) -> None: ...
+    def cost_so_far(self) -> float: ...
+    def done(self) -> bool: ...
 
 
 class DataPlane(Protocol):
@@ -48,14 +162,14 @@ class DataPlane(Protocol):
     #: the plane's name, as ``cluster.data_plane`` spells it (``summary.json``'s ``extra.data_plane``)
     name: str
 
-    def default_compute(self, spec: Any, standby: int) -> "Compute | None":
+    def default_compute(self, spec: Any, standby: int) -> Compute | None:
         """The member processes when the caller gives none (Ray actors of this plane; ``None``
         where the plane runs its members itself, as functions)."""
 
-    def attach(self, job: "JobController") -> None:
+    def attach(self, job: PlaneHost) -> None:
         """Bind to ``job`` (called once, before the first member joins or a checkpoint is restored)."""
 
-    def make_accounting(self, job: "JobController") -> "Billing":
+    def make_accounting(self, job: AccountedJob) -> Billing:
         """The job's money component: instances billed by the hour, or functions per use."""
 
     def log_meta(self) -> dict[str, Any]:
@@ -68,12 +182,12 @@ class DataPlane(Protocol):
         """Take this plane's part of a checkpoint back (InputError if the checkpoint is another plane's)."""
 
     def begin(self) -> None:
-        """The run starts (first thing in :meth:`JobController.run`): start what runs the members."""
+        """The run starts (first thing in the controller's ``run``): start what runs the members."""
 
     def started(self) -> None:
         """The job's state is fresh or restored (membership formed): the plane may read it."""
 
-    def sync_strategy(self, sync: str, sync_n: int | None) -> "SyncStrategy":
+    def sync_strategy(self, sync: str, sync_n: int | None) -> SyncStrategy:
         """The strategy object of ``sync`` / ``sync_n`` on this plane (round time, samples per step)."""
 
     def before_tick(self) -> None:

@@ -1,36 +1,86 @@
 """Market actions of the job controller: switching the workers' market, migrating the job, the restart window.
 
-:class:`MarketActions` is a component held by :class:`~spotwise.control.controller.JobController`
-(``job.market_actions``) and carries out the :class:`~spotwise.policies.base.SwitchMarket` and
+:class:`MarketActions` is a component held by the job controller (``job.market_actions``) and carries out the :class:`~spotwise.policies.base.SwitchMarket` and
 :class:`~spotwise.policies.base.Migrate` decisions: checkpoint, release every worker, change the
 provider's capacity (or place), then a billed restart window of ``job.restart_s`` before the new
 workers compute.  It acts on the job only through the controller's membership and checkpoint
-methods (``checkpoint``, ``release_all``, ``add_member``, ``enter_place``) and its accounting.
+methods (``checkpoint``, ``release_all``, ``add_member``, ``enter_place``) and its accounting: what
+it may touch is :class:`MarketHost`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from spotwise.capacity.provider import Provider
+from spotwise.config import JobSpec
+from spotwise.control.accounting import Billing
+from spotwise.control.clock import Clock
+from spotwise.control.records import Counters
 from spotwise.errors import InputError
+from spotwise.events import EventLog
+from spotwise.market.pools import PoolSet
+from spotwise.market.job_market import Market
 from spotwise.market.world import market_for_place
 from spotwise.policies.base import Migrate
 
-if TYPE_CHECKING:  # type only: the controller holds this component
-    from spotwise.control.controller import JobController
-
 #: seconds a change of market or place costs when nothing else says (new workers start, load the
-#: checkpoint's parameters): billed, no progress; a JobController's ``restart_s`` overrides it
+#: checkpoint's parameters): billed, no progress; the controller's ``restart_s`` overrides it
 DEFAULT_RESTART_S = 120.0
 
 #: the ledger's market names (billing) for the policies' (:data:`spotwise.policies.base.MARKETS`)
 LEDGER_MARKET = {"spot": "spot", "on-demand": "on_demand"}
 
 
+class _Pools(Protocol):
+    pools: PoolSet
+
+
+class MarketHost(Protocol):
+    """What :class:`MarketActions` reads of the job and asks it to do."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def provider(self) -> Provider: ...
+    @property
+    def market(self) -> Market: ...
+    @property
+    def region(self) -> str | None: ...
+    worker_market: str
+    @property
+    def restart_s(self) -> float: ...
+    @property
+    def provisioned(self) -> int: ...
+    @property
+    def members(self) -> dict[int, Any]: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def log(self) -> EventLog: ...
+    @property
+    def accounting(self) -> Billing: ...
+    @property
+    def speeds(self) -> _Pools: ...
+
+    @property
+    def T(self) -> float: ...
+    @property
+    def market_name(self) -> str: ...
+    def checkpoint(self, why: str) -> None: ...
+    def release_all(self) -> None: ...
+    def add_member(self, w: int, actor: Any, reopen: dict[str, Any] | None = None,
+                   billed_from: float | None = None) -> None: ...
+    def enter_place(self, place: Market, region: str | None) -> None: ...
+    def iteration_market(self) -> None: ...
+
+
 class MarketActions:
     """Market switches and migrations of one job (see the module docstring)."""
 
-    def __init__(self, job: "JobController") -> None:
+    def __init__(self, job: MarketHost) -> None:
         self.job = job
 
     def switch_market(self, market: str) -> str | None:

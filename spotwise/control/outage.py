@@ -1,6 +1,6 @@
 """Waiting without workers: the job controller's outage component.
 
-:class:`OutageWait` is held by :class:`~spotwise.control.controller.JobController`
+:class:`OutageWait` is held by the job controller
 (``job.outage``).  While no worker computes (every spot worker revoked, no capacity yet) time
 passes to the next capacity change, the policies are consulted at least every
 :attr:`OutageWait.decision_s` seconds (a deadline guard may buy on-demand, a migration may move the
@@ -11,10 +11,52 @@ period is counted (``extra.idle_s``) and logged (``idle`` event).  The coordinat
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # type only: the controller holds this component
-    from spotwise.control.controller import JobController
+from spotwise.capacity.provider import Provider
+from spotwise.config import JobSpec
+from spotwise.control.clock import Clock
+from spotwise.control.records import Counters
+from spotwise.events import EventLog
+from spotwise.market.job_market import Market
+from spotwise.policies.base import Policy
+
+
+class _Prices(Protocol):
+    def emit_prices(self) -> None: ...
+
+
+class OutageHost(Protocol):
+    """What :class:`OutageWait` reads of the job and asks it to do: the clock, capacity and the
+    market to wait on, the policies to consult meanwhile, and the price log (nothing else)."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def provider(self) -> Provider: ...
+    @property
+    def market(self) -> Market: ...
+    @property
+    def policies(self) -> list[Policy]: ...
+    @property
+    def members(self) -> dict[int, Any]: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def log(self) -> EventLog: ...
+    @property
+    def accounting(self) -> _Prices: ...
+    @property
+    def mean_step_s(self) -> float: ...
+
+    @property
+    def T(self) -> float: ...
+    def apply_policies(self) -> None: ...
+    def iteration_market(self) -> None: ...
+    def drain_market(self, until: float) -> None: ...
+    def poll_joins(self, timeout: float = 0.0) -> None: ...
 
 #: seconds between two consultations of the policies while no worker computes (an outage)
 IDLE_DECISION_S = 60.0
@@ -23,7 +65,7 @@ IDLE_DECISION_S = 60.0
 class OutageWait:
     """The idle periods of one job (see the module docstring)."""
 
-    def __init__(self, job: "JobController") -> None:
+    def __init__(self, job: OutageHost) -> None:
         self.job = job
         #: while no worker computes, the policies are consulted at least this often (virtual or
         #: wall seconds): the executor's decision gap that a deadline guard adds to its margin

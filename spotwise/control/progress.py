@@ -22,7 +22,7 @@ from spotwise.market.preemption import (
     LifetimeRevocation,
     RevocationModel,
 )
-from spotwise.market.world import Market
+from spotwise.market.job_market import Market
 
 #: below this chance that a round commits (more than 1000 attempts per step) a spec is refused
 MIN_ROUND_SUCCESS = 1e-3

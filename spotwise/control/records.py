@@ -2,7 +2,7 @@
 
 :class:`Task` is a mini-batch a worker is computing (continuous modes), :class:`Contribution` a
 finished one waiting to be committed, :class:`Counters` what a run counts for its summary and its
-checkpoints (:class:`~spotwise.control.controller.JobController`).
+checkpoints (the job controller).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from spotwise.events import RunSummary
 from spotwise.market.world import build_market
 from spotwise.control.checkpoint import load_latest_checkpoint, no_valid_checkpoint_error
 from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.control.progress import NoProgressError, check_progress_possible
 from spotwise.control.rundir_io import load_resume_spec, load_run_spec
 from spotwise.capacity.placement import placement_for
@@ -156,7 +157,7 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
             coord: JobController = cluster_controller(spec, out, market=market, provider=provider, resume=resume,
                                                       progress=callback)
         else:  # the data plane is the spec's (cluster.data_plane)
-            coord = JobController(spec, out, market=market, resume=resume, progress=callback)
+            coord = build_controller(spec, out, market=market, resume=resume, progress=callback)
         if mirror is not None:  # uploads each checkpoint once committed, the log as it grows
             mirror.attach(coord.checkpointer)
         try:

@@ -1,8 +1,8 @@
 """How long a worker's mini-batch takes and what its exchange with the parameter server costs,
 per worker: pools of different speeds and places (issue 21), and the parameter server's network.
 
-:class:`WorkerSpeeds` is a component held by :class:`~spotwise.control.controller.JobController`
-(``job.speeds``).  It holds the job's :class:`~spotwise.market.pools.PoolSet` (one pool for a
+:class:`WorkerSpeeds` is a component held by the job controller (``job.speeds``; what it reads of
+the job is :class:`SpeedsHost`).  It holds the job's :class:`~spotwise.market.pools.PoolSet` (one pool for a
 single-type job) and answers, per worker slot:
 
 * **the mini-batch time law** -- ``m_w * (samples / batch)`` with ``m_w = step_time_s /
@@ -27,24 +27,48 @@ them.  Egress is billed on either clock.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
+from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.market.pools import PoolSet
+from spotwise.market.job_market import Market
 from spotwise.theory.runtime import MiniBatchTimeLaw
 
-if TYPE_CHECKING:  # type only: the controller holds this component
-    from spotwise.control.controller import JobController
-
 FLOAT32_BYTES = 4
+
+
+class _Egress(Protocol):
+    def egress(self, w: int, usd: float, nbytes: float) -> None: ...
+
+
+class SpeedsHost(Protocol):
+    """What :class:`WorkerSpeeds` reads of the job (the place, the batch, the clock) and where it
+    bills the egress of an exchange."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def market(self) -> Market: ...
+    @property
+    def max_workers(self) -> int: ...
+    @property
+    def batch(self) -> int: ...
+    @property
+    def params(self) -> np.ndarray: ...
+    @property
+    def accounting(self) -> _Egress: ...
+
+    @property
+    def T(self) -> float: ...
 
 
 class WorkerSpeeds:
     """Per-worker mini-batch times, batch shares and exchanges (see the module docstring)."""
 
-    def __init__(self, job: "JobController") -> None:
+    def __init__(self, job: SpeedsHost) -> None:
         self.job = job
         spec = job.spec
         self.pools: PoolSet = job.market.pools or PoolSet.single(job.market, job.max_workers, spec.workload.family)

@@ -1,7 +1,7 @@
 """The summary of a job controller's run: ``summary.json``'s counters, costs and extras.
 
-:func:`run_summary` reads a finished :class:`~spotwise.control.controller.JobController` (its
-counters, sampler, ledger breakdown, final evaluation and its plane's extras) into the
+:func:`run_summary` reads a finished job (:class:`SummarisedJob`: its counters, sampler, ledger
+breakdown, final evaluation and its plane's extras) into the
 :class:`~spotwise.events.RunSummary` that every executor writes (``summary.json``, the run
 directory contract of ``DESIGN.md``).
 """
@@ -9,17 +9,65 @@ directory contract of ``DESIGN.md``).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from spotwise.config import JobSpec
+from spotwise.control.records import Counters
+from spotwise.control.sampler import EpochSampler
+from spotwise.control.state import TrainingState
 from spotwise.events import RunSummary
-
-if TYPE_CHECKING:  # type only: the controller calls this at its end
-    from spotwise.control.controller import JobController
+from spotwise.market.job_market import Market
 
 
-def run_summary(job: "JobController", final_eval: dict[str, float], cost: dict[str, Any]) -> RunSummary:
+class _OnDemandEstimate(Protocol):
+    def on_demand_estimate(self) -> dict[str, Any] | None: ...
+
+
+class _PlaneExtras(Protocol):
+    def summary_extra(self) -> dict[str, Any]: ...
+
+
+class SummarisedJob(Protocol):
+    """What the summary reads of a finished job."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def lr(self) -> float: ...
+    @property
+    def sync(self) -> str: ...
+    @property
+    def last_loss(self) -> float | None: ...
+    @property
+    def stop_message(self) -> str | None: ...
+    @property
+    def wall0(self) -> float: ...
+    @property
+    def market(self) -> Market: ...
+    @property
+    def counters(self) -> Counters: ...
+    @property
+    def sampler(self) -> EpochSampler: ...
+    @property
+    def state(self) -> TrainingState: ...
+    @property
+    def accounting(self) -> _OnDemandEstimate: ...
+    @property
+    def plane(self) -> _PlaneExtras: ...
+
+    @property
+    def T(self) -> float: ...
+
+
+def run_summary(job: SummarisedJob, final_eval: dict[str, float], cost: dict[str, Any]) -> RunSummary:
     """The run's summary: ``final_eval`` the last evaluation, ``cost`` the final cost breakdown."""
     rec = job.counters.recoveries_ms
     extra: dict[str, Any] = {

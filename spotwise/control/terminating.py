@@ -25,19 +25,38 @@ from __future__ import annotations
 import contextlib
 import sys
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from spotwise.signals import Terminated, deferred_sigterm, termination_handled, termination_pending
 
-if TYPE_CHECKING:  # type only: the controller holds this
-    from spotwise.control.controller import JobController
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+    def before_finish(self) -> None: ...
+
+
+class _LastCheckpoint(Protocol):
+    last_step: int
+
+
+class TerminatingJob(Protocol):
+    """What :class:`FinalCheckpoint` needs of the job: its step, its plane's end, a checkpoint."""
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def plane(self) -> _Stoppable: ...
+    @property
+    def checkpointer(self) -> _LastCheckpoint: ...
+
+    def checkpoint(self, why: str) -> None: ...
 
 
 class FinalCheckpoint:
     """``with FinalCheckpoint(job) as term: while not (term.requested() or job.done()): ...``
     (see the module docstring)."""
 
-    def __init__(self, job: "JobController") -> None:
+    def __init__(self, job: TerminatingJob) -> None:
         self.job = job
         self._defer: contextlib.AbstractContextManager[None] = deferred_sigterm()
 

@@ -3,7 +3,7 @@
 A serverless job (``cluster.kind: serverless``, ``papers/004_9dc2adb66dc8d26e.txt``) runs its
 workers as functions billed per request and per GB-second (``catalog.functions``) and keeps its
 store on an on-demand instance (``cluster.redis_instance``; paper 004 Table 2).  The job
-controller sees that world as a :class:`~spotwise.market.world.Market` like any other:
+controller sees that world as a :class:`~spotwise.market.job_market.Market` like any other:
 :func:`function_market` makes one whose *instance* is one function of the job's size (its $/h is
 ``per_gb_second x GB x 3600``, constant: functions have no spot price), whose *coordinator* is the
 store's instance, which is never revoked (:class:`~spotwise.market.preemption.NoRevocation`) and
@@ -21,9 +21,9 @@ from spotwise.config import JobSpec
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.catalog import Catalog
 from spotwise.market.catalog_records import InstanceType
+from spotwise.market.job_market import Market
 from spotwise.market.preemption import NoRevocation
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.world import Market
 
 #: the job's horizon when it has no deadline (wall seconds; functions never run out)
 DEFAULT_HORIZON_S = 7 * 24 * 3600.0

@@ -5,8 +5,10 @@ A job's worker slots are split over pools, in the order of ``cluster.pools`` (po
 type's catalog throughput and prices, its price series (trace or synthetic, replayed for its type
 and zone), its revocation model and provider notice -- built by the same
 :func:`~spotwise.market.world.build_market` as a single-type job, from the spec with the pool's
-fields in place of the cluster's.  The single-type form is one pool (:meth:`PoolSet.single`), so
-the controller has one code path.
+fields in place of the cluster's (``build_market`` calls :func:`build_pools` with itself as
+``build_one``: this module builds on the :class:`~spotwise.market.job_market.Market` value alone,
+never on the module that builds markets).  The single-type form is one pool
+(:meth:`PoolSet.single`), so the controller has one code path.
 
 * :class:`PooledRevocation` gives every slot its pool's revocation model (each pool's own notice
   time); a spec whose pools are all the same model gives the same timeline as one pool of their
@@ -23,17 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from spotwise.config import JobSpec
 from spotwise.errors import InputError
+from spotwise.market.job_market import Market
 from spotwise.market.network import NetworkLink, region_of
 from spotwise.market.revocation_base import Interval, MarketEvent, RevocationModel, events_from_intervals
-
-if TYPE_CHECKING:  # type only: world builds the pools' markets
-    from spotwise.config import JobSpec
-    from spotwise.market.world import Market
 
 
 class PooledRevocation(RevocationModel):
@@ -98,7 +98,7 @@ class Pool:
     """One pool: its name, its market, the slots it owns and its speed for the job's model family."""
 
     name: str
-    market: "Market"
+    market: Market
     slots: range
     speed: float
     region: str
@@ -132,7 +132,7 @@ class PoolSet:
             raise ValueError("a PoolSet needs at least one pool")
 
     @classmethod
-    def single(cls, market: "Market", slots: int, family: str) -> "PoolSet":
+    def single(cls, market: Market, slots: int, family: str) -> PoolSet:
         """A single-type job as one pool of ``slots`` slots."""
         speed = market.catalog.throughput(market.instance, family)
         region = region_of(market.instance.region) if market.instance.region else ""
@@ -179,7 +179,7 @@ class PoolSet:
         return [{**p.describe(), "cross_region": p.region != self.ps_region and self.link is not None} for p in self.pools]
 
 
-def pool_spec(spec: "JobSpec", i: int) -> "JobSpec":
+def pool_spec(spec: JobSpec, i: int) -> JobSpec:
     """``spec`` as a single-type job on pool ``i`` alone (its type, place, workers, bids, market)."""
     p = spec.cluster.pools[i]  # type: ignore[index]
     market = spec.market
@@ -195,7 +195,7 @@ def pool_spec(spec: "JobSpec", i: int) -> "JobSpec":
     return dataclasses.replace(spec, cluster=cluster, market=market)
 
 
-def _check_place_data(spec: "JobSpec", i: int) -> None:
+def _check_place_data(spec: JobSpec, i: int) -> None:
     """A pool placed in a zone or region replays that place's series, never another's."""
     from spotwise.market.traces import load_traces
 
@@ -215,7 +215,7 @@ def _check_place_data(spec: "JobSpec", i: int) -> None:
                          "traces of its zone (pools[].market.traces)", f"cluster.pools[{i}]")
 
 
-def build_pools(spec: "JobSpec", build_one: Callable[["JobSpec"], "Market"]) -> PoolSet:
+def build_pools(spec: JobSpec, build_one: Callable[[JobSpec], Market]) -> PoolSet:
     """The pools of ``spec`` (which has ``cluster.pools``), each market built by ``build_one``."""
     pools_spec = spec.cluster.pools or []
     family = spec.workload.family

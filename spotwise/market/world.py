@@ -11,15 +11,17 @@ the executors (simulator, emulated runtime) and the planner share:
 * the revocation model (bid / Bernoulli / lifetime / availability trace / none) with the
   provider's notice;
 * the billing policy.
+
+The :class:`~spotwise.market.job_market.Market` it returns is defined in
+:mod:`spotwise.market.job_market` (and importable from here as well); a job with ``cluster.pools``
+gets one market per pool (:func:`spotwise.market.pools.build_pools`, each built here).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import numpy as np
 
@@ -29,6 +31,8 @@ from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.coordinator import coordinator_for
 from spotwise.market.catalog import Catalog, InstanceType
+from spotwise.market.job_market import Market
+from spotwise.market.pools import PooledRevocation, build_pools
 from spotwise.market.preemption import (
     AvailabilityTraceRevocation,
     BernoulliRevocation,
@@ -40,37 +44,6 @@ from spotwise.market.preemption import (
     notice_seconds,
 )
 from spotwise.market.series import SeriesMeta, StepSeries
-
-
-@dataclass(frozen=True)
-class Market:
-    """Everything about the outside world one job needs (all times are virtual seconds)."""
-
-    instance: InstanceType
-    coordinator: InstanceType
-    prices: StepSeries
-    revocation: RevocationModel
-    billing: BillingPolicy
-    catalog: Catalog
-    horizon_s: float
-    #: the job's pools when the spec has ``cluster.pools`` (issue 21); the fields above are then the
-    #: first pool's, except ``revocation`` (every pool's, :class:`~spotwise.market.pools.PooledRevocation`)
-    pools: Any = None
-
-    def spot_price(self, t: float) -> float:
-        return float(self.prices.value_at(t))
-
-    @property
-    def on_demand_price(self) -> float:
-        """The worker instance's on-demand $/h (for the 'same job on on-demand' comparison)."""
-        if self.instance.on_demand_per_hour is None:
-            raise InputError(f"the catalog has no on-demand price for {self.instance.name}",
-                             "add on_demand_per_hour to the instance in your catalog file")
-        return float(self.instance.on_demand_per_hour)
-
-    def step_seconds(self, family: str, reference_step_s: float) -> float:
-        """Mean virtual seconds per mini-batch on this instance: ``reference_step_s / throughput``."""
-        return reference_step_s / self.catalog.throughput(self.instance, family)
 
 
 def load_catalog(spec: JobSpec) -> Catalog:
@@ -226,8 +199,6 @@ def build_market(spec: JobSpec, horizon_s: float | None = None, catalog: Catalog
     """The market of ``spec`` over ``[0, horizon_s)`` virtual seconds (default: deadline x 4, at least a week)."""
     catalog = catalog or load_catalog(spec)
     if spec.cluster.pools:
-        from spotwise.market.pools import PooledRevocation, build_pools
-
         pools = build_pools(spec, lambda one: build_market(one, horizon_s, catalog))
         first = pools.pools[0].market
         revocation = first.revocation if len(pools.pools) == 1 else PooledRevocation(

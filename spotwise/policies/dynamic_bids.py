@@ -4,7 +4,7 @@ The job starts with part of its workers; after ``switch_step`` committed iterati
 rest and re-optimises the bid "by subtracting the consumed time from the original deadline theta
 and taking J to be the number of remaining iterations".  The new bid is Thm 3's uniform bid for
 the remaining work: ``b = F^-1(J_rem E[R(n)] / theta_rem)``, computed by
-:func:`spotwise.planner.bidding.thm3_bid` like every other Thm 3 bid (the paper re-solves Thm 4's two bids;
+:func:`spotwise.planner.bids.thm3_bid` like every other Thm 3 bid (the paper re-solves Thm 4's two bids;
 with all workers re-bid at once, Thm 3 is the uniform special case).  If the remaining deadline is
 already too short, the bid is the top of the price range (never interrupted again).
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotwise.planner.bidding import thm3_bid
+from spotwise.planner.bids import thm3_bid
 from spotwise.policies.base import Decision, Observation, Policy, Rebid, Resize
 from spotwise.policies.price_quantile import price_ppf
 from spotwise.policies.schema import check_dynamic_bids

@@ -5,7 +5,7 @@ cheapest instance ... through training as prices change".  Online, a move pays o
 saving over the remaining work at the prices in force now exceeds what the move costs: ``d``
 seconds (:attr:`Observation.restart_s`) on the new capacity without progress, plus the checkpoint
 shipped when the region changes (Sec. 3.2.1, Table 2).  This is the rule of
-:mod:`spotwise.planner.placement`'s ``dynamic`` strategy, as a policy the executors act on
+:mod:`spotwise.planner.placement.over_time`'s ``dynamic`` strategy, as a policy the executors act on
 (:class:`~spotwise.policies.base.Migrate`).
 
 With ``k`` workers, ``H`` hours of compute left at the current place, current price ``p`` and a

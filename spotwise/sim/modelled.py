@@ -12,7 +12,7 @@ the same spec and seed would have.  Only the numerics are modelled:
 
   where ``y_j`` is the number of mini-batches the committed step ``j`` holds (its contributions).
   The reported loss is ``G* + e_j``.  The constants come from a pilot fit or the planner's
-  assumed model (:mod:`spotwise.planner.pilot`).  The learning rate of the run (e.g. changed by
+  assumed model (:mod:`spotwise.planner.estimate.pilot`).  The learning rate of the run (e.g. changed by
   ``lr-scaling``) does not enter: the model's ``alpha`` is the step size the constants were fitted for.
 * :class:`ModelledCompute` -- workers are tokens; a call returns at once with an empty gradient
   and the loss at the parameters it was started with (stale for n-batch / async, as in a real run).

@@ -23,7 +23,7 @@ from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.events import RunSummary, write_summary
 from spotwise.market.world import build_market
-from spotwise.control.controller import JobController
+from spotwise.assemble import build_controller
 from spotwise.control.progress import check_progress_possible
 from spotwise.capacity.provider import EmulatedProvider
 from spotwise.sim.modelled import ModelledCompute, ModelledState
@@ -80,8 +80,8 @@ def simulate_job(
     compute = ModelledCompute(state)
     max_workers = max(spec.cluster.workers, spec.cluster.max_workers or spec.cluster.workers)
     provider = EmulatedProvider(market.revocation, max_workers, market.horizon_s, spec.seed, compute=compute)
-    coord = JobController(spec, out_dir, market=market, provider=provider, compute=compute, state=state,
-                        mode="simulate", progress=progress)
+    coord = build_controller(spec, out_dir, market=market, provider=provider, compute=compute, state=state,
+                             mode="simulate", progress=progress)
     summary = coord.run()
     summary.extra["loss_model"] = {"kind": "paper 000 Thm 1 recursion", "beta": model.beta, "G1": model.G1,
                                    "g_star": g_star, "measured": measured, "assumed": assumed}

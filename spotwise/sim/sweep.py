@@ -4,8 +4,8 @@
 cost, time, the probability of meeting the deadline, and cost against the hindsight oracle
 (:mod:`spotwise.sim.oracle`) and against on-demand.
 
-It is the one executor that does not run under the
-:class:`~spotwise.control.controller.JobController`, on purpose: a sweep replays thousands of
+It is the one executor that does not run under the job controller
+(:mod:`spotwise.control.controller`), on purpose: a sweep replays thousands of
 jobs, and the controller's per-step loop (every mini-batch, every commit) would make each one cost
 as much as a step-by-step simulation.  The engine is event-driven and exact for
 piecewise-constant markets: between two events (a price or capacity change at the job's place,
@@ -15,7 +15,7 @@ That is what makes a sweep of thousands of 24-hour jobs take seconds
 (``benchmarks/trace_sweep.py`` counts simulated worker-iterations per second).  What it shares with ``spotwise run`` and the step-by-step simulator
 (:func:`spotwise.sim.simulate.simulate_job`): the policies (the same :class:`Policy` objects,
 consulted with the same :class:`Observation` and acted on through the same decisions:
-:class:`SwitchMarket`, :class:`Migrate`), the bid rule (:func:`spotwise.planner.bidding.thm3_bid`),
+:class:`SwitchMarket`, :class:`Migrate`), the bid rule (:func:`spotwise.planner.bids.thm3_bid`),
 the :class:`~spotwise.market.billing.Ledger` and billing policy (per-second, 60 s minimum, the
 coordinator billed on-demand for the whole run), and the trace loaders.
 ``benchmarks/trace_sweep.py`` checks its time and cost against the step-by-step simulator.

@@ -4,7 +4,7 @@ The spec gives the job: its work is ``target.iterations`` committed steps at the
 time of ``cluster.workers`` workers of ``cluster.instance_type`` (the one mini-batch time law,
 :class:`~spotwise.theory.runtime.MiniBatchTimeLaw`, through the sync strategy's
 ``expected_round_s``: the same expectation the planner and the simulator use), or at the step
-time measured by a pilot run (``--pilot DIR``, the runtime fit of :mod:`spotwise.planner.pilot`),
+time measured by a pilot run (``--pilot DIR``, the runtime fit of :mod:`spotwise.planner.estimate.pilot`),
 or ``--work-hours``;
 ``deadline``; the coordinator (billed on-demand for the whole run); the billing rule.  The home
 place is ``cluster.region`` (a zone, or a region meaning each of its zones) of the spec's type;
@@ -52,8 +52,8 @@ def job_work_s(spec: JobSpec, catalog: Any) -> float:
 
 def pilot_work_s(spec: JobSpec, pilot_dir: str) -> tuple[float, str]:
     """Compute seconds of ``spec``'s job from a pilot run's measured step times
-    (:func:`spotwise.planner.pilot.pilot_from_run`): ``iterations x E[R(workers)]``."""
-    from spotwise.planner.pilot import pilot_from_run
+    (:func:`spotwise.planner.estimate.pilot.pilot_from_run`): ``iterations x E[R(workers)]``."""
+    from spotwise.planner.estimate.pilot import pilot_from_run
 
     if spec.target.iterations is None:
         raise InputError("a trace sweep needs target.iterations to scale a pilot's step time", "set target.iterations",

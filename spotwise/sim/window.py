@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from spotwise.market.billing import Ledger
-from spotwise.planner.bidding import thm3_bid
+from spotwise.planner.bids import thm3_bid
 from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy, SwitchMarket, TopUp
 from spotwise.sim.places import Place
 from spotwise.sim.sweep_types import Strategy, SweepJob, WindowResult

@@ -48,7 +48,7 @@ ArrayLike = float | np.ndarray
 
 
 class PriceLaw(Protocol):
-    """What the cost expressions need of a price distribution (``planner.prices.PriceModel``)."""
+    """What the cost expressions need of a price distribution (``planner.bids.prices.PriceModel``)."""
 
     @property
     def low(self) -> float: ...

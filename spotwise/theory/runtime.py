@@ -264,7 +264,7 @@ class RuntimeModel:
         N-sync ``sum_{i=0}^{N-1} 1/((y - i) mu)^2``; N-batch (the N-th arrival of a Poisson process of
         rate ``y mu``, a Gamma(N, y mu) time) ``N/(y mu)^2``.  Empirical: the same exact order-statistic
         laws as :meth:`expected` (second moment minus squared mean), N-batch by the same seeded bootstrap.
-        Used by :mod:`spotwise.planner.deadline` for the spread of the completion time.
+        Used by :mod:`spotwise.planner.estimate.deadline` for the spread of the completion time.
         """
         mean = self.expected(y, sync, n_sync) - self.delta  # validates y, sync and n_sync
         y = int(y)

@@ -40,12 +40,13 @@ import dataclasses
 import math
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
-from spotwise.control.accounting import Accounting, Billing
+from spotwise.control.accounting import AccountedJob, Accounting, Billing
+from spotwise.control.dataplane import PlaneHost
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.sync import SyncStrategy, make_sync
@@ -60,8 +61,6 @@ from spotwise.planes.collective.round_time import draw_round, restored_draws, st
 from spotwise.planes.ps.compute import Compute
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
-if TYPE_CHECKING:  # type only: the controller holds its plane
-    from spotwise.control.controller import JobController
 
 
 class CollectivePlane:
@@ -79,7 +78,7 @@ class CollectivePlane:
         cl = spec.cluster
         if cl.data_plane != "collective":
             raise ValueError("the collective plane runs cluster.data_plane: collective specs")
-        self._job: JobController | None = None
+        self._job: PlaneHost | None = None
         self.ctl = PlaneControl(host=store_host, timeout_s=float(cl.group_timeout_s))
         self.local_steps = int(cl.local_steps)
         self.replica_every = int(cl.replica_every)
@@ -111,7 +110,7 @@ class CollectivePlane:
         self._schedule: dict[str, Any] | None = None  # issue 28: the lr schedule the members use
 
     @property
-    def job(self) -> "JobController":
+    def job(self) -> PlaneHost:
         if self._job is None:
             raise RuntimeError("the plane is not attached to a job")
         return self._job
@@ -126,10 +125,10 @@ class CollectivePlane:
     def default_compute(self, spec: JobSpec, standby: int) -> Compute:
         return CollectiveCompute.for_spec(spec, standby)  # on the members' device, with their GPUs (issue 20 item 4)
 
-    def attach(self, job: "JobController") -> None:
+    def attach(self, job: PlaneHost) -> None:
         self._job = job
 
-    def make_accounting(self, job: "JobController") -> Billing:
+    def make_accounting(self, job: AccountedJob) -> Billing:
         return Accounting(job)
 
     def log_meta(self) -> dict[str, Any]:
@@ -430,8 +429,7 @@ class CollectivePlane:
                       recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
                       **({"timing": rec["timing"]} if rec.get("timing") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
-        job.lost_since_commit = 0
-        job._commits += 1
+        job.committed()
         ev = rec.get("eval")
         if ev:
             job.last_eval = {kk: float(v) for kk, v in ev.items()}

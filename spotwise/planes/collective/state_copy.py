@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from spotwise.control.dataplane import PlaneHost
 from spotwise.planes.collective.records import Replicas
 from spotwise.training.state import decode_extra
 
 if TYPE_CHECKING:  # type only
-    from spotwise.control.controller import JobController
     from spotwise.planes.collective.plane import PlaneControl
 
 #: how long the controller waits for a requested replica (seconds), and its polling interval
@@ -31,7 +31,7 @@ POLL_MAX_S = 0.008
 class StateCopy:
     """Replicas received from the members and the one adopted as the controller's (module docstring)."""
 
-    def __init__(self, ctl: "PlaneControl", job: Callable[[], "JobController"]) -> None:
+    def __init__(self, ctl: "PlaneControl", job: Callable[[], PlaneHost]) -> None:
         self.ctl = ctl
         self._job = job
         self.replicas = Replicas()

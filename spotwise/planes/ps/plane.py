@@ -1,7 +1,7 @@
 """The parameter-server plane: how mini-batches are scheduled, collected and committed in each sync mode.
 
 The parameter-server data plane (:class:`~spotwise.control.dataplane.DataPlane`):
-:class:`ParameterServerPlane` is held by :class:`~spotwise.control.controller.JobController`
+:class:`ParameterServerPlane` is held by the job controller
 (``job.plane``).  The parameters live in the controller (the on-demand parameter server of
 ``papers/000_3c734f3ffedcac15.txt`` Sec. III and ``papers/002_a246f6afe29b4bfb.txt`` Sec. II); the
 plane hands blocks of the sampler to the members, collects their gradients through the job's
@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
-from spotwise.control.accounting import Accounting, Billing
+from spotwise.control.accounting import AccountedJob, Accounting, Billing
+from spotwise.control.dataplane import PlaneHost
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.clock import ReadyFn
 from spotwise.control.records import Contribution, Task
@@ -52,8 +53,6 @@ from spotwise.planes.ps.compute import Compute, RayCompute, Result, WorkerLost
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, accumulate, grad_size, payload_nbytes
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
-if TYPE_CHECKING:  # type only: the controller holds its plane
-    from spotwise.control.controller import JobController
 
 
 class ParameterServerPlane:
@@ -63,7 +62,7 @@ class ParameterServerPlane:
     name = "ps"
 
     def __init__(self) -> None:
-        self._job: JobController | None = None
+        self._job: PlaneHost | None = None
         #: the mini-batch in flight of each member (continuous modes)
         self.tasks: dict[int, Task] = {}
         #: finished mini-batches waiting for the commit (continuous modes)
@@ -81,7 +80,7 @@ class ParameterServerPlane:
         self._pending_ckpt: str | None = None  # a notice's checkpoint, taken at the next commit
 
     @property
-    def job(self) -> "JobController":
+    def job(self) -> PlaneHost:
         if self._job is None:
             raise RuntimeError("the plane is not attached to a job")
         return self._job
@@ -98,10 +97,10 @@ class ParameterServerPlane:
     def default_compute(self, spec: JobSpec, standby: int) -> Compute:
         return RayCompute.for_spec(spec, standby)  # on the workers' device, with their GPUs (issue 20 item 4)
 
-    def attach(self, job: "JobController") -> None:
+    def attach(self, job: PlaneHost) -> None:
         self._job = job
 
-    def make_accounting(self, job: "JobController") -> Billing:
+    def make_accounting(self, job: AccountedJob) -> Billing:
         return Accounting(job)
 
     def log_meta(self) -> dict[str, Any]:

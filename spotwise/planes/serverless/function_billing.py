@@ -10,12 +10,24 @@ is the job controller's money component (:class:`~spotwise.control.accounting.Bi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
+from spotwise.events import EventLog
 from spotwise.market.billing import BillingPolicy, Ledger
+from spotwise.market.job_market import Market
 
-if TYPE_CHECKING:  # type only: the controller holds this component
-    from spotwise.control.controller import JobController
+
+class BilledJob(Protocol):
+    """What :class:`FunctionAccounting` reads of the job: its clock, market (the Redis node's
+    price) and event log."""
+
+    @property
+    def market(self) -> Market: ...
+    @property
+    def log(self) -> EventLog: ...
+
+    @property
+    def T(self) -> float: ...
 
 
 class FunctionMeter:
@@ -75,7 +87,7 @@ class FunctionAccounting:
     whole session at the end (MLLess Sec. 3.1).  No on-demand estimate: functions are on demand.
     """
 
-    def __init__(self, job: "JobController", meter: FunctionMeter, running_seconds: Callable[[float], float]) -> None:
+    def __init__(self, job: BilledJob, meter: FunctionMeter, running_seconds: Callable[[float], float]) -> None:
         self.job = job
         self.meter = meter
         self.ledger = meter.ledger
@@ -107,6 +119,11 @@ class FunctionAccounting:
 
     def member_stopped(self, w: int, t: float, reason: str) -> None:
         return None  # a leaving function's last invocation is billed when it returns
+
+    def egress(self, w: int, usd: float, nbytes: float) -> None:
+        """Never billed here: functions exchange through the job's store in its region, not with a
+        parameter server in another region (only pools of VMs do, :class:`~spotwise.control.speeds.WorkerSpeeds`)."""
+        raise RuntimeError(f"a serverless job has no cross-region exchange to bill (function slot {w})")
 
     def cost_so_far(self) -> float:
         T = self.job.T

@@ -1,7 +1,7 @@
 """The serverless data plane (``cluster.kind: serverless``; ``papers/004_9dc2adb66dc8d26e.txt`` MLLess).
 
 :class:`ServerlessPlane` is the :class:`~spotwise.control.dataplane.DataPlane` of a serverless job:
-the :class:`~spotwise.control.controller.JobController` runs the loop, consults the policies (the
+the job controller runs the loop, consults the policies (the
 scale-in auto-tuner emits ``Resize``), checkpoints and writes the summary, as for VM jobs; the
 plane is MLLess's supervisor (Sec. 3.1 "Supervisor") below it: it invokes the worker functions,
 synchronises their progress through the store and merges every step they all committed.
@@ -41,12 +41,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from spotwise.config import JobSpec
-from spotwise.control.accounting import Billing
+from spotwise.control.accounting import AccountedJob, Billing
+from spotwise.control.dataplane import PlaneHost
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.sync import FullSync, SyncStrategy
 from spotwise.market.catalog import Catalog
@@ -62,8 +63,6 @@ from spotwise.planes.serverless.store import RedisServer, RedisURL, apply_encode
 from spotwise.policies.base import Checkpoint, Decision, Policy, Resize
 from spotwise.specload import to_plain
 
-if TYPE_CHECKING:  # type only: the controller holds its plane
-    from spotwise.control.controller import JobController
 
 #: the fraction of the platform's timeout after which a function ends its lease and is re-invoked
 LEASE_FRACTION = 0.8
@@ -104,7 +103,7 @@ class ServerlessPlane:
             raise ValueError("the serverless plane runs cluster.kind: serverless specs")
         if not (network_mbps >= 0 and math.isfinite(network_mbps)):
             raise ValueError(f"network_mbps must be >= 0, got {network_mbps!r}")
-        self._job: JobController | None = None
+        self._job: PlaneHost | None = None
         self.spec = spec
         self.redis_url = redis_url
         self._redis_server = redis_server
@@ -141,7 +140,7 @@ class ServerlessPlane:
 
     # ------------------------------------------------------------------ parts
     @property
-    def job(self) -> "JobController":
+    def job(self) -> PlaneHost:
         if self._job is None:
             raise RuntimeError("the plane is not attached to a job")
         return self._job
@@ -168,10 +167,10 @@ class ServerlessPlane:
     def default_compute(self, spec: JobSpec, standby: int) -> Compute | None:
         return None  # the functions are invoked by the plane's pool, not held as processes
 
-    def attach(self, job: "JobController") -> None:
+    def attach(self, job: PlaneHost) -> None:
         self._job = job
 
-    def make_accounting(self, job: "JobController") -> Billing:
+    def make_accounting(self, job: AccountedJob) -> Billing:
         return FunctionAccounting(job, self.meter,
                                   lambda T: self._functions.running_seconds(T) if self._functions is not None else 0.0)
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from spotwise.capacity.functions import FunctionCapacity
 from spotwise.config import JobSpec
 from spotwise.control.clock import WallClock
+from spotwise.assemble import build_controller
 from spotwise.control.controller import JobController
 from spotwise.errors import InputError
 from spotwise.events import RunSummary
@@ -34,9 +35,9 @@ def serverless_controller(spec: JobSpec, out_dir: str | Path, *, progress: Calla
     """The job controller of the serverless ``spec`` (see the module docstring); ``plane_options``
     go to :class:`~spotwise.planes.serverless.plane.ServerlessPlane` (store, backend, timeouts, faults)."""
     plane = ServerlessPlane(spec, catalog=catalog, **plane_options)
-    return JobController(spec, out_dir, market=function_market(spec, catalog), provider=FunctionCapacity(spec.cluster.workers),
-                         plane=plane, clock=WallClock(), mode="serverless", worker_market="on_demand",
-                         progress=progress, resume=resume)
+    return build_controller(spec, out_dir, market=function_market(spec, catalog), provider=FunctionCapacity(spec.cluster.workers),
+                            plane=plane, clock=WallClock(), mode="serverless", worker_market="on_demand",
+                            progress=progress, resume=resume)
 
 
 def check_serverless_spec(spec: JobSpec) -> None:
