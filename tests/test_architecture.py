@@ -1,4 +1,4 @@
-"""The architecture's rules, checked on the source tree (issue 19).
+"""The architecture's rules, checked on the source tree (issues 19 and 32).
 
 * No import circles among ``spotwise`` modules.  Every import statement is an edge: at module
   level, inside a function (a lazy import runs when called), and under ``if TYPE_CHECKING:`` (never
@@ -12,7 +12,7 @@
   from inside ``spotwise.a``.
 * No source file over 600 lines.
 * One controller by composition: no class in ``spotwise`` subclasses ``JobController``, no mixin
-  classes, and both data planes implement every method of the ``DataPlane`` protocol.
+  classes, and every data plane implements every method of the ``DataPlane`` protocol.
 * The controller sits above its components and the planes: only the modules that build a controller
   (:data:`MAY_IMPORT_CONTROLLER`) import ``spotwise.control.controller`` or name ``JobController``;
   the controller imports no plane but the ``Compute`` protocol (the plane is chosen above it).
