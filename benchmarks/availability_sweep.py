@@ -14,10 +14,10 @@ one day of history, every zone as a home, spot at a *fixed* share of on-demand (
 Reported per set and deadline (1.25x, 1.5x, 2x the work): deadlines met (share and Wilson 95%
 lower bound), mean cost against the **free-move bound** (the true lower bound: the cheapest place
 with capacity at every instant, moves and restarts free) and against the single-place oracle, and
-where the hours go; beside them the **restart-aware bound** (:mod:`spotwise.sim.restart_bound`: no
+where the hours go; beside them the **restart-aware bound** (:mod:`spotwise.sim.bounds.restart`: no
 schedule that pays its restarts, even one that knows the future, costs less) against the free-move
 bound: where it is above 1.05x, the goal is out of reach for any strategy -- and the **hindsight
-schedule** (:mod:`spotwise.sim.hindsight`: the best schedule on a 300 s grid, built knowing the
+schedule** (:mod:`spotwise.sim.bounds.hindsight`: the best schedule on a 300 s grid, built knowing the
 future, which pays its restarts): the clairvoyant optimum lies between the two.  Sensitivity (item 3):
 restart 60 / 300 / 900 s, deadline 1.25 / 1.5 / 2x, spot price 0.3x / 0.5x of on-demand, a table
 per trace set, for ``spotwise`` and ``spotwise-avail``.
@@ -67,7 +67,7 @@ PARTIAL_STRATS = ("spot+guard", "spotwise-avail", "hybrid")
 def places_for(folder: str, inst: str, spot_frac: float):
     from spotwise.market.catalog import Catalog
     from spotwise.market.traces import load_traces
-    from spotwise.sim.places import build_places
+    from spotwise.sim.sweep.places import build_places
 
     cat = Catalog.default().extend(CPU_CATALOG)
     od = float(cat.instance(inst).on_demand_per_hour)
@@ -77,7 +77,12 @@ def places_for(folder: str, inst: str, spot_frac: float):
 
 def one(places, work_h: float, factor: float, restart: float, strategies, short: tuple[float, float] | None = None,
         homes=None, hindsight: bool = True, **job_kw) -> dict:
-    from spotwise.sim.sweep import SweepJob, parse_strategies, sweep, window_starts
+    from spotwise.sim.sweep.engine import (
+        SweepJob,
+        parse_strategies,
+        sweep,
+        window_starts,
+    )
 
     history, every = short or (86400.0, 6 * 3600.0)
     job = SweepJob(work_s=work_h * 3600.0, deadline_s=factor * work_h * 3600.0, restart_s=restart, coordinator_per_hour=0.085,
@@ -104,7 +109,7 @@ def rates_for(n: int) -> tuple[float, ...]:
     """Progress of k of n nodes (paper 000 eq. 14-15 sample throughput): full sync, the spec's default
     straggler coefficient 0.3 and commit overhead 0.05 s on a 1 s mini-batch (ASSUMED job shape)."""
     from spotwise.control.sync import make_sync
-    from spotwise.sim.partial import worker_rates
+    from spotwise.sim.sweep.partial import worker_rates
     from spotwise.theory.runtime import MiniBatchTimeLaw
 
     return worker_rates(make_sync("full", None), MiniBatchTimeLaw(1.0, 0.3), n, 0.05)

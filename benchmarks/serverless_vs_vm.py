@@ -229,7 +229,7 @@ def arm_torch(a: argparse.Namespace, batch: int, name: str, price: float) -> dic
     import torch
 
     from spotwise.config import WorkloadSpec
-    from spotwise.specload import build
+    from spotwise.spec.load import build
     from spotwise.control.sampler import EpochSampler
     from spotwise.workloads.registry import make_workload
 

@@ -46,8 +46,8 @@ STRATS = "on-demand,no-interruptions,thm3-bid,thm3-bid+guard,spot+guard,spotwise
 
 def part_policies(series, types, every_h: float) -> dict:
     from spotwise.market.catalog import Catalog
-    from spotwise.sim.places import build_places
-    from spotwise.sim.sweep import SweepJob, parse_strategies, sweep, window_starts
+    from spotwise.sim.sweep.places import build_places
+    from spotwise.sim.sweep.engine import SweepJob, parse_strategies, sweep, window_starts
 
     cat = Catalog.default()
     out: dict = {"per_type": {}, "pooled": {}}
@@ -71,7 +71,7 @@ def part_policies(series, types, every_h: float) -> dict:
               f"oracle mean {out['per_type'][inst]['oracle_mean_cost']:.2f} $, {res.wall_s:.1f} s")
         print(table(["strategy", "windows", "deadline met", "95% CI", "mean $", "vs oracle", "vs on-demand",
                      "unfinished", "on-demand h", "moves"], rows))
-    from spotwise.sim.sweep import wilson
+    from spotwise.sim.sweep.engine import wilson
 
     print("\nPooled over every type, zone and start (cost ratios are means of per-window cost / oracle):")
     rows = []
@@ -132,8 +132,8 @@ def part_fidelity_and_speed(windows: int) -> dict:
     from spotwise.market.catalog import Catalog
     from spotwise.market.traces import load_traces
     from spotwise.planner.plan import error_model_for
-    from spotwise.sim.places import build_places
-    from spotwise.sim.sweep import Strategy, SweepJob, run_window
+    from spotwise.sim.sweep.places import build_places
+    from spotwise.sim.sweep.engine import Strategy, SweepJob, run_window
 
     files = {r.name: sorted(str(f) for f in r.glob("*p3.2xlarge.json")) for r in sorted(TRACES.iterdir()) if r.is_dir()}
     places = []
@@ -204,8 +204,8 @@ def part_guard_fidelity(windows: int) -> dict:
     from spotwise.market.catalog import Catalog
     from spotwise.market.traces import load_traces
     from spotwise.planner.plan import error_model_for
-    from spotwise.sim.places import build_places
-    from spotwise.sim.sweep import Strategy, SweepJob, run_window
+    from spotwise.sim.sweep.places import build_places
+    from spotwise.sim.sweep.engine import Strategy, SweepJob, run_window
     from spotwise.workloads.registry import make_workload
 
     iterations, step_s = 21600, 1.0  # 6 h of compute due in 12 h
@@ -268,7 +268,7 @@ def main() -> None:
         print(f"SKIPPED: the AWS traces are not at {TRACES}")
         return
     from spotwise.market.traces import load_traces
-    from spotwise.specload import parse_duration
+    from spotwise.spec.load import parse_duration
 
     payload: dict = {"command": " ".join(sys.argv)}
     if not args.skip_policies:

@@ -32,7 +32,7 @@ _LAZY = {
     "load_spec": "spotwise.api", "check_spec": "spotwise.api", "plan": "spotwise.api", "run": "spotwise.api",
     "simulate": "spotwise.api", "sweep": "spotwise.api", "report": "spotwise.api",
     "JobSpec": "spotwise.config", "RunSummary": "spotwise.events", "Plan": "spotwise.planner.plan.records",
-    "SweepResult": "spotwise.sim.sweep_types", "Strategy": "spotwise.sim.sweep_types", "Report": "spotwise.reports.compare",
+    "SweepResult": "spotwise.sim.sweep", "Strategy": "spotwise.sim.sweep", "Report": "spotwise.reports.compare",
     "UserPolicyError": "spotwise.policies.user",
 }
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # types only: each function imports what it runs
     from spotwise.events import RunSummary
     from spotwise.planner.plan.records import Plan
     from spotwise.reports.compare import Report
-    from spotwise.sim.sweep_types import SweepResult
+    from spotwise.sim.sweep import SweepResult
 
 SpecLike = Union["JobSpec", str, "os.PathLike[str]", Mapping[str, Any]]
 
@@ -237,7 +237,7 @@ def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot
             summary, _, _ = simulate_job(job, out, pilot_dir=pilot_dir, pilot_steps=pilot_steps, train_size=train_size,
                                          progress=bar.update if progress else None)
         if job.outputs.plots if plots is None else plots:
-            from spotwise.reports.run_report import write_report
+            from spotwise.reports.run import write_report
 
             write_report(out)
     return summary
@@ -254,14 +254,14 @@ def sweep(spec: SpecLike, traces: Sequence[str | os.PathLike[str]] = (), *, stra
     or over its own market (``spec_market``), for each strategy: cost, time, P(deadline) with its 95%
     interval, against the hindsight oracle and on-demand.  ``strategies``: built-in names, user policies
     as ``package.module:ClassName``, :class:`~spotwise.policies.base.Policy` objects or sweep
-    :class:`~spotwise.sim.sweep_types.Strategy` objects.  ``out``: sweep.json, windows.csv and plots.
+    :class:`~spotwise.sim.sweep.records.Strategy` objects.  ``out``: sweep.json, windows.csv and plots.
     ``hindsight``: also build each window's hindsight schedule (the best schedule knowing the future
-    that pays its restarts, :mod:`spotwise.sim.hindsight`) and compare every strategy with it."""
+    that pays its restarts, :mod:`spotwise.sim.bounds.hindsight`) and compare every strategy with it."""
     from spotwise.rundir import open_run_dir
-    from spotwise.sim.sweep import MAX_RUNS
-    from spotwise.sim.sweep_spec import SweepRequest, run_trace_sweep
-    from spotwise.sim.sweep_types import DEFAULT_STRATEGIES, strategy_names
-    from spotwise.specload import parse_duration
+    from spotwise.sim.sweep import DEFAULT_STRATEGIES, strategy_names
+    from spotwise.sim.sweep.engine import MAX_RUNS
+    from spotwise.sim.sweep.from_spec import SweepRequest, run_trace_sweep
+    from spotwise.spec.load import parse_duration
 
     strategy_names(strategies, DEFAULT_STRATEGIES)  # --strategies '' is refused before any trace is read
 

@@ -440,7 +440,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
     from spotwise.api import sweep as api_sweep
     from spotwise.reports.sweep_view import sweep_table
     from spotwise.reports.units import human_duration
-    from spotwise.sim.sweep_spec import TextProgress
+    from spotwise.sim.sweep.from_spec import TextProgress
 
     def go(progress: Any) -> Any:
         return api_sweep(spec, trace, strategies=strategies, starts=starts, all_zones=all_zones,
@@ -486,7 +486,7 @@ def report(
         print_json(rep.entries[0] if rep.kind == "run" else rep.to_dict())
         return
     if rep.kind == "run":
-        from spotwise.reports.run_report import load_run, summary_table
+        from spotwise.reports.run import load_run, summary_table
 
         Console().print(summary_table(load_run(run_dirs[0])))
     else:

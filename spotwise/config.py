@@ -26,11 +26,11 @@ from spotwise.inputfiles import read_input_text
 from spotwise.remote.uri import check_uri
 from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
-from spotwise.spec_checks import MAX_SEED, _non_negative, _positive, _seed  # noqa: F401  (re-exported)
-from spotwise.spec_market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
-from spotwise.spec_pools import Balance, check_pool_markets, check_pools
-from spotwise.spec_hardware import resolve_hardware
-from spotwise.specload import Duration, build, to_plain
+from spotwise.spec.checks import MAX_SEED, _non_negative, _positive, _seed  # noqa: F401  (re-exported)
+from spotwise.spec.market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
+from spotwise.spec.pools import Balance, check_pool_markets, check_pools
+from spotwise.spec.hardware import resolve_hardware
+from spotwise.spec.load import Duration, build, to_plain
 from spotwise.training.recipe import BUILTIN_RECIPES, LoaderSpec, OptimizerSpec, Precision, ScheduleSpec
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
@@ -161,7 +161,7 @@ class TargetSpec:
     loss: float | None = None
     #: issue 29: the job's size as hours of training on its cluster (``workers`` x the instance type or
     #: ``cluster.accelerators``) at full strength; turned into ``iterations`` (or a step time) on load
-    #: (:mod:`spotwise.spec_hardware`)
+    #: (:mod:`spotwise.spec.hardware`)
     hours: float | None = None
     #: issue 29: the probability of meeting the deadline a recommended strategy must have shown
     #: (measured on the traces' past windows where there are any, else the model's)
@@ -205,7 +205,7 @@ class ClusterSpec:
     bids: list[float] | float | None = None
     coordinator_instance: str | None = None
     #: issue 29: SkyPilot's notation ``NAME:COUNT`` (e.g. ``V100:1``): picks ``instance_type`` from the catalog
-    #: (:mod:`spotwise.spec_hardware`)
+    #: (:mod:`spotwise.spec.hardware`)
     accelerators: str | None = None
     cloud: Cloud | None = None
     region: str | None = None
@@ -474,7 +474,7 @@ class JobSpec:
 
 def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> JobSpec:
     """Build a :class:`JobSpec` from parsed YAML/JSON; errors name ``source`` and the field.  ``resolve``:
-    also turn ``cluster.accelerators`` / ``target.hours`` into the concrete fields (:mod:`spotwise.spec_hardware`)."""
+    also turn ``cluster.accelerators`` / ``target.hours`` into the concrete fields (:mod:`spotwise.spec.hardware`)."""
     check_bounds(data, source, "the spec")  # a dict from the Python API or spec.json: no nesting bombs
     if isinstance(data, dict) and "output" in data:  # ``output:`` is another name of ``outputs:``
         if "outputs" in data:

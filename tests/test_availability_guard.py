@@ -12,8 +12,8 @@ from test_sweep import OD, T0, H, SPOT_NO_GUARD, _outage_place, place
 
 from spotwise.policies.availability_guard import AvailabilityGuard
 from spotwise.policies.base import Decision, Observation, Policy
-from spotwise.sim.sweep import STRATEGIES, SweepJob, run_window
-from spotwise.sim.sweep_types import Strategy
+from spotwise.sim.sweep.engine import STRATEGIES, SweepJob, run_window
+from spotwise.sim.sweep.records import Strategy
 
 GUARD = Strategy("avail", "home", "on-demand", "spot", ("availability-guard",))
 

@@ -216,7 +216,7 @@ def test_run_table_says_what_the_wall_time_covers_and_the_commands_elapsed() -> 
 
 
 def test_run_report_renders_cost_breakdowns_as_rows_without_duplicates() -> None:
-    from spotwise.reports.run_report import cost_rows
+    from spotwise.reports.run.report import cost_rows
 
     bd = {"total": 0.0675, "by_category": {"coordinator": 0.00989, "worker": 0.0576},
           "by_market": {"on_demand": 0.00989, "spot": 0.0576}, "by_pool": {"coordinator": 0.00989, "c5.xlarge": 0.0576},
@@ -233,7 +233,7 @@ def test_run_report_renders_cost_breakdowns_as_rows_without_duplicates() -> None
 
 def test_run_report_page_has_no_raw_dicts(tmp_path: Path) -> None:
     import spotwise
-    from spotwise.reports.run_report import write_report
+    from spotwise.reports.run.report import write_report
 
     spotwise.simulate(_small_spec(), tmp_path / "sim")
     page = next(p for p in write_report(tmp_path / "sim") if p.suffix == ".html").read_text()
@@ -281,7 +281,7 @@ def test_report_renders_a_sweep_directory(tmp_path: Path) -> None:
 
 
 def test_sweep_table_names_a_user_policy_by_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    from spotwise.sim.sweep_types import parse_strategies
+    from spotwise.sim.sweep.records import parse_strategies
 
     monkeypatch.syspath_prepend(str(USER_POLICIES))
     names = [s.name for s in parse_strategies("on-demand,trial_policies:CountSteps")]

@@ -27,7 +27,7 @@ import yaml
 from spotwise.capacity.placement import Placement, placement_for
 from spotwise.config import ClusterSpec, JobSpec
 from spotwise.errors import InputError
-from spotwise.specload import build, to_plain
+from spotwise.spec.load import build, to_plain
 from spotwise.workloads import device as device_mod
 from spotwise.workloads.device import (
     DeviceDataset,

@@ -23,8 +23,8 @@ from spotwise.planner.plan import error_model_for
 from spotwise.assemble import build_controller
 from spotwise.capacity.provider import EmulatedProvider
 from spotwise.sim.modelled import ModelledCompute, ModelledState
-from spotwise.sim.places import build_places
-from spotwise.sim.sweep import Strategy, SweepJob, run_window
+from spotwise.sim.sweep.places import build_places
+from spotwise.sim.sweep.engine import Strategy, SweepJob, run_window
 
 H = 3600.0
 T0 = 1_580_000_000.0

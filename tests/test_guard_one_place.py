@@ -22,7 +22,7 @@ from test_sweep import OD, T0, H, place
 from spotwise.policies.availability_guard import AvailabilityGuard
 from spotwise.policies.base import Decision, Observation, PlaceQuote, Policy, SwitchMarket
 from spotwise.policies.deadline_guard import UniformProgress
-from spotwise.sim.sweep import STRATEGIES, SweepJob, run_window, sweep, window_starts
+from spotwise.sim.sweep.engine import STRATEGIES, SweepJob, run_window, sweep, window_starts
 
 SKY = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "traces" / "skypilot-spot-traces"
 SPOT = round(0.3 * OD, 4)  # 0.918 $/h: spot at 0.3x on-demand, as benchmarks/availability_sweep.py prices the traces
@@ -94,7 +94,7 @@ def test_one_place_skypilot_zones_cost_no_more_than_uniform_progress() -> None:
         pytest.skip(f"SkyPilot traces not found at {folder} (clone the project next to shared/ to run this)")
     from spotwise.market.catalog import Catalog
     from spotwise.market.traces import load_traces
-    from spotwise.sim.places import build_places
+    from spotwise.sim.sweep.places import build_places
 
     places, _ = build_places(load_traces([str(folder)]), Catalog.default(), "resnet50", "p3.2xlarge", ["p3.2xlarge"],
                              spot_price=0.3 * OD)
@@ -156,7 +156,7 @@ def test_a_restart_on_spot_is_not_abandoned_by_the_idle_net() -> None:
         assert r.market_switches == 0 and r.on_demand_s == 0.0 and r.revocations == 1
         assert r.spot_s == pytest.approx(37440.0) and r.restart_spot_s == pytest.approx(2 * 720.0)
         assert r.cost == pytest.approx(37440 * 0.918 / H, rel=1e-9) and r.cost == pytest.approx(9.5472, rel=1e-9)
-    from spotwise.sim.sweep_types import Strategy
+    from spotwise.sim.sweep.records import Strategy
 
     old = run_window(job, [p], p, T0, Strategy("old", "home", "on-demand", "spot", (AsIdle(),)), tick_s=600)
     assert old.deadline_met and old.finish_s == pytest.approx(42120.0) and old.market_switches == 1

@@ -146,7 +146,7 @@ def test_item1_recorded_user_policies_and_optimizers_need_the_say_so_too(run_dir
                                  "_posixsubprocess:fork_exec"])
 def test_item1_standard_library_references_are_refused_everywhere(ref: str) -> None:
     from spotwise.policies.user import load_policy_class
-    from spotwise.sim.sweep_types import user_strategy
+    from spotwise.sim.sweep.records import user_strategy
 
     bad_wl = copy.deepcopy(SPEC)
     bad_wl["workload"]["name"] = ref

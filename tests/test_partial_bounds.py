@@ -17,13 +17,13 @@ from test_sweep import OD, P3, T0, H, place, price_series
 from spotwise.errors import InfeasibleError
 from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.policies.base import Decision, Observation, Policy, TopUp
-from spotwise.sim.hindsight import hindsight_schedule
-from spotwise.sim.oracle import free_move_bound, hindsight_oracle, place_oracle
-from spotwise.sim.places import Place
-from spotwise.sim.restart_bound import _dual, _gang_dual, _window, restart_bound
-from spotwise.sim.sweep import run_window
-from spotwise.sim.sweep_types import STRATEGIES, Strategy, SweepJob
-from spotwise.sim.window import WindowRun
+from spotwise.sim.bounds.hindsight import hindsight_schedule
+from spotwise.sim.bounds.oracle import free_move_bound, hindsight_oracle, place_oracle
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.bounds.restart import _dual, _gang_dual, _window, restart_bound
+from spotwise.sim.sweep.engine import run_window
+from spotwise.sim.sweep.records import STRATEGIES, Strategy, SweepJob
+from spotwise.sim.sweep.window import WindowRun
 
 D = 300.0
 
@@ -346,7 +346,7 @@ def test_no_strategy_that_meets_its_deadline_pays_less_than_the_restart_bound_on
 # ------------------------------------------------------------------ the programme's transitions
 def _reference_dual(lams: np.ndarray, win, d: float, work: float) -> np.ndarray:
     """The restart bound's programme with explicit modes: the charges of the fewest new nodes between two
-    modes of a place (module docstring of restart_bound), O(N) -> F capped at the make-before-break
+    modes of a place (module docstring of spotwise.sim.bounds.restart), O(N) -> F capped at the make-before-break
     replacement's bill (one on-demand node's d beyond N, all N of them when all or nothing), closed under
     composition by Floyd-Warshall."""
     phi, n = win.phi, list(win.counts)

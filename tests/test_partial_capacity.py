@@ -19,9 +19,9 @@ from spotwise.market.catalog import Catalog
 from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.policies.base import Decision, Observation, Policy, TopUp
 from spotwise.policies.topup import HybridTopUp
-from spotwise.sim.partial import check_reading, worker_rates
-from spotwise.sim.places import Place
-from spotwise.sim.sweep import Strategy, SweepJob, run_window
+from spotwise.sim.sweep.partial import check_reading, worker_rates
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.engine import Strategy, SweepJob, run_window
 
 H = 3600.0
 T0 = 1_000_000.0
@@ -99,7 +99,7 @@ def test_top_up_fills_what_spot_does_not_give_and_yields_to_spot() -> None:
     # work in 2 h.  Spot node-hours 1 + 4 = 5 x 0.9 = 4.5 $; on-demand 3 x 1 h x 3.06 = 9.18 $;
     # coordinator 2 h x 0.5 = 1 $.
     p = count_place([(T0, 1), (T0 + H, 4)], T0 + 20 * H, 4)
-    from spotwise.sim.window import WindowRun
+    from spotwise.sim.sweep.window import WindowRun
 
     strat = Strategy("t", "home", "on-demand", "spot", ())
     r = WindowRun(job(), [p], p, T0, strat, [_TopUpAt(False)], 600.0, T0 + 20 * H).run()
@@ -292,8 +292,8 @@ def test_availability_guard_partial_rules() -> None:
 @pytest.mark.parametrize("folder,n", [("availability/16-node/aws-08-27-2023", 16), ("preemption/4-node/aws-08-03-2023", 4)])
 def test_no_strategy_below_the_lower_bound_on_skypilot_multi_node_sets(folder: str, n: int) -> None:
     from spotwise.market.traces import load_traces
-    from spotwise.sim.places import build_places
-    from spotwise.sim.sweep import STRATEGIES, parse_strategies, sweep, window_starts
+    from spotwise.sim.sweep.places import build_places
+    from spotwise.sim.sweep.engine import STRATEGIES, parse_strategies, sweep, window_starts
 
     path = TRACES / folder
     if not path.is_dir():
@@ -314,7 +314,7 @@ def test_no_strategy_below_the_lower_bound_on_skypilot_multi_node_sets(folder: s
 
 
 def test_a_pool_on_a_count_trace_needs_all_its_workers() -> None:
-    from spotwise.sim.pool_sweep import PoolPlace, _up
+    from spotwise.sim.sweep.pools import PoolPlace, _up
 
     p = count_place([(T0, 3), (T0 + H, 4)], T0 + 20 * H, 16)
     pool = PoolPlace("a", p, 4, 1.0, OD)

@@ -13,9 +13,9 @@ from spotwise.errors import InputError
 from spotwise.market.billing import BillingPolicy
 from spotwise.market.catalog import Catalog
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.sim.places import Place
-from spotwise.sim.pool_sweep import PoolPlace, pool_sweep, run_pool_window
-from spotwise.sim.sweep_types import SweepJob
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.pools import PoolPlace, pool_sweep, run_pool_window
+from spotwise.sim.sweep.records import SweepJob
 
 H = 3600.0
 CAT = Catalog.default()

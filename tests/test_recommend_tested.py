@@ -15,7 +15,7 @@ import pytest
 from spotwise import api
 from spotwise.config import load_spec
 from spotwise.planner.plan.recommend import choose_tested, policy_dicts
-from spotwise.sim.sweep_types import STRATEGIES
+from spotwise.sim.sweep.records import STRATEGIES
 
 
 def _row(name: str, met: float, cost: float, finish_h: float = 10.0, bid: float | None = None) -> dict[str, Any]:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from test_sweep import OD, T0, H, place
 
-from spotwise.sim.oracle import free_move_bound
-from spotwise.sim.restart_bound import restart_bound
-from spotwise.sim.sweep import DEFAULT_STRATEGIES, STRATEGIES, SweepJob, parse_strategies, run_window, sweep
+from spotwise.sim.bounds.oracle import free_move_bound
+from spotwise.sim.bounds.restart import restart_bound
+from spotwise.sim.sweep.engine import DEFAULT_STRATEGIES, STRATEGIES, SweepJob, parse_strategies, run_window, sweep
 
 D = 300.0  # restart seconds
 
@@ -75,8 +75,8 @@ def test_spot_replacing_an_on_demand_node_make_before_break_pays_no_less_than_th
     # computes from 0.25 h; the spot node starts at 1 h beside it, which leaves at 1.25 h: no progress lost,
     # done at 3.25 h.  On-demand 1.25 h x 3.06 + spot 2.25 h + coordinator 3.25 h x 0.2 = 6.725 $
     from spotwise.policies.base import Decision, Observation, Policy, TopUp
-    from spotwise.sim.sweep import Strategy
-    from spotwise.sim.window import WindowRun
+    from spotwise.sim.sweep.engine import Strategy
+    from spotwise.sim.sweep.window import WindowRun
 
     class TopUpAtStart(Policy):
         name = "test-topup"
@@ -137,8 +137,8 @@ TRACES = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "s
 def test_no_strategy_pays_less_than_the_bound_on_the_skypilot_traces(folder: str) -> None:
     from spotwise.market.catalog import Catalog
     from spotwise.market.traces import load_traces
-    from spotwise.sim.places import build_places
-    from spotwise.sim.sweep import window_starts
+    from spotwise.sim.sweep.places import build_places
+    from spotwise.sim.sweep.engine import window_starts
 
     cat = Catalog.default()
     places, _ = build_places(load_traces([str(TRACES / folder)]), cat, "resnet50", "p3.2xlarge", ["p3.2xlarge"], spot_price=0.918)
@@ -154,7 +154,7 @@ def test_no_strategy_pays_less_than_the_bound_on_the_skypilot_traces(folder: str
 
 # ------------------------------------------------------------------ the hindsight schedule (the upper side)
 def test_the_hindsight_schedule_is_the_best_schedule_in_the_hand_computed_windows() -> None:
-    from spotwise.sim.hindsight import hindsight_schedule
+    from spotwise.sim.bounds.hindsight import hindsight_schedule
 
     job = SweepJob(2 * H, 4 * H, workers=2, restart_s=D, coordinator_per_hour=0.5)
     p = place([(T0, 0.9)], T0 + 20 * H)
@@ -178,7 +178,7 @@ def test_the_hindsight_schedule_is_the_best_schedule_in_the_hand_computed_window
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_bound_never_exceeds_the_hindsight_schedule_on_random_markets(seed: int) -> None:
-    from spotwise.sim.hindsight import hindsight_schedule
+    from spotwise.sim.bounds.hindsight import hindsight_schedule
 
     rng = np.random.default_rng(100 + seed)
     places = _random_places(rng, int(rng.integers(1, 4)), 60.0)
@@ -191,7 +191,7 @@ def test_the_bound_never_exceeds_the_hindsight_schedule_on_random_markets(seed: 
 
 
 def test_both_sides_handle_places_of_different_speeds() -> None:
-    from spotwise.sim.hindsight import hindsight_schedule
+    from spotwise.sim.bounds.hindsight import hindsight_schedule
 
     # 4 h of work (home speed) in 8 h; a place twice as fast at 1.8 $/h beats the home's 1.0 $/h per unit of
     # work (0.9): 2 h + 300 s there = 3.75 $; a K80-like place at a tenth of the speed is never worth it

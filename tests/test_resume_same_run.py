@@ -30,8 +30,8 @@ import pytest
 from _specs import spec_with
 
 from spotwise.capacity.provider import EmulatedProvider
-from spotwise.market.revocation_random import ExponentialLifetime
-from spotwise.market.revocation_trace import BidRevocation
+from spotwise.market.revocation.stochastic import ExponentialLifetime
+from spotwise.market.revocation.trace import BidRevocation
 from spotwise.market.series import SeriesMeta, StepSeries
 
 

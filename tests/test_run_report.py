@@ -12,7 +12,7 @@ from rich.console import Console
 
 from spotwise.errors import InputError
 from spotwise.events import EventLog, RunSummary, write_summary
-from spotwise.reports.run_report import (
+from spotwise.reports.run.report import (
     PLOT_FILES,
     load_run,
     plot_run,
@@ -293,8 +293,8 @@ def test_not_a_run_directory(tmp_path: Path) -> None:
 
 def test_provisioned_workers_follow_resize_decisions(tmp_path) -> None:
     from spotwise.events import EventLog, RunSummary, write_summary
-    from spotwise.reports.run_plots import _provisioned_timeline
-    from spotwise.reports.run_report import load_run
+    from spotwise.reports.run.plots import _provisioned_timeline
+    from spotwise.reports.run.report import load_run
 
     clock = {"t": 0.0}
     with EventLog(tmp_path / "events.jsonl", clock=lambda: clock["t"], meta={"mode": "emulated", "workers": 4}) as log:

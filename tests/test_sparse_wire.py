@@ -28,7 +28,7 @@ from spotwise.capacity.faults import ScriptedRevocation, outage
 from spotwise.planes.ps.wire import accumulate, payload_nbytes, to_dense
 from spotwise.planes.ps.worker import GradientWorker, worker_args_for
 from spotwise.planes.serverless.significance import SparseUpdate
-from spotwise.specload import to_plain
+from spotwise.spec.load import to_plain
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, flat_params, num_params
 from spotwise.workloads.registry import make_workload
 

@@ -10,7 +10,7 @@ import pytest
 from spotwise.config import load_spec, spec_from_dict
 from spotwise.errors import InputError
 from spotwise.market.catalog import Catalog
-from spotwise.spec_hardware import cloud_of_region, expected_step_s, parse_accelerators, pick_instance
+from spotwise.spec.hardware import cloud_of_region, expected_step_s, parse_accelerators, pick_instance
 
 BASE: dict[str, Any] = {"name": "h", "workload": {"name": "mlp-digits", "family": "resnet50"}, "target": {"hours": 24},
                         "deadline": "36h", "cluster": {"accelerators": "V100:1", "region": "us-east-1", "straggler": 0,

@@ -20,7 +20,7 @@ from spotwise.market.world import build_market
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.ps.compute import LocalCompute
 from spotwise.planes.ps.worker import worker_args_for
-from spotwise.specload import build
+from spotwise.spec.load import build
 from spotwise.workloads.base import is_ordered
 from spotwise.workloads.registry import make_workload
 from spotwise.workloads.user import StreamDataset

@@ -1,4 +1,4 @@
-"""Trace sweeps (spotwise.sim.sweep), the hindsight oracle, and the two sweep policies.
+"""Trace sweeps (spotwise.sim.sweep.engine), the hindsight oracle, and the two sweep policies.
 
 Hand-computed tiny cases on synthetic step series first (every number below is worked out in
 the comments, not read back from the code), then the policies' rules one by one, bad inputs,
@@ -20,9 +20,9 @@ from spotwise.market.series import SeriesMeta, StepSeries
 from spotwise.policies.base import Migrate, Observation, PlaceQuote, SwitchMarket
 from spotwise.policies.deadline_guard import UniformProgress
 from spotwise.policies.migration import PriceMigration
-from spotwise.sim.oracle import hindsight_oracle, place_oracle
-from spotwise.sim.places import Place, build_places
-from spotwise.sim.sweep import (
+from spotwise.sim.bounds.oracle import hindsight_oracle, place_oracle
+from spotwise.sim.sweep.places import Place, build_places
+from spotwise.sim.sweep.engine import (
     STRATEGIES,
     Strategy,
     SweepJob,
@@ -462,7 +462,7 @@ def skypilot_places() -> tuple[list[Place], list[str]]:
     """The 45-day SkyPilot 1-node V100 availability traces (9 AWS zones, 195 s ticks).
 
     The traces name the type ``v100_1`` (one V100), read as the AWS type they were collected on,
-    p3.2xlarge (:data:`spotwise.sim.places.SKYPILOT_AWS_TYPES`), and hold no prices: without a
+    p3.2xlarge (:data:`spotwise.sim.sweep.places.SKYPILOT_AWS_TYPES`), and hold no prices: without a
     spot price (the catalog has none for AWS types) they cannot be placed; with an *assumed*
     fixed spot price of 30 % of on-demand they can (the deadline assertions below do not depend
     on that level: any spot price below on-demand)."""
@@ -507,7 +507,7 @@ def test_real_skypilot_availability_sweep_guard_meets_deadlines_no_guard_misses(
 def test_capacity_from_lifetimes_synthetic_renewal() -> None:
     from spotwise.market.preemption import LifetimeRevocation
     from spotwise.market.traces import LifetimeRecord, LifetimeTable
-    from spotwise.sim.places import capacity_from_lifetimes
+    from spotwise.sim.sweep.places import capacity_from_lifetimes
 
     # every life is 2 h, every gap 60 s: up [0, 2 h), down 60 s, up [2 h + 60, 4 h + 60), ...
     table = LifetimeTable([LifetimeRecord("vm", "V100", "us-central1-a", None, None, 7200.0),
@@ -539,7 +539,7 @@ def gcp_lifetimes():
 
 
 def test_capacity_from_gcp_lifetimes_is_seeded_and_matches_capped_mean(gcp_lifetimes) -> None:
-    from spotwise.sim.places import capacity_from_lifetimes
+    from spotwise.sim.sweep.places import capacity_from_lifetimes
 
     year = 365 * 86400.0
     for gpu in ("V100", ""):  # "": the table's VMs without a GPU (412 lives, ~1.6 h)
@@ -564,7 +564,7 @@ def test_capacity_from_gcp_lifetimes_is_seeded_and_matches_capped_mean(gcp_lifet
 def test_gcp_lifetime_capacity_sweep(gcp_lifetimes) -> None:
     # three zones of GCE V100 preemptibles, capacity drawn from the V100 lifetimes with a 2 h
     # mean (exponential) wait for a replacement; priced at the catalog's fixed preemptible price
-    from spotwise.sim.places import capacity_from_lifetimes
+    from spotwise.sim.sweep.places import capacity_from_lifetimes
 
     table = gcp_lifetimes.by_gpu("V100")
     t0, t1 = 0.0, 60 * 86400.0

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_sweep import OD, T0, H, place
 
-from spotwise.sim.oracle import free_move_bound, hindsight_oracle
-from spotwise.sim.sweep import STRATEGIES, SweepJob, run_window, sweep
+from spotwise.sim.bounds.oracle import free_move_bound, hindsight_oracle
+from spotwise.sim.sweep.engine import STRATEGIES, SweepJob, run_window, sweep
 
 END = T0 + 30 * H
 

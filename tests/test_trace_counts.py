@@ -12,7 +12,7 @@ import pytest
 from spotwise.errors import InputError
 from spotwise.market.counts import bucket_shares, count_shares, series_nodes
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.trace_skypilot import load_skypilot_json
+from spotwise.market.traces.skypilot import load_skypilot_json
 from spotwise.reports.traces_view import format_count_shares, series_row
 
 

@@ -176,7 +176,7 @@ def test_item7_guarded_command_with_nan_result_exits_1_and_prints_no_json(capsys
 def test_item7_sweep_json_refuses_non_finite(tmp_path: Path) -> None:
     from spotwise.reports.finite_json import NonFiniteOutputError
     from spotwise.reports.sweep_view import write_sweep
-    from spotwise.sim.sweep import SweepJob, SweepResult
+    from spotwise.sim.sweep.engine import SweepJob, SweepResult
 
     res = SweepResult(SweepJob(work_s=3600, deadline_s=7200), [0.0], [], [], [], math.nan, 1.0, 1)
     with pytest.raises(NonFiniteOutputError, match="worker_iterations"):
@@ -223,10 +223,10 @@ def test_item8_suggested_step_fits_the_bound(tmp_path: Path) -> None:
     from spotwise.config import load_spec
     from spotwise.market.traces import load_traces
     from spotwise.market.world import load_catalog
-    from spotwise.sim.places import build_places
-    from spotwise.sim.sweep import MAX_RUNS, check_sweep_size, parse_strategies, start_range, sweep_runs
-    from spotwise.sim.sweep_spec import sweep_job
-    from spotwise.specload import parse_duration
+    from spotwise.sim.sweep.places import build_places
+    from spotwise.sim.sweep.engine import MAX_RUNS, check_sweep_size, parse_strategies, start_range, sweep_runs
+    from spotwise.sim.sweep.from_spec import sweep_job
+    from spotwise.spec.load import parse_duration
 
     spec = load_spec(P3_SPEC)
     places, _ = build_places(load_traces([_three_points(tmp_path / "gap.json")]), load_catalog(spec), spec.workload.family,
@@ -266,7 +266,7 @@ def test_item8_tiny_starts_step_is_refused_before_building_the_start_list(cli, t
 def test_item8_text_progress_prints_a_line_every_interval() -> None:
     import io
 
-    from spotwise.sim.sweep_spec import TextProgress
+    from spotwise.sim.sweep.from_spec import TextProgress
 
     now = [0.0]
     buf = io.StringIO()

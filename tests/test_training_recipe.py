@@ -26,7 +26,7 @@ from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.planes.ps.compute import LocalCompute
 from spotwise.planes.ps.worker import worker_args_for
-from spotwise.specload import build
+from spotwise.spec.load import build
 from spotwise.training.recipe import LrSchedule, ScheduleSpec, recipe_of
 from spotwise.training.state import FlatModel
 from spotwise.workloads.registry import make_workload

@@ -18,7 +18,7 @@ import torch
 
 from spotwise.config import BUILTIN_WORKLOADS, WorkloadSpec
 from spotwise.errors import InputError
-from spotwise.specload import build
+from spotwise.spec.load import build
 from spotwise.workloads import IndexedDataset, Workload, flat_params, make_workload, num_params, workload_names
 from spotwise.workloads.gpt import builtin_corpus, evenly_spaced
 from spotwise.workloads.resnet import SyntheticCifar

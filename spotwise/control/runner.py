@@ -172,6 +172,6 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
 
 def _write_plots(out: Path, spec: JobSpec, plots: bool | None) -> None:
     if plots if plots is not None else spec.outputs.plots:
-        from spotwise.reports.run_report import write_report
+        from spotwise.reports.run import write_report
 
         write_report(out)

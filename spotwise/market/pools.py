@@ -33,7 +33,7 @@ from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.market.job_market import Market
 from spotwise.market.network import NetworkLink, region_of
-from spotwise.market.revocation_base import Interval, MarketEvent, RevocationModel, events_from_intervals
+from spotwise.market.revocation.base import Interval, MarketEvent, RevocationModel, events_from_intervals
 
 
 class PooledRevocation(RevocationModel):

@@ -55,9 +55,9 @@ Conventions (shared by all models)
   slot of ``iteration_s`` seconds).  :class:`NoRevocation` supports both.
 
 Where they live: the events, notices and the :class:`RevocationModel` interface in
-:mod:`spotwise.market.revocation_base`; the market-driven models (bids, availability trace) in
-:mod:`spotwise.market.revocation_trace`; the stochastic ones (Bernoulli, lifetimes) in
-:mod:`spotwise.market.revocation_random`; :class:`NoRevocation` and the registry
+:mod:`spotwise.market.revocation.base`; the market-driven models (bids, availability trace) in
+:mod:`spotwise.market.revocation.trace`; the stochastic ones (Bernoulli, lifetimes) in
+:mod:`spotwise.market.revocation.stochastic`; :class:`NoRevocation` and the registry
 (:func:`make_revocation_model`) here, which also re-exports every public name.
 
 All validation failures raise :class:`spotwise.errors.InputError`.
@@ -71,11 +71,11 @@ from typing import Any
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.market.revocation_base import (EVENT_KINDS, EventKind, Interval, MarketEvent, ProviderNotice,  # noqa: F401
+from spotwise.market.revocation.base import (EVENT_KINDS, EventKind, Interval, MarketEvent, ProviderNotice,  # noqa: F401
                                              RevocationModel, activity_matrix, events_from_intervals, notice_seconds,
                                              _check_active_mask, _check_notice)
-from spotwise.market.revocation_random import BernoulliRevocation, ExponentialLifetime, LifetimeRevocation
-from spotwise.market.revocation_trace import AvailabilityTraceRevocation, BidRevocation
+from spotwise.market.revocation.stochastic import BernoulliRevocation, ExponentialLifetime, LifetimeRevocation
+from spotwise.market.revocation.trace import AvailabilityTraceRevocation, BidRevocation
 
 __all__ = [
     "EVENT_KINDS",

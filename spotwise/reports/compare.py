@@ -53,7 +53,7 @@ class Report:
 def single_report(run_dir: Path, plots: bool = True) -> Report:
     """One run's report (``RUN_DIR/report/index.html`` and its PNGs; ``plots=False``: nothing written); a sweep
     directory (one holding ``sweep.json``) gets its strategies' page in ``SWEEP_DIR/report/index.html``."""
-    from spotwise.reports.run_report import load_run, report_json, write_report
+    from spotwise.reports.run import load_run, report_json, write_report
 
     if (Path(run_dir) / "sweep.json").is_file() and not (Path(run_dir) / "summary.json").exists():
         page = Path(run_dir) / "report" / "index.html"
@@ -76,7 +76,7 @@ def _finite(v: Any) -> float | None:
 
 
 def _run_entry(d: Path) -> tuple[dict[str, Any], Any]:
-    from spotwise.reports.run_report import load_run
+    from spotwise.reports.run import load_run
 
     run = load_run(d)
     s = run.summary

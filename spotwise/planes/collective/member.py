@@ -98,7 +98,7 @@ class CollectiveMember:
 
     def __init__(self, workload: dict[str, Any], seed: int, threads: int = 1, device: str = "cpu") -> None:
         from spotwise.config import WorkloadSpec
-        from spotwise.specload import build
+        from spotwise.spec.load import build
         from spotwise.workloads.registry import make_workload
 
         torch.set_num_threads(max(1, int(threads)))

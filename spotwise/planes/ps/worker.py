@@ -36,7 +36,7 @@ import torch
 
 from spotwise.config import JobSpec, WorkloadSpec
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
-from spotwise.specload import build, to_plain
+from spotwise.spec.load import build, to_plain
 from spotwise.workloads.device import DeviceDataset, resolve_device, to_device, to_host
 from spotwise.training.recipe import worker_recipe
 from spotwise.training.state import FlatModel, check_precision_device, forward_backward

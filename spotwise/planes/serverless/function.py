@@ -131,7 +131,7 @@ class WorkerInvocation:
 
         from spotwise.config import WorkloadSpec
         from spotwise.planes.serverless.schedule import SampleStream
-        from spotwise.specload import build
+        from spotwise.spec.load import build
         from spotwise.workloads.params import num_params
         from spotwise.workloads.registry import make_workload
 

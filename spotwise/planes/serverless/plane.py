@@ -61,7 +61,7 @@ from spotwise.planes.serverless.schedule import SampleStream, Schedule, epochs_d
 from spotwise.planes.serverless.significance import merge_leaving_replica
 from spotwise.planes.serverless.store import RedisServer, RedisURL, apply_encoded, decode_dense, encode_dense, encoded_finite
 from spotwise.policies.base import Checkpoint, Decision, Policy, Resize
-from spotwise.specload import to_plain
+from spotwise.spec.load import to_plain
 
 
 #: the fraction of the platform's timeout after which a function ends its lease and is re-invoked

@@ -6,7 +6,7 @@ job's start (``market.start``, else one deadline before the traces end -- the pl
 
 1. picks the place -- zone and instance type -- with the lowest spot price per unit of progress in
    force at the start (the hold-out rule of the sweep's ``spotwise`` strategy,
-   :mod:`spotwise.sim.sweep`: nothing after the start is looked at);
+   :mod:`spotwise.sim.sweep.engine`: nothing after the start is looked at);
 2. replays the job on the past: one start every ``every_s`` over the ``lookback_s`` before the
    start, each window ending before it, with the spotwise strategy (cheapest place at each
    window's start, Uniform Progress guard, migration) and the alternatives (spot with the guard at
@@ -15,7 +15,7 @@ job's start (``market.start``, else one deadline before the traces end -- the pl
    (Wilson 95% interval), with the mean and 95th-percentile cost -- a frequency measured on this
    job's own history, not an expectation under a fitted model.
 
-The job is the spec's (its iterations, workers and step-time law, :func:`spotwise.sim.sweep_spec.job_work_s`).
+The job is the spec's (its iterations, workers and step-time law, :func:`spotwise.sim.sweep.from_spec.job_work_s`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from spotwise.config import JobSpec
 from spotwise.errors import InputError
 from spotwise.market.series import iso8601
 from spotwise.market.world import load_catalog
-from spotwise.sim.places import Place, build_places
-from spotwise.sim.sweep import parse_strategies, sweep
-from spotwise.sim.sweep_spec import sweep_job
+from spotwise.sim.sweep.engine import parse_strategies, sweep
+from spotwise.sim.sweep.from_spec import sweep_job
+from spotwise.sim.sweep.places import Place, build_places
 
 #: the strategies a trace plan replays on the past windows; the first one leads the recommendation
 #: (issue 23: the availability guard, with the previous default beside it)

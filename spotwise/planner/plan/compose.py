@@ -91,7 +91,7 @@ from spotwise.planner.plan.records import (
 )
 from spotwise.planner.plan.rounds import _n_sync, _round_mean, _sync
 from spotwise.planner.plan.strategies import compare
-from spotwise.specload import duration_text
+from spotwise.spec.load import duration_text
 from spotwise.theory.bounds import ErrorModel
 
 
@@ -110,7 +110,7 @@ def make_plan(spec: JobSpec, *, traces: list[str] | None = None, objective: Obje
         return plan_pool_mix(spec, gather_inputs(spec, None, pilot_dir, pilot_steps, error_model), objective)
     if types:
         from spotwise.market.world import load_catalog
-        from spotwise.sim.places import check_instance_types
+        from spotwise.sim.sweep.places import check_instance_types
 
         check_instance_types(load_catalog(spec), types)
     inp = gather_inputs(spec, traces, pilot_dir, pilot_steps, error_model)

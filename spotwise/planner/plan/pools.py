@@ -541,7 +541,7 @@ def apply_pool_mix(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     d = spec.to_dict()
     d["target"]["iterations"] = plan.iterations
     d["target"]["loss"] = None
-    from spotwise.specload import duration_text
+    from spotwise.spec.load import duration_text
 
     d["deadline"] = duration_text(plan.deadline_s)
     chosen = {p["name"]: p for p in plan.extra["pools"]}

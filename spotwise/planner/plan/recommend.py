@@ -12,7 +12,7 @@ interval and a distribution of costs.  Before issue 29 the headline came from th
 measured P(deadline) is chosen and the plan says that the target was not met.  :func:`tested_settings`
 says how a run carries the strategy out -- its bid rule as ``cluster.bids`` and its policies as the
 spec's ``policies`` -- so :func:`spotwise.planner.plan.apply_plan` writes a spec that runs exactly
-it.  The strategies themselves are :data:`spotwise.sim.sweep_types.STRATEGIES`.
+it.  The strategies themselves are :data:`spotwise.sim.sweep.records.STRATEGIES`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from spotwise.sim.sweep_types import STRATEGIES
+from spotwise.sim.sweep import STRATEGIES
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """One window of a trace sweep: one job, one strategy, one start -- the executor that acts on the
-policies' decisions (:mod:`spotwise.sim.sweep` runs it from every start).
+policies' decisions (:mod:`spotwise.sim.sweep.engine` runs it from every start).
 
 The job is ``workers`` = N nodes of data-parallel training (issue 31).  At a spot place at time
 ``t`` the place can give ``k`` spot nodes (:meth:`Place.nodes_at`: ``min(count, N)`` on a count
@@ -28,8 +28,8 @@ from typing import Sequence
 from spotwise.market.billing import Ledger
 from spotwise.planner.bids import thm3_bid
 from spotwise.policies.base import Decision, Migrate, Observation, PlaceQuote, Policy, SwitchMarket, TopUp
-from spotwise.sim.places import Place
-from spotwise.sim.sweep_types import Strategy, SweepJob, WindowResult
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.records import Strategy, SweepJob, WindowResult
 
 _EPS = 1e-6
 

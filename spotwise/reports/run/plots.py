@@ -1,5 +1,5 @@
 """The three PNGs of a run report (``loss_vs_time.png``, ``loss_vs_cost.png``, ``workers_price.png``),
-drawn from a :class:`~spotwise.reports.run_data.RunData` by :func:`plot_run`.
+drawn from a :class:`~spotwise.reports.run.data.RunData` by :func:`plot_run`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.rundir_files import write_run_bytes
-from spotwise.reports.run_data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _fmt_s
+from spotwise.reports.run.data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _fmt_s
 
 
 # -------------------------------------------------------------------------------------------- plots

@@ -3,7 +3,7 @@
 ``spotwise simulate SPEC --trace ...`` on a spec with ``cluster.pools`` replays the job from every
 start time with every pool at its own place -- its zone's price series and, on availability
 traces, its capacity -- and tabulates cost, time and the probability of meeting the deadline, as
-the single-place sweep (:mod:`spotwise.sim.sweep`) does.  Like that engine it is event-driven and
+the single-place sweep (:mod:`spotwise.sim.sweep.engine`) does.  Like that engine it is event-driven and
 exact for piecewise-constant markets: between two changes of any pool's price or capacity (or a
 decision tick) the fleet's rate is constant, so progress advances in closed form.
 
@@ -37,9 +37,9 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.billing import Ledger
-from spotwise.sim.places import Place
-from spotwise.sim.sweep import summarise
-from spotwise.sim.sweep_types import OracleResult, SweepJob, SweepResult, WindowResult
+from spotwise.sim.sweep.engine import summarise
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.records import OracleResult, SweepJob, SweepResult, WindowResult
 
 POOL_STRATEGIES = ("pools", "pools+guard", "on-demand")
 

@@ -5,9 +5,9 @@ window ``[start, start + deadline)`` and, for each place (zone, instance type), 
 cheapest compute time that finishes the job by the deadline: the window splits into stretches
 of constant price and capacity; in each the job of ``N`` = ``workers`` nodes may run ``n`` of them,
 ``n`` from ``min_nodes`` (1 elastic, ``N`` a gang) to ``N``: ``s = min(k, n)`` on spot where the
-place gives ``k`` spot nodes (:meth:`~spotwise.sim.places.Place.nodes_at`; spot only where its
+place gives ``k`` spot nodes (:meth:`~spotwise.sim.sweep.places.Place.nodes_at`; spot only where its
 price is below on-demand) and ``n - s`` on on-demand, doing ``speed * rate(n)`` seconds of work per
-second (:meth:`~spotwise.sim.sweep_types.SweepJob.rate`) for ``s * spot + (n - s) * on-demand +
+second (:meth:`~spotwise.sim.sweep.records.SweepJob.rate`) for ``s * spot + (n - s) * on-demand +
 coordinator`` $/s (issue 31: partial capacity).  Running a stretch partly at one count and partly
 at another, or partly not at all, reaches every point of the lower convex hull of these options
 and the origin; the oracle buys work cheapest first from the hulls' segments (a fractional
@@ -30,8 +30,8 @@ least the cheapest price of ``a`` nodes there (nodes that restart are billed and
 it lies on or above the hull.  No online strategy -- migrating or not -- can pay less; the sweep reports both columns
 and the goal is stated against this one.  It charges no restart, so on traces where capacity
 comes and goes every few hours no schedule comes near it:
-:func:`spotwise.sim.restart_bound.restart_bound` is the lower bound that charges them, and
-:func:`spotwise.sim.hindsight.hindsight_schedule` the matching upper bound on what hindsight can do.
+:func:`spotwise.sim.bounds.restart.restart_bound` is the lower bound that charges them, and
+:func:`spotwise.sim.bounds.hindsight.hindsight_schedule` the matching upper bound on what hindsight can do.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from typing import Sequence
 import numpy as np
 
 from spotwise.errors import InfeasibleError
-from spotwise.sim.places import Place
-from spotwise.sim.sweep_types import OracleResult, SweepJob
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.records import OracleResult, SweepJob
 
 
 def rate_table(job: SweepJob) -> np.ndarray:

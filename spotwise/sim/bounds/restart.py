@@ -1,19 +1,19 @@
 """The restart-aware lower bound of a trace sweep: what no strategy -- not even one that knows the
 future -- can beat once every (re)start costs what the sweep charges for it.
 
-:func:`spotwise.sim.oracle.free_move_bound` lets the job hop to the cheapest place with capacity at
+:func:`spotwise.sim.bounds.oracle.free_move_bound` lets the job hop to the cheapest place with capacity at
 every instant for free.  Every real schedule pays a restart each time it (re)acquires instances
 -- the first start, a rejoin after a revocation, a move, a switch to on-demand -- ``d`` seconds
 billed at the new capacity's price with no progress (Can't Be Late, NSDI'24, Sec. 3's
-changeover delay ``d``; the sweep's model, :mod:`spotwise.sim.sweep`).  On traces where spot
+changeover delay ``d``; the sweep's model, :mod:`spotwise.sim.sweep.engine`).  On traces where spot
 vanishes every few hours the free-move bound is therefore out of reach for *any* schedule, and a
 ratio against it mixes the policy's mistakes with costs nobody can avoid.  This module computes a
 bound that charges them.
 
 The model (issue 31: partial capacity).  The job has ``N`` nodes and trains on ``n`` of them, ``n``
 from ``m`` = ``min_nodes`` (1 elastic, ``N`` a gang) to ``N``, at ``speed * rate(a)`` where ``a``
-counts the nodes that are computing (:meth:`~spotwise.sim.sweep_types.SweepJob.rate`).  At a place
-at time ``t`` it holds ``s <= k(t)`` spot nodes (:meth:`~spotwise.sim.places.Place.nodes_at`,
+counts the nodes that are computing (:meth:`~spotwise.sim.sweep.records.SweepJob.rate`).  At a place
+at time ``t`` it holds ``s <= k(t)`` spot nodes (:meth:`~spotwise.sim.sweep.places.Place.nodes_at`,
 while the spot price is not above on-demand) and ``o`` on-demand ones, ``s + o <= N``, billed per
 node; every node acquired spends ``d`` seconds starting -- billed, not computing -- while the
 others compute on; a node released (revoked, scaled in) costs the others nothing; the coordinator
@@ -139,9 +139,14 @@ from typing import Callable, Sequence
 import numpy as np
 
 from spotwise.errors import InfeasibleError
-from spotwise.sim.oracle import live_places, node_options, rate_table, window_cuts
-from spotwise.sim.places import Place
-from spotwise.sim.sweep_types import SweepJob
+from spotwise.sim.bounds.oracle import (
+    live_places,
+    node_options,
+    rate_table,
+    window_cuts,
+)
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.records import SweepJob
 
 #: points of the grid over the progress price, per refinement round
 _GRID = 48

@@ -11,8 +11,8 @@ from typing import Literal
 
 from spotwise.errors import InputError
 from spotwise.market.price_points import check_price_points
-from spotwise.spec_checks import _non_negative, _positive, _seed
-from spotwise.specload import Duration
+from spotwise.spec.checks import _non_negative, _positive, _seed
+from spotwise.spec.load import Duration
 
 def _check_start(start: str | None) -> None:
     """``market.start`` (or a pool's): an ISO 8601 time, or nothing."""

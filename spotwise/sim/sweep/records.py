@@ -1,7 +1,8 @@
 """The types a trace sweep and its hindsight oracle share: the job, the strategies, the results.
 
-:mod:`spotwise.sim.sweep` (the engine) and :mod:`spotwise.sim.oracle` (the lower bound) both import
-this module and neither imports the other (issue 19 item 3).
+:mod:`spotwise.sim.sweep.engine` (the engine) and the bounds of :mod:`spotwise.sim.bounds` both import this
+module; the engine imports the bounds to report against them, the bounds never import the engine (issue 19
+item 3).
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ class SweepJob:
     rejoin_s: float | None = None
     #: below how many nodes the job waits instead of training (issue 31): 1 for an elastic
     #: data-parallel job (the default when ``None``), ``workers`` for a gang.  ``None`` also says
-    #: the user did not choose a reading (:func:`spotwise.sim.partial.check_reading`)
+    #: the user did not choose a reading (:func:`spotwise.sim.sweep.partial.check_reading`)
     min_workers: int | None = None
     #: progress rate of ``k`` nodes relative to ``workers`` nodes, ``k = 1..workers`` (the last is
-    #: 1.0): the sample throughput of paper 000 eq. 14-15 (:func:`spotwise.sim.partial.worker_rates`);
+    #: 1.0): the sample throughput of paper 000 eq. 14-15 (:func:`spotwise.sim.sweep.partial.worker_rates`);
     #: ``None``: linear, ``k / workers``
     rates: tuple[float, ...] | None = None
 
@@ -243,11 +244,11 @@ class WindowResult:
     #: what the run paid by its end; ``cost`` adds, for a run the data ended first, the work left
     #: on on-demand (``cost == spent`` for a finished run)
     spent: float | None = None
-    #: the free-move lower bound of the window (:func:`spotwise.sim.oracle.free_move_bound`)
+    #: the free-move lower bound of the window (:func:`spotwise.sim.bounds.oracle.free_move_bound`)
     free_cost: float | None = None
-    #: the restart-aware lower bound of the window (:func:`spotwise.sim.restart_bound.restart_bound`)
+    #: the restart-aware lower bound of the window (:func:`spotwise.sim.bounds.restart.restart_bound`)
     restart_bound: float | None = None
-    #: the window's hindsight schedule, when asked for (:func:`spotwise.sim.hindsight.hindsight_schedule`)
+    #: the window's hindsight schedule, when asked for (:func:`spotwise.sim.bounds.hindsight.hindsight_schedule`)
     hindsight_cost: float | None = None
     #: where the time went (issue 23 item 1): instances billed while restarting or moving (no
     #: progress), on spot and on on-demand; no instance held before the job finished (waiting)
@@ -322,9 +323,9 @@ class SweepResult:
     places: int
     #: the free-move lower bound per window (issue 23 item 0)
     free: list[OracleResult] = field(default_factory=list)
-    #: the restart-aware lower bound per window ($; :mod:`spotwise.sim.restart_bound`)
+    #: the restart-aware lower bound per window ($; :mod:`spotwise.sim.bounds.restart`)
     restart: list[float] = field(default_factory=list)
-    #: the hindsight schedule's cost per window, when asked for (:mod:`spotwise.sim.hindsight`)
+    #: the hindsight schedule's cost per window, when asked for (:mod:`spotwise.sim.bounds.hindsight`)
     hindsight: list[float] = field(default_factory=list)
     #: the home places swept (``zone/type``), trace series skipped, files written (filled by the API)
     homes: list[str] = field(default_factory=list)

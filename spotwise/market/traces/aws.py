@@ -13,8 +13,8 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.trace_common import (PathLike, PointLog, _as_paths, _parse_iso8601, _parse_json, _parse_price,
-                                          _read_text, _region_of)
+from spotwise.market.traces.common import (PathLike, PointLog, _as_paths, _parse_iso8601, _parse_json, _parse_price,
+                                           _read_text, _region_of)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.market.revocation_base import (Interval, ProviderNotice, RevocationModel,
+from spotwise.market.revocation.base import (Interval, ProviderNotice, RevocationModel,
                                              _check_notice, _check_real, _check_window, _check_workers,
                                              _runs_to_intervals)
 from spotwise.market.series import StepSeries

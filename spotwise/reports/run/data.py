@@ -1,5 +1,5 @@
 """A run directory read into arrays: :func:`load_run` -> :class:`RunData` (the conventions for reading
-``step`` and ``idle`` events are in :mod:`spotwise.reports.run_report`).
+``step`` and ``idle`` events are in :mod:`spotwise.reports.run.report`).
 """
 
 from __future__ import annotations

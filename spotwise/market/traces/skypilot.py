@@ -12,9 +12,9 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.trace_common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, ZERO_PRICE_FIX, PathLike, _MAX_EPOCH_S,
-                                          _compress_runs, _epoch, _finite_number, _parse_json, _read_text,
-                                          _region_of)
+from spotwise.market.traces.common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, ZERO_PRICE_FIX, PathLike, _MAX_EPOCH_S,
+                                           _compress_runs, _epoch, _finite_number, _parse_json, _read_text,
+                                           _region_of)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ a multi-node trace a sweep applies.
 
 A multi-node availability trace (SkyPilot's ``16-node`` folders) gives, every 5 minutes, how many
 of 16 instances a zone could provide.  A job of ``workers: N`` gets ``min(k, N)`` of them
-(:meth:`spotwise.sim.places.Place.nodes_at`) and trains on them when there are at least
+(:meth:`spotwise.sim.sweep.places.Place.nodes_at`) and trains on them when there are at least
 ``min_workers``: 1 for an elastic data-parallel job (spotwise trains on whatever it has), ``N``
 for a gang (every node or none: Can't Be Late's multi-node jobs).
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from spotwise.errors import InputError
-from spotwise.sim.places import Place
-from spotwise.sim.sweep_types import SweepJob
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.records import SweepJob
 
 
 def worker_rates(sync: Any, law: Any, workers: int, overhead_s: float = 0.0) -> tuple[float, ...]:

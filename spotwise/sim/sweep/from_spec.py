@@ -26,10 +26,10 @@ from spotwise.market.billing import BillingPolicy
 from spotwise.market.series import StepSeries
 from spotwise.market.world import load_catalog
 from spotwise.control.sync import make_sync
-from spotwise.sim.places import Place, build_places
-from spotwise.sim.sweep_types import strategy_names
-from spotwise.sim.sweep import (MAX_RUNS, SweepJob, SweepResult, check_sweep_size, parse_strategies, start_range, sweep,
-                                 window_starts)
+from spotwise.sim.sweep.places import Place, build_places
+from spotwise.sim.sweep.records import strategy_names
+from spotwise.sim.sweep.engine import (MAX_RUNS, SweepJob, SweepResult, check_sweep_size, parse_strategies, start_range,
+                                        sweep, window_starts)
 from spotwise.theory.runtime import MiniBatchTimeLaw
 
 
@@ -99,9 +99,9 @@ def sweep_job(spec: JobSpec, *, work_hours: float | None = None, restart_s: floa
 
 def spec_rates(spec: JobSpec, catalog: Any) -> tuple[float, ...] | None:
     """The progress of ``k`` of the spec's workers relative to all of them (issue 31,
-    :func:`spotwise.sim.partial.worker_rates`): the catalog's mini-batch time, the straggler
+    :func:`spotwise.sim.sweep.partial.worker_rates`): the catalog's mini-batch time, the straggler
     coefficient, the sync mode and the commit overhead (paper 000 eq. 14-15).  ``None`` for one worker."""
-    from spotwise.sim.partial import worker_rates
+    from spotwise.sim.sweep.partial import worker_rates
 
     n = int(spec.cluster.workers)
     if n <= 1 or spec.cluster.sync not in ("full", "ssgd", "n-sync", "n-batch", "async"):
@@ -154,7 +154,7 @@ class SweepRequest:
     seed: int = 0
     #: a run directory whose measured step times size the job (instead of the catalog's time law)
     pilot_dir: str | None = None
-    #: the most window runs (starts x homes x strategies) the sweep may do (:data:`~spotwise.sim.sweep.MAX_RUNS`)
+    #: the most window runs (starts x homes x strategies) the sweep may do (:data:`~spotwise.sim.sweep.engine.MAX_RUNS`)
     max_runs: int = MAX_RUNS
     #: also build each window's hindsight schedule (the clairvoyant schedule that pays its restarts)
     hindsight: bool = False
@@ -218,7 +218,7 @@ def spec_market_place(spec: JobSpec, horizon_s: float, seed: int) -> Place:
     (capacity = price <= bid), as on a price trace.
     """
     from spotwise.market.world import build_market
-    from spotwise.sim.places import capacity_from_lifetimes
+    from spotwise.sim.sweep.places import capacity_from_lifetimes
 
     market = build_market(spec, horizon_s=horizon_s)
     zone = spec.cluster.region or "spec-market"
@@ -279,8 +279,8 @@ def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, i
 
 def _run_pool_sweep(spec: JobSpec, req: SweepRequest, series: list[StepSeries], catalog: Any,
                     progress: Callable[[int, int], None] | None) -> tuple[SweepResult, list[Place], list[tuple[str, str]], list[str]]:
-    """A spec with ``cluster.pools``: every pool at its own place of the traces (:mod:`spotwise.sim.pool_sweep`)."""
-    from spotwise.sim.pool_sweep import POOL_STRATEGIES, PoolPlace, pool_sweep
+    """A spec with ``cluster.pools``: every pool at its own place of the traces (:mod:`spotwise.sim.sweep.pools`)."""
+    from spotwise.sim.sweep.pools import POOL_STRATEGIES, PoolPlace, pool_sweep
 
     pools_spec = spec.cluster.pools or []
     types = sorted({p.instance_type for p in pools_spec})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.trace_common import PathLike, PointLog, _csv_rows, _epoch, _parse_price, _read_text
+from spotwise.market.traces.common import PathLike, PointLog, _csv_rows, _epoch, _parse_price, _read_text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from spotwise.errors import InputError
 from spotwise.market.catalog import Catalog
 from spotwise.market.catalog_records import InstanceType
-from spotwise.specload import Duration
+from spotwise.spec.load import Duration
 
 
 class _Cluster(Protocol):
@@ -147,7 +147,7 @@ def pick_instance(catalog: Catalog, accelerators: str, cloud: str | None = None,
 
 
 def expected_step_s(spec: HardwareSpec, catalog: Catalog, step_time_s: float | None = None) -> float:
-    """The expected round time of ``spec``'s cluster (the sweep's :func:`spotwise.sim.sweep_spec.job_work_s` per step)."""
+    """The expected round time of ``spec``'s cluster (the sweep's :func:`spotwise.sim.sweep.from_spec.job_work_s` per step)."""
     from spotwise.control.sync import make_sync
     from spotwise.theory.runtime import MiniBatchTimeLaw
 

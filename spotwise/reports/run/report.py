@@ -17,8 +17,8 @@ Conventions read from the events:
   contract; counts that can be recomputed from the events (revocations, joins, decisions, steps)
   are recomputed, and a disagreement is listed under ``mismatches`` rather than hidden.
 
-Where it lives: reading in :mod:`spotwise.reports.run_data`, the plots in
-:mod:`spotwise.reports.run_plots`, the JSON, table and HTML here (which re-exports the public names).
+Where it lives: reading in :mod:`spotwise.reports.run.data`, the plots in
+:mod:`spotwise.reports.run.plots`, the JSON, table and HTML here (which re-exports the public names).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from spotwise.reports.run_data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _clean, _fmt_s, _num, load_run  # noqa: F401
-from spotwise.reports.run_plots import _dest, plot_run
+from spotwise.reports.run.data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _clean, _fmt_s, _num, load_run  # noqa: F401
+from spotwise.reports.run.plots import _dest, plot_run
 from spotwise.reports.units import humanize_seconds
 from spotwise.rundir_files import make_run_folder, write_run_text
 

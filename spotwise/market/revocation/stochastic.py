@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.market.revocation_base import (Interval, ProviderNotice, RevocationModel, _check_active_mask,
+from spotwise.market.revocation.base import (Interval, ProviderNotice, RevocationModel, _check_active_mask,
                                              _check_notice, _check_real)
 
 

@@ -28,10 +28,10 @@ row and the value and saying how to fix it; no other exception type escapes thes
 Bounding the values here keeps every statistic and cost computed from a trace finite (a price of
 ``1e308`` $/h would overflow the first time-weighted sum into ``inf``/``NaN``).
 
-Where they live: one module per format (:mod:`spotwise.market.trace_aws`,
-:mod:`~spotwise.market.trace_azure`, :mod:`~spotwise.market.trace_skypilot`,
-:mod:`~spotwise.market.trace_gcp`), the caps and parsing helpers in
-:mod:`spotwise.market.trace_common`, and the detection and :func:`load_traces` here (which re-exports
+Where they live: one module per format (:mod:`spotwise.market.traces.aws`,
+:mod:`~spotwise.market.traces.azure`, :mod:`~spotwise.market.traces.skypilot`,
+:mod:`~spotwise.market.traces.gcp`), the caps and parsing helpers in
+:mod:`spotwise.market.traces.common`, and the detection and :func:`load_traces` here (which re-exports
 every public name).
 """
 
@@ -45,12 +45,12 @@ from typing import Iterable, Sequence
 
 from spotwise.errors import InputError
 from spotwise.market.series import StepSeries
-from spotwise.market.trace_aws import load_aws_spot_json
-from spotwise.market.trace_azure import load_azure_price_csv
-from spotwise.market.trace_common import (GCP_MAX_LIFETIME_S, MAX_AVAILABLE, MAX_PRICE_PER_HOUR, PathLike,  # noqa: F401
-                                          TraceFormat, _SKIP_NAMES, _SUPPORTED, _as_paths, _parse_price, _read_text)
-from spotwise.market.trace_gcp import LifetimeRecord, LifetimeTable, load_gcp_lifetime_csv, load_gcp_vm_data_csv  # noqa: F401
-from spotwise.market.trace_skypilot import load_skypilot_json
+from spotwise.market.traces.aws import load_aws_spot_json
+from spotwise.market.traces.azure import load_azure_price_csv
+from spotwise.market.traces.common import (GCP_MAX_LIFETIME_S, MAX_AVAILABLE, MAX_PRICE_PER_HOUR, PathLike,  # noqa: F401
+                                           TraceFormat, _SKIP_NAMES, _SUPPORTED, _as_paths, _parse_price, _read_text)
+from spotwise.market.traces.gcp import LifetimeRecord, LifetimeTable, load_gcp_lifetime_csv, load_gcp_vm_data_csv  # noqa: F401
+from spotwise.market.traces.skypilot import load_skypilot_json
 
 __all__ = [
     "GCP_MAX_LIFETIME_S",

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.market.trace_common import GCP_MAX_LIFETIME_S, PathLike, _GCP_ZONE_RE, _csv_rows, _epoch, _read_text
+from spotwise.market.traces.common import GCP_MAX_LIFETIME_S, PathLike, _GCP_ZONE_RE, _csv_rows, _epoch, _read_text
 
 
 # ---------------------------------------------------------------------------------------------

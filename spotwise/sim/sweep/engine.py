@@ -2,7 +2,7 @@
 
 ``spotwise simulate SPEC --trace ...`` replays each strategy from every start time and tabulates
 cost, time, the probability of meeting the deadline, and cost against the hindsight oracle
-(:mod:`spotwise.sim.oracle`) and against on-demand.
+(:mod:`spotwise.sim.bounds.oracle`) and against on-demand.
 
 It is the one executor that does not run under the job controller
 (:mod:`spotwise.control.controller`), on purpose: a sweep replays thousands of
@@ -20,7 +20,7 @@ the :class:`~spotwise.market.billing.Ledger` and billing policy (per-second, 60 
 coordinator billed on-demand for the whole run), and the trace loaders.
 ``benchmarks/trace_sweep.py`` checks its time and cost against the step-by-step simulator.
 
-Model (:mod:`spotwise.sim.window`, the executor of one window; issue 31): the job is ``workers``
+Model (:mod:`spotwise.sim.sweep.window`, the executor of one window; issue 31): the job is ``workers``
 nodes of data-parallel training at one place at a time (Can't Be Late's single-job model, with
 node counts):
 
@@ -52,14 +52,14 @@ from spotwise.market.series import iso8601
 from spotwise.policies.base import Policy
 from spotwise.policies.registry import make_policy
 from spotwise.policies.user import guard
-from spotwise.sim.oracle import free_move_bound, hindsight_oracle
-from spotwise.sim.partial import check_reading
-from spotwise.sim.places import Place
-from spotwise.sim.hindsight import hindsight_schedule
-from spotwise.sim.restart_bound import restart_bound
-from spotwise.sim.window import WindowRun
-from spotwise.sim.sweep_types import (DEFAULT_STRATEGIES, STRATEGIES, BidRule, OracleResult, StartRule, Strategy,  # noqa: F401
-                                      StrategySummary, SweepJob, SweepResult, WindowResult, parse_strategies)
+from spotwise.sim.bounds.oracle import free_move_bound, hindsight_oracle
+from spotwise.sim.sweep.partial import check_reading
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.bounds.hindsight import hindsight_schedule
+from spotwise.sim.bounds.restart import restart_bound
+from spotwise.sim.sweep.window import WindowRun
+from spotwise.sim.sweep.records import (DEFAULT_STRATEGIES, STRATEGIES, BidRule, OracleResult, StartRule, Strategy,  # noqa: F401
+                                        StrategySummary, SweepJob, SweepResult, WindowResult, parse_strategies)
 
 _EPS = 1e-6
 
@@ -182,7 +182,7 @@ def sweep(job: SweepJob, places: Sequence[Place], homes: Sequence[tuple[str, str
     A strategy that starts at the cheapest place (``start="cheapest"``) does not depend on the home
     and runs once per start; its result counts for every home, so each strategy's row averages
     the same (home, start) windows.  A window needs the home's trace over the whole deadline.
-    ``hindsight``: also build each window's hindsight schedule (:mod:`spotwise.sim.hindsight`, ~10-50 ms
+    ``hindsight``: also build each window's hindsight schedule (:mod:`spotwise.sim.bounds.hindsight`, ~10-50 ms
     a start), the clairvoyant schedule that pays its restarts: how far each strategy is from it.
     """
     import time

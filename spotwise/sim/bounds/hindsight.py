@@ -1,9 +1,9 @@
 """The best schedule hindsight can build when every (re)start costs what the sweep charges: an
 *upper* bound on the clairvoyant optimum, to pair with the lower bound of
-:mod:`spotwise.sim.restart_bound`.
+:mod:`spotwise.sim.bounds.restart`.
 
 The two bounds of a trace sweep's window say where the cheapest schedule that pays its restarts
-lies: no cheaper than :func:`~spotwise.sim.restart_bound.restart_bound`, no dearer than the
+lies: no cheaper than :func:`~spotwise.sim.bounds.restart.restart_bound`, no dearer than the
 schedule built here.  Where they are close, the gap between a strategy and them is the price of
 not knowing the future, and where the lower one is above a goal, no strategy can reach the goal.
 
@@ -19,7 +19,7 @@ computing on, as in the sweep): a node that joins -- a spot node the place gives
 on-demand node that replaces a lost one -- computes only after ``ceil(d / dt)`` steps, so a step
 progresses ``speed * rate(a) * dt`` with ``a`` the nodes held through the step and the restart
 steps before it (spot), or ``N`` less the nodes that joined at the last ``ceil(d / dt)`` boundaries
-(topped up) -- :meth:`~spotwise.sim.sweep_types.SweepJob.rate`, 0 below ``min_nodes``.  The state
+(topped up) -- :meth:`~spotwise.sim.sweep.records.SweepJob.rate`, 0 below ``min_nodes``.  The state
 is ``(mode, work done in units)`` (the restart in progress kept as the last ``ceil(d / dt)``
 entries); the value is the cheapest cost to get there.
 
@@ -45,9 +45,9 @@ import numpy as np
 
 from spotwise.errors import InfeasibleError
 from spotwise.market.series import StepSeries
-from spotwise.sim.oracle import live_places, rate_table
-from spotwise.sim.places import Place
-from spotwise.sim.sweep_types import SweepJob
+from spotwise.sim.bounds.oracle import live_places, rate_table
+from spotwise.sim.sweep.places import Place
+from spotwise.sim.sweep.records import SweepJob
 
 
 def _per_step(series: StepSeries, grid: np.ndarray, end: float, reduce: np.ufunc) -> np.ndarray:
