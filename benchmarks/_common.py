@@ -84,12 +84,12 @@ def with_retries(fn, *a, num_cpus: int = 2, tries: int = 3, **k):
 def build_run(spec, out: Path, revocation=None, **kw):
     """A JobController (the spec's data plane) on the emulated provider, with an injected revocation model."""
     from spotwise.market.world import build_market
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
 
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     if revocation is not None:
         market = dataclasses.replace(market, revocation=revocation)
-    return JobController(spec, out, market=market, **kw)
+    return build_controller(spec, out, market=market, **kw)
 
 
 def pct(xs, q: float) -> float | None:

@@ -132,12 +132,12 @@ def strategies(kind: str, seed: int, args) -> tuple[dict[str, Any], list[dict[st
 
 def run_one(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
     from spotwise.market.world import build_market
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
 
     spec = spec_from_dict(cfg["spec"])
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)
     w0 = time.perf_counter()
-    JobController(spec, out, market=market).run()
+    build_controller(spec, out, market=market).run()
     wall = time.perf_counter() - w0
     coord_rate = float(market.coordinator.on_demand_per_hour or 0.0)
     steps = read_events(out / "events.jsonl", kinds=["step"])

@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import table, write_result  # noqa: E402
 from spotwise.capacity.faults import ScriptedRevocation, outage  # noqa: E402
 from spotwise.config import spec_from_dict  # noqa: E402
-from spotwise.control.controller import JobController  # noqa: E402
+from spotwise.assemble import build_controller  # noqa: E402
 from spotwise.market.catalog import Catalog  # noqa: E402
 from spotwise.market.world import build_market  # noqa: E402
 from spotwise.planes.ps.compute import LocalCompute  # noqa: E402
@@ -106,8 +106,8 @@ def run(d: dict[str, Any], *, scale: float = 1.0, on_demand: bool = False, revoc
         market = None
         if revocation is not None:
             market = dataclasses.replace(build_market(spec, horizon_s=14 * 24 * 3600.0), revocation=revocation)
-        coord = JobController(spec, tmp, market=market, compute=LocalCompute(worker_args_for(spec)),
-                              worker_market="on_demand" if on_demand else "spot")
+        coord = build_controller(spec, tmp, market=market, compute=LocalCompute(worker_args_for(spec)),
+                                 worker_market="on_demand" if on_demand else "spot")
         s = coord.run()
         revoked = [e["worker"] for e in map(json.loads, (Path(tmp) / "events.jsonl").read_text().splitlines())
                    if e["kind"] == "revoke"]

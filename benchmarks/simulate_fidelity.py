@@ -44,14 +44,14 @@ SPECS = {
 def one(name: str, seed: int, iterations: int, model) -> dict:
     from spotwise.events import read_events
     from spotwise.market.world import build_market
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
     from spotwise.capacity.provider import EmulatedProvider
     from spotwise.sim.modelled import ModelledCompute, ModelledState
 
     spec = make_spec(seed=seed, target__iterations=iterations, **SPECS[name])
     tmp = Path(tempfile.mkdtemp(prefix=f"simfid-{name}-{seed}-"))
     t0 = time.perf_counter()
-    run = JobController(spec, tmp / "run", market=build_market(spec)).run()
+    run = build_controller(spec, tmp / "run", market=build_market(spec)).run()
     run_wall = time.perf_counter() - t0
 
     market = build_market(spec)
@@ -60,8 +60,8 @@ def one(name: str, seed: int, iterations: int, model) -> dict:
     provider = EmulatedProvider(market.revocation, max(spec.cluster.workers, spec.cluster.max_workers or 0),
                                 market.horizon_s, spec.seed, compute=compute)
     t0 = time.perf_counter()
-    sim = JobController(spec, tmp / "sim", market=market, provider=provider, compute=compute, state=state,
-                      mode="simulate").run()
+    sim = build_controller(spec, tmp / "sim", market=market, provider=provider, compute=compute, state=state,
+                         mode="simulate").run()
     sim_wall = time.perf_counter() - t0
     contributions = sum(e["contributions"] for e in read_events(tmp / "sim" / "events.jsonl", kinds=["step"]))
     return {

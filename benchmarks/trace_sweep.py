@@ -106,7 +106,7 @@ def _controller_window(trace: list[str], zone: str, start: float, bid: float, it
     from spotwise.config import spec_from_dict
     from spotwise.market.series import iso8601
     from spotwise.market.world import build_market
-    from spotwise.control.controller import JobController
+    from spotwise.assemble import build_controller
     from spotwise.capacity.provider import EmulatedProvider
     from spotwise.sim.modelled import ModelledCompute, ModelledState
 
@@ -122,8 +122,8 @@ def _controller_window(trace: list[str], zone: str, start: float, bid: float, it
     provider = EmulatedProvider(market.revocation, 1, market.horizon_s, 0, compute=compute)
     out = Path(tempfile.mkdtemp(prefix="tracefid-"))
     t = time.perf_counter()
-    summary = JobController(spec, out / "run", market=market, provider=provider, compute=compute, state=state, mode="simulate",
-                            restart_s=120.0).run()
+    summary = build_controller(spec, out / "run", market=market, provider=provider, compute=compute, state=state, mode="simulate",
+                               restart_s=120.0).run()
     return summary, time.perf_counter() - t
 
 
