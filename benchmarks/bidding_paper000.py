@@ -82,6 +82,8 @@ def base_dict(kind: str, seed: int, iterations: int, interval: float, eval_every
 def strategies(kind: str, seed: int, args) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The plan and the run configurations (spec dicts) of every strategy."""
     from spotwise.planner import plan as P
+    from spotwise.planner.plan.records import SECONDS_PER_HOUR
+    from spotwise.planner.plan.strategies import _uniform
     from spotwise.planner.bids import optimal_two_bids
     from spotwise.theory.bounds import error_bound
 
@@ -112,15 +114,15 @@ def strategies(kind: str, seed: int, args) -> tuple[dict[str, Any], list[dict[st
     n_h = n // 2
     eps2 = float(error_bound(J, inp.error, 0.5 * (1.0 / n + 1.0 / n_h)))
     bp = optimal_two_bids(inp.prices, inp.runtime, inp.error, n=n, n_high=n_h, eps=eps2, deadline=inp.deadline, iterations=J)
-    add("two-bids-paper-eps", bp.bids, bp.expected_cost / P.SECONDS_PER_HOUR, bp.expected_time, n,
+    add("two-bids-paper-eps", bp.bids, bp.expected_cost / SECONDS_PER_HOUR, bp.expected_time, n,
         note=f"Thm 4 with eps = bound at E[1/y] = (1/{n} + 1/{n_h})/2 ({bp.status})")
     # dynamic, the paper's protocol at the same J (phase bids as in plan._alt_dynamic)
     n1, J1 = n // 2, int(round(0.8 * J))
     J2 = J - J1
     R1, R2 = inp.runtime.expected(n1, sync, None), inp.runtime.expected(n, sync, None)
     theta1 = inp.deadline * (J1 * R1) / (J1 * R1 + J2 * R2)
-    b1, t1, c1 = P._uniform(inp, n1, J1, theta1, sync, None)
-    b2, t2, c2 = P._uniform(inp, n, J2, inp.deadline - t1, sync, None)
+    b1, t1, c1 = _uniform(inp, n1, J1, theta1, sync, None)
+    b2, t2, c2 = _uniform(inp, n, J2, inp.deadline - t1, sync, None)
     pol = P.dynamic_policy_params(inp, spec, J)
     add("dynamic", [b1] * n1, c1 + c2, t1 + t2, n1, policies=[pol],
         note=f"{n1} workers bid {b1:.4g} for {J1} it., then {n} re-bid online (planner expects {b2:.4g})")
