@@ -58,6 +58,8 @@ class _NamedWorkload(Protocol):
     def name(self) -> str: ...
     @property
     def optimizer(self) -> object: ...
+    @property
+    def dataset(self) -> str | None: ...
 
 
 class _Named(Protocol):
@@ -67,7 +69,7 @@ class _Named(Protocol):
 
 class NamesCode(Protocol):
     """What :func:`code_references` reads of a job spec (a :class:`spotwise.config.JobSpec`): the
-    workload's name and optimizer, and the policies' names."""
+    workload's name, optimizer and dataset, and the policies' names."""
 
     @property
     def workload(self) -> _NamedWorkload: ...
@@ -91,14 +93,51 @@ def code_references(job: NamesCode) -> dict[str, str]:
     return refs
 
 
+def _dataset(job: NamesCode) -> str | None:
+    """The recorded ``workload.dataset``, normalised for comparison (absolute, ``~`` expanded), or None."""
+    import os
+
+    ds = getattr(job.workload, "dataset", None)
+    if not ds:
+        return None
+    return os.path.normpath(os.path.abspath(os.path.expanduser(str(ds))))
+
+
 def check_resume_trust(recorded: NamesCode, given: NamesCode | None, trust_code: bool, where: str) -> None:
-    """May a resumed run import the user code its recorded ``spec.json`` names?
+    """May a resumed run import the user code, and read the dataset, its recorded ``spec.json`` names?
 
     A run directory may come from someone else: its ``spec.json`` is untrusted input.  Built-in
     workloads and policies need nothing.  When the recorded spec names user code, the user must
     either pass their own spec (``given``) naming the same references, field by field, or pass
     ``trust_code``; otherwise -- or on any difference -- :class:`~spotwise.errors.InputError` (exit 2).
+
+    A ``workload.dataset`` is treated the same way (issue 38 item 4): a resume reads the files it
+    names -- and a training run can carry what it read out in its checkpoints, losses and mirrored
+    run directory -- so a dataset path that only the run directory gives is read only with ``given``
+    naming the same path or ``trust_code``.  Datasets are read by spotwise's own readers, never as code
+    (CIFAR-10 batches through :mod:`spotwise.workloads.safe_pickle`), whatever is trusted.
     """
+    from spotwise.errors import InputError
+
+    _check_code_trust(recorded, given, trust_code, where)
+    ds = _dataset(recorded)
+    if given is not None:
+        theirs = _dataset(given)
+        if ds != theirs:
+            raise InputError(
+                f"the run's spec.json does not match the spec you passed: workload.dataset is "
+                f"{repr(ds) if ds else 'absent'} in the run directory but {repr(theirs) if theirs else 'absent'} in your spec",
+                "pass the spec the run was started with, or start a new run with --out", where)
+        return
+    if ds is not None and not trust_code:
+        raise InputError(
+            f"the run's spec.json names the dataset {ds!r}; resuming would read it",
+            "pass the spec you started the run with (spotwise run SPEC --resume DIR) so spotwise can check the path, or "
+            "--trust-code if you trust whoever wrote this run directory", where)
+
+
+def _check_code_trust(recorded: NamesCode, given: NamesCode | None, trust_code: bool, where: str) -> None:
+    """:func:`check_resume_trust` for the user-code references."""
     from spotwise.errors import InputError
 
     refs = code_references(recorded)

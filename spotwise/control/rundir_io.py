@@ -50,7 +50,8 @@ def load_run_spec(out_dir: str | Path) -> JobSpec:
 def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_code: bool = False) -> JobSpec:
     """:func:`load_run_spec`, checked before a resume imports the user code it names
     (:func:`spotwise.usercode.check_resume_trust`): the user's own spec ``given`` must name the same
-    workload / optimizer / policy references, or ``trust_code`` must be set; InputError otherwise."""
+    workload / optimizer / policy references and the same ``workload.dataset``, or ``trust_code`` must be
+    set; InputError otherwise."""
     recorded = load_run_spec(out_dir)
     check_resume_trust(recorded, given, trust_code, str(Path(out_dir) / SPEC_FILE))
     return recorded

@@ -137,6 +137,12 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
         rejected: list[str] = []
         if load_latest_checkpoint(out, rejected=rejected) is None:  # how many were found and why each was refused
             raise no_valid_checkpoint_error(out, rejected)
+        if spec.workload.dataset and ":" not in spec.workload.name:
+            from spotwise.workloads.registry import make_workload
+
+            # the recorded dataset (allowed by load_resume_spec) read here, by the safe readers, before Ray starts:
+            # a bad or hostile one exits 2 now, as `spotwise run SPEC` does in check_spec (issue 38 item 4)
+            make_workload(spec.workload, spec.seed)
     assert spec is not None
     if not ray_address:
         check_local_workers(spec.cluster)  # a resumed run too: this machine may be smaller than the last

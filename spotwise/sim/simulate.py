@@ -29,7 +29,9 @@ from spotwise.capacity.provider import EmulatedProvider
 from spotwise.sim.modelled import ModelledCompute, ModelledState
 
 
-def _train_size(spec: JobSpec, train_size: int | None) -> int:
+def train_size_of(spec: JobSpec, train_size: int | None) -> int:
+    """The training-set size: ``train_size`` (checked) if given, else the built-in workload's, which builds
+    it (reads its dataset, through spotwise's safe readers); a ``module:function`` workload is never imported."""
     if train_size is not None:
         if train_size < 1:
             raise InputError(f"--train-size must be >= 1, got {train_size}", "give the number of training samples",
@@ -74,7 +76,7 @@ def simulate_job(
     check_simulable(spec, pilot_dir)
     market = build_market(spec)
     check_progress_possible(spec, market)  # as `spotwise run` does: a market that cannot progress exits 2 (issue 30 item 11)
-    n_train = _train_size(spec, train_size)
+    n_train = train_size_of(spec, train_size)
     model, g_star, measured, assumed, _, _ = error_model_for(spec, pilot_dir, pilot_steps)
     state = ModelledState(model, n_train, g_star)
     compute = ModelledCompute(state)

@@ -17,8 +17,8 @@ Parameters (``workload.params``):
 Data:
 
 * ``workload.dataset`` set: the CIFAR-10 "python version" batches, read by
-  :func:`spotwise.workloads.vision.load_cifar10` (the ``cifar-10-batches-py`` folder; pickles,
-  so only point it at files you trust).
+  :func:`spotwise.workloads.vision.load_cifar10` (the ``cifar-10-batches-py`` folder; pickles, read
+  by :mod:`spotwise.workloads.safe_pickle`, which runs no code and refuses anything but a batch).
 * otherwise: synthetic CIFAR-shaped, learnable data, generated *lazily per index*.  Each of the
   10 classes has a fixed smooth random template (seeded by ``data_seed``); sample ``i`` draws,
   from ``np.random.default_rng([data_seed, split, i])``, its label, a circular shift of up to 4

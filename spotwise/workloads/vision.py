@@ -7,14 +7,14 @@
 * CIFAR-10: the "python version" batches a user brings (``workload.dataset`` = the
   ``cifar-10-batches-py`` folder holding ``data_batch_1`` .. ``data_batch_5`` and ``test_batch``,
   pickles with ``b"data"`` uint8 N x 3072, channel-major, and ``b"labels"``).  Images are kept as
-  uint8 and normalised per channel only for the requested batch.  The files are Python pickles:
-  only point spotwise at files you trust.
+  uint8 and normalised per channel only for the requested batch.  The files are Python pickles,
+  read by :func:`spotwise.workloads.safe_pickle.read_cifar_pickle`, which runs no code: only the
+  numpy arrays, numbers and strings of a genuine batch are accepted, anything else exits 2.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from spotwise.workloads.base import (
     seeded_factory,
     seeded_split,
 )
+from spotwise.workloads.safe_pickle import read_cifar_pickle
 
 DIGITS_DEFAULTS: dict[str, Any] = {"hidden": [128], "channels": [16, 32], "test_fraction": 0.2, "data_seed": 0}
 
@@ -187,16 +188,19 @@ def require_path(dataset: str | None, workload: str, what: str) -> Path:
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        with open(path, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
-    except Exception as e:  # noqa: BLE001 - any unpickling failure is a malformed file
-        raise InputError(f"cannot read CIFAR-10 batch: {type(e).__name__}: {e}", "use the 'python version' of CIFAR-10 (cifar-10-python.tar.gz)", str(path)) from None
-    if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
-        keys = sorted(d) if isinstance(d, dict) else type(d).__name__
-        raise InputError(f"not a CIFAR-10 batch (need keys b'data' and b'labels', found {keys})", "use the 'python version' of CIFAR-10", str(path))
+    """``(data uint8 N x 3072, labels int64 N)`` of one batch file, read without running code
+    (:func:`~spotwise.workloads.safe_pickle.read_cifar_pickle`); InputError naming the file otherwise."""
+    d = read_cifar_pickle(path)
+    if b"data" not in d or b"labels" not in d:
+        keys = sorted(repr(k) for k in d)[:10]
+        raise InputError(f"not a CIFAR-10 batch (need keys b'data' and b'labels', found {', '.join(keys) or 'none'})",
+                         "use the 'python version' of CIFAR-10", str(path))
     data = np.asarray(d[b"data"])
-    labels = np.asarray(d[b"labels"], dtype=np.int64).reshape(-1)
+    try:
+        labels = np.asarray(d[b"labels"], dtype=np.int64).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError("not a CIFAR-10 batch (b'labels' must be integers)", "use the 'python version' of CIFAR-10",
+                         str(path)) from None
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
         raise InputError(f"b'data' must be uint8 N x 3072, got {data.dtype} {data.shape}", "use the 'python version' of CIFAR-10", str(path))
     if data.shape[0] != labels.shape[0]:
