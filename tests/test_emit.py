@@ -243,7 +243,7 @@ def test_skypilot_task_holds_the_plan_and_its_scripts_parse() -> None:
     assert task["num_nodes"] == 4 and task["envs"] == {"SPOTWISE_INSTALL": "", "SPOTWISE_RAY_PORT": "6379"}
     # a managed job: recovered after preemption, across the plan's regions; the run resumes from the bucket
     assert task["resources"]["job_recovery"] == {"strategy": "EAGER_NEXT_REGION", "max_restarts_on_errors": 3}
-    assert f'run --resume "{URI}"' in task["run"] and "nvidia-smi" in task["setup"]
+    assert f"run --resume {URI} " in task["run"] and "nvidia-smi" in task["setup"]  # the URI quoted (plain: no quotes)
     assert "--notice-source aws" in task["run"] and "bin/spotwise\" run" in task["run"]
     _bash_ok(task["setup"])
     _bash_ok(task["run"])

@@ -50,6 +50,7 @@ from spotwise.market.network import NetworkLink
 from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
 from spotwise.safeparse import load_yaml
+from spotwise.spec.checks import _plain_text
 from spotwise.market.catalog_records import (INSTANCE_COLUMNS, REQUIRED_INSTANCE_COLUMNS, FunctionPricing,  # noqa: F401
                                             InstanceType, StoragePricing, _ADD_ENTRY_HINT, _check_name,
                                             _check_profile, _parse_scalar)
@@ -92,6 +93,9 @@ class Catalog:
         for it in instances:
             if not isinstance(it, InstanceType):
                 raise TypeError(f"expected InstanceType, got {type(it).__name__}")
+            for f in ("name", "cloud", "region", "accelerator"):  # they reach generated YAML and shell (plan --emit)
+                _plain_text(getattr(it, f), f"instance type {it.name!r:.80}: {f}",
+                            "write instance, cloud, region and accelerator names on one line of printable text")
             self._instances[it.key] = it
         self._functions: dict[str, FunctionPricing] = {f.name: f for f in functions}
         self._storage: dict[str, StoragePricing] = {s.name: s for s in storage}
@@ -99,6 +103,8 @@ class Catalog:
             _check_name(k, "accelerator", "accelerators"): _check_profile(v, f"accelerator {k!r}")
             for k, v in (accelerators or {}).items()
         }
+        for k in self._accelerators:
+            _plain_text(k, f"accelerators: {k!r:.80}", "write accelerator names on one line of printable text")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -158,7 +164,10 @@ class Catalog:
                 raise InputError(f"networks[{cloud!r}] needs rtt_s, gbps and egress_per_gb (and optionally source)",
                                  "see the packaged catalog.yaml", where)
             networks.append(NetworkLink(str(cloud).lower(), e["rtt_s"], e["gbps"], e["egress_per_gb"], str(e.get("source", ""))))
-        return cls(instances, functions, storage, acc, networks)  # type: ignore[arg-type]
+        try:
+            return cls(instances, functions, storage, acc, networks)  # type: ignore[arg-type]
+        except InputError as e:  # a name with a control character: say which file
+            raise InputError(e.what, e.fix, f"{where} {e.where}") from None
 
     def network(self, cloud: str) -> NetworkLink:
         """The inter-region link of ``cloud`` (InputError naming the fix when the catalog has none)."""
@@ -202,7 +211,10 @@ class Catalog:
                     entry[col] = cell.strip()
             entry["throughput"] = profile
             out.append(_instance_from_mapping(entry, rwhere))
-        return cls(out)
+        try:
+            return cls(out)
+        except InputError as e:  # a name with a control character: say which file
+            raise InputError(e.what, e.fix, f"{where} {e.where}") from None
 
     def merge(self, other: "Catalog") -> "Catalog":
         """A new catalog with ``other``'s entries added; ``other`` wins on equal keys."""

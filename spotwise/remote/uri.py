@@ -31,6 +31,12 @@ _SUPPORTED = "s3://bucket/prefix, gs://bucket/prefix or file:///absolute/path"
 _URI_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$")
 #: a bucket name as S3 and GCS accept it (lowercase letters, digits, dots, dashes, underscores)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+#: what a URI's path (after the bucket; all of a file:// path) may hold: characters every object store keeps
+#: as they are and no shell or YAML reads specially -- the URI reaches the emitted launch files (plan --emit)
+_PATH_RE = re.compile(r"^[A-Za-z0-9._\-/=+@,]*$")
+_PATH_CHARS = "letters, digits and . _ - / = + @ ,"
+#: the longest URI accepted (S3 and GCS object names are at most 1024 bytes)
+MAX_URI_CHARS = 1024
 #: the object written and removed by :func:`probe_writable`
 PROBE_PREFIX = ".spotwise-probe-"
 
@@ -44,6 +50,12 @@ def check_uri(uri: str, where: str = "outputs.uri") -> str:
     """``uri`` validated and normalised (no trailing ``/``); InputError naming the supported schemes."""
     if not isinstance(uri, str):
         raise InputError(f"must be a string URI, got {uri!r:.80}", f"write e.g. {_SUPPORTED}", where)
+    if len(uri) > MAX_URI_CHARS:
+        raise InputError(f"is {len(uri)} characters long; at most {MAX_URI_CHARS} are accepted",
+                         "choose a shorter prefix, e.g. s3://bucket/runs/job1", where)
+    if any(ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f or c in "\u2028\u2029" for c in uri):
+        raise InputError(f"{uri!r:.200} holds a control character or line break",
+                         f"write the URI on one line with {_PATH_CHARS} after the bucket", where)
     m = _URI_RE.match(uri.strip())
     if m is None:
         raise InputError(f"{uri!r:.200} is not a URI", f"write {_SUPPORTED}", where)
@@ -53,6 +65,13 @@ def check_uri(uri: str, where: str = "outputs.uri") -> str:
     parts = rest.split("/")
     if any(p in ("..", ".") for p in parts) or "\\" in rest or "\x00" in rest:
         raise InputError(f"{uri!r:.200} holds '.', '..' or a backslash", "name the folder plainly, e.g. s3://bucket/runs/job1", where)
+    path = rest if scheme == "file" else rest.partition("/")[2]
+    if not _PATH_RE.match(path):
+        bad = next(c for c in path if not _PATH_RE.match(c))
+        raise InputError(f"{uri!r:.200} holds {bad!r} in its path; spotwise takes only {_PATH_CHARS} there (no spaces, "
+                         "quotes, $, backticks or other characters a shell or an object store reads specially)",
+                         f"rename the {'folder' if scheme == 'file' else 'prefix'} with those characters only, e.g. "
+                         f"{'file:///data/runs/job1' if scheme == 'file' else scheme + '://bucket/runs/job1'}", where)
     if scheme == "file":
         if not rest.startswith("/"):
             raise InputError(f"{uri!r:.200} is not an absolute file:// URI", "write three slashes: file:///absolute/path", where)

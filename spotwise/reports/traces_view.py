@@ -121,9 +121,13 @@ def plot_series(series: list[StepSeries], path: str | Path, max_series: int = 40
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 if len(group) <= 20 else 2,
                   frameon=False)
         ax.set_title(f"{len(group)} {label.split(' (')[0]} series", fontsize=9)
+    from spotwise.outputfiles import write_figure
+
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        write_figure(fig, out, "--plot", dpi=110)
+    finally:
+        plt.close(fig)
     return out

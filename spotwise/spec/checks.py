@@ -25,3 +25,29 @@ def _seed(value: int, name: str) -> None:
 
 
 #: most price points a synthetic market may hold over its horizon (16 bytes each: 10 M = 160 MB)
+
+
+#: characters no name, region or URI may hold: they end a line (of a YAML comment, of a shell command) or hide text
+#: (bidirectional overrides); C0/C1 controls, DEL, U+2028/U+2029 and the bidi controls
+_HIDDEN = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff")
+
+
+def bad_char(value: str) -> str | None:
+    """The first character of ``value`` that is a control character, a line or paragraph separator or a
+    bidirectional control (as ``repr`` shows it), else ``None``."""
+    import unicodedata
+
+    for ch in value:
+        if ch in _HIDDEN or unicodedata.category(ch) in ("Cc", "Cs", "Zl", "Zp"):
+            return ascii(ch)
+    return None
+
+
+def _plain_text(value: object, name: str, fix: str = "") -> None:
+    """InputError naming ``name`` when the string ``value`` holds a control character, a line break (``\\n``,
+    ``\\r``, U+0085, U+2028, U+2029) or a bidirectional control: such names end up in generated YAML and shell."""
+    if isinstance(value, str):
+        ch = bad_char(value)
+        if ch is not None:
+            raise InputError(f"holds the control character {ch} (line breaks, tabs and other control characters are "
+                             "not allowed here)", fix or "use plain printable text on one line", name)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from spotwise.errors import InputError
 from spotwise.market.price_points import check_price_points
-from spotwise.spec.checks import _non_negative, _positive, _seed
+from spotwise.spec.checks import _non_negative, _plain_text, _positive, _seed
 from spotwise.spec.load import Duration
 
 def _check_start(start: str | None) -> None:
@@ -157,6 +157,8 @@ class PoolSpec:
     def __post_init__(self) -> None:
         if not self.instance_type:
             raise InputError("required field is missing", "name an instance type from the catalog, e.g. 'gce-k80'", "instance_type")
+        for f in ("instance_type", "region", "zone"):  # they reach generated YAML and shell (--emit)
+            _plain_text(getattr(self, f), f, "write it on one line, e.g. us-central1-a or gce-k80")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise InputError(f"a pool needs at least one worker, got {self.workers!r}",
                              "set workers >= 1, or remove the pool from cluster.pools", "workers")

@@ -20,7 +20,11 @@ is written beside each file (``FILE.node-spec.yaml``): the job with its input pa
 mounted copies.
 
 :func:`prepare_emits` checks the flags and the files before the plan is made, :func:`write_emits`
-writes the files, refusing an existing file (:class:`InputError`, exit 2).  Validated in the tests
+writes the files, refusing an existing file or a symbolic link (dangling or not) at any of them -- the
+named file and its siblings (:class:`InputError`, exit 2) -- and writing each through a temp file renamed
+into place (:func:`spotwise.outputfiles.write_output_text`), never through a link.  Everything in the
+files is built by the YAML library (comments with :func:`~spotwise.outputfiles.yaml_comment`) and the
+node's shell by :mod:`~spotwise.planner.emit.scripts`, which quotes every user value (issue 38).  Validated in the tests
 against Ray's schema and SkyPilot's schemas, and rehearsed in a scratch folder standing in for the
 node (tests/test_emit_rehearsal.py); not launched from here.
 
@@ -33,6 +37,8 @@ the place and head node in :mod:`~spotwise.planner.emit.place`, a pool mix in
 
 from __future__ import annotations
 
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -41,7 +47,7 @@ import yaml
 
 from spotwise.config import JobSpec, load_spec
 from spotwise.errors import InputError
-from spotwise.outputfiles import check_output_file, write_output_text
+from spotwise.outputfiles import check_output_file, write_output_text, yaml_comment
 from spotwise.planner.emit.files import (
     REMOTE_DIR,
     REMOTE_RUN,
@@ -69,8 +75,9 @@ from spotwise.planner.emit.sky import job_uri, skypilot_task
 
 __all__ = ["EMIT_CLOUDS", "EMIT_KINDS", "GCP_PROJECT_PLACEHOLDER", "RAY_PORT", "REMOTE_DIR", "REMOTE_RUN", "REMOTE_SPEC",
            "EmitPlan", "EmitRequest", "EmitTarget", "Install", "NodeFiles", "check_emit_file", "cluster_name",
-           "emit_target", "gce_machine", "head_instance", "node_files", "parse_emit", "parse_install",
-           "prepare_emits", "ray_cluster_config", "render", "run_command", "skypilot_task", "write_emits"]
+           "emit_outputs", "emit_paths", "emit_target", "gce_machine", "head_instance", "node_files", "parse_emit",
+           "parse_install", "prepare_emits", "ray_cluster_config", "render", "run_command", "skypilot_task",
+           "spec_inputs", "write_emits"]
 
 
 def run_command(t: EmitTarget, address: str, autoscale: bool = False) -> str:
@@ -86,6 +93,8 @@ def _header(kind: str, t: EmitTarget, spec: JobSpec, rec: Mapping[str, Any], fil
             install: Install, head: str, uri: str | None) -> list[str]:
     cost = rec.get("expected_cost")
     name = cluster_name(spec)
+    q = shlex.quote  # the commands below are for the user to copy: every file name and URI in them quoted
+    fname, cfgname = q(file.name), q(f"{file.stem}.sky-config.yaml")
     gpu = t.instance.accelerator_count > 0
     lines = [f"{spec.name}: written by `spotwise plan --emit {kind}={file.name}` -- the plan's recommendation:",
              f"  {t.strategy}, {t.workers} worker(s) on {t.instance.name} ({'spot' if t.spot else 'on-demand'}) in "
@@ -107,12 +116,12 @@ def _header(kind: str, t: EmitTarget, spec: JobSpec, rec: Mapping[str, Any], fil
             lines.append("Images: Deep Learning VM families (deeplearning-platform-release): NVIDIA driver (installed at "
                          "boot) and Python 3.10 on the GPU workers, the CPU family on the head.")
         lines += ["Run it (README, 'Running on AWS or GCP spot'):",
-                  f"  ray up {file.name}",
-                  f"  ray exec {file.name} --tmux 'bash {RUN_SCRIPT}'   # resumes the run if it has a checkpoint",
-                  f"  ray attach {file.name} --tmux          # watch it; Ctrl-b d detaches",
-                  "Results: " + (f"{uri} (and " if uri else "") + f"ray rsync-down {file.name} '{REMOTE_RUN}/' ./spotwise-run "
+                  f"  ray up {fname}",
+                  f"  ray exec {fname} --tmux 'bash {RUN_SCRIPT}'   # resumes the run if it has a checkpoint",
+                  f"  ray attach {fname} --tmux          # watch it; Ctrl-b d detaches",
+                  "Results: " + (f"{uri} (and " if uri else "") + f"ray rsync-down {fname} '{REMOTE_RUN}/' ./spotwise-run "
                   "&& spotwise report ./spotwise-run" + (")" if uri else ""),
-                  f"  ray down {file.name}"]
+                  f"  ray down {fname}"]
         if t.cloud == "gcp":
             lines.append(f"Set provider.project_id (now {GCP_PROJECT_PLACEHOLDER}) to your GCP project first.")
         if t.cloud == "aws" and t.spot and t.bids:
@@ -126,10 +135,10 @@ def _header(kind: str, t: EmitTarget, spec: JobSpec, rec: Mapping[str, Any], fil
                   "its type and is shared by your managed jobs).",
                   "Image: SkyPilot's default (image_id left out): it has the NVIDIA driver, CUDA and a Python 3.10 conda.",
                   "Run it (README, 'Running on AWS or GCP spot'):",
-                  f"  SKYPILOT_CONFIG={file.stem}.sky-config.yaml sky jobs launch -n {name} {file.name}"
+                  f"  SKYPILOT_CONFIG={cfgname} sky jobs launch -n {name} {fname}"
                   + ("" if install.pip_arg else " --env SPOTWISE_INSTALL=git+https://github.com/OWNER/spotwise.git"),
                   f"  sky jobs queue; sky jobs logs -n {name}",
-                  f"Results: {uri} (summary.json, events.jsonl, checkpoints/); spotwise run --resume {uri} continues it "
+                  f"Results: {uri} (summary.json, events.jsonl, checkpoints/); spotwise run --resume {q(str(uri))} continues it "
                   "anywhere.",
                   "The nodes write there with the cloud credentials SkyPilot gives them (an IAM role/service account "
                   "that can write the bucket)."]
@@ -144,15 +153,25 @@ def _header(kind: str, t: EmitTarget, spec: JobSpec, rec: Mapping[str, Any], fil
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line strings (SkyPilot's setup and run scripts) as ``|`` blocks, as one writes them by hand."""
+    """Multi-line strings (SkyPilot's setup and run scripts) as ``|`` blocks, as one writes them by hand; a string
+    with another line break or a control character (a file name may hold one) double-quoted, where YAML escapes it
+    (PyYAML's plain and single-quoted styles fold U+0085, U+2028 and U+2029 into other text)."""
 
 
-_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|" if "\n" in v else None))
+_ODD = re.compile("[^\n\x20-\x7E\xA0-\u2027\u202A-\uD7FF\uE000-\uFEFE\uFF00-\uFFFD\U00010000-\U0010FFFF]")
+
+
+def _str_style(v: str) -> str | None:
+    return '"' if _ODD.search(v) else "|" if "\n" in v else None
+
+
+_Dumper.add_representer(str, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style=_str_style(v)))
 
 
 def render(config: Mapping[str, Any], header: Sequence[str]) -> str:
-    """YAML with the header as comments."""
-    return "".join(f"# {line}\n" for line in header) + yaml.dump(dict(config), Dumper=_Dumper, sort_keys=False,
+    """YAML with the header as comments (:func:`~spotwise.outputfiles.yaml_comment`: a name with a line break in it
+    stays inside its comment)."""
+    return yaml_comment(list(header)) + yaml.dump(dict(config), Dumper=_Dumper, sort_keys=False,
                                                                  width=10_000, allow_unicode=True)
 
 
@@ -183,7 +202,10 @@ def parse_emit(value: str) -> EmitRequest:
 
 
 def check_emit_file(path: Path) -> Path:
-    """The file ``--emit`` writes: refused when it exists, or its folder is missing or unwritable."""
+    """The file ``--emit`` writes: refused when it exists, is a symbolic link (even a dangling one), or its folder is
+    missing or unwritable."""
+    if path.is_symlink():
+        return check_output_file(path, "--emit")  # refused: spotwise never writes through a link
     if path.exists() and not path.is_dir():
         raise InputError("already exists", "remove it or choose another file name (--emit never overwrites)", f"--emit {path}")
     return check_output_file(path, "--emit")
@@ -197,6 +219,23 @@ def node_spec_path(path: Path) -> Path:
 def sky_config_path(path: Path) -> Path:
     """The SkyPilot config beside a managed-job file: ``task.yaml`` -> ``task.sky-config.yaml``."""
     return path.with_name(f"{path.stem}.sky-config.yaml")
+
+
+def emit_paths(r: EmitRequest) -> list[Path]:
+    """Every file ``--emit`` writes for ``r``: the named file first, then its siblings."""
+    return [r.path, node_spec_path(r.path), *([sky_config_path(r.path)] if r.kind == "skypilot" else [])]
+
+
+def emit_outputs(values: Sequence[str]) -> list[tuple[Path, str]]:
+    """``(path, "--emit")`` of every file the ``--emit`` values write (for :func:`spotwise.outputfiles.refuse_inputs`)."""
+    return [(p, "--emit") for v in values for p in emit_paths(parse_emit(v))]
+
+
+def spec_inputs(spec: JobSpec) -> list[str]:
+    """Every input file ``spec`` names (traces, catalogs, fit_to, lifetimes, the dataset, the pools' files)."""
+    from spotwise.planner.emit.files import _spec_paths
+
+    return [str(box[key]) for _, box, key in _spec_paths(spec.to_dict())]
 
 
 def sky_controller_config(cloud: str, head: str) -> dict[str, Any]:
@@ -220,10 +259,11 @@ def prepare_emits(values: Sequence[str], spec: JobSpec, *, install: str | None, 
     reqs = tuple(parse_emit(v) for v in values)
     taken = {Path(planned_spec).resolve()} if planned_spec is not None else set()
     for r in reqs:
-        for path in (r.path, node_spec_path(r.path)):
+        for path in emit_paths(r):
             if path.resolve() in taken:
                 raise InputError("the same file is named twice", "give each --emit (and --write-spec) its own file "
-                                 f"(--emit {r.path} also writes {node_spec_path(r.path).name})", f"--emit {r.path}")
+                                 f"(--emit {r.path} also writes {', '.join(p.name for p in emit_paths(r)[1:])})",
+                                 f"--emit {r.path}")
             taken.add(path.resolve())
             check_emit_file(path)
     if spec.cluster.kind == "serverless":
@@ -263,26 +303,26 @@ def write_emits(ep: EmitPlan | None, spec: JobSpec, plan: Any) -> list[str]:
     base = ep.spec_file.resolve().parent
     node_job = load_spec(ep.spec_file) if ep.spec_file.is_file() else spec  # the planned spec when written
     files = node_files(node_job, base)
-    node_text = (f"# {node_job.name}: the spec the nodes read (from {ep.spec_file}), its input files at their mounted "
-                 "copies\n" + yaml.safe_dump(node_spec_dict(node_job, files, base), sort_keys=False))
+    node_text = (yaml_comment(f"{node_job.name}: the spec the nodes read (from {ep.spec_file}), its input files at their "
+                              "mounted copies") + yaml.safe_dump(node_spec_dict(node_job, files, base), sort_keys=False))
     head = head_instance(spec, t).name
     uri = getattr(node_job.outputs, "uri", None)
     for r in ep.requests:
         node_path = node_spec_path(r.path)
         cfg = GENERATORS[r.kind](rec, spec, spec_file=node_path.resolve(), install=ep.install, files=files)
-        check_emit_file(r.path)
-        check_emit_file(node_path)
+        for path in emit_paths(r):  # again just before writing: nothing appeared there while the plan was made
+            check_emit_file(path)
         write_output_text(node_path, node_text, "--emit")
         write_output_text(r.path, render(cfg, _header(r.kind, t, spec, rec, r.path, str(ep.spec_file), ep.install, head,
                                                       uri)), "--emit")
         where = f"{t.nodes} {t.instance.name} node(s) in {t.zone or t.region} ({'spot' if t.spot else 'on-demand'})"
         if r.kind == "skypilot":
             cfg_path = sky_config_path(r.path)
-            check_emit_file(cfg_path)
-            write_output_text(cfg_path, f"# SkyPilot config for {r.path.name}: its managed-jobs controller is the on-demand "
-                              f"{head} that spotwise plan bills as the coordinator\n# use: SKYPILOT_CONFIG={cfg_path.name} "
-                              f"sky jobs launch {r.path.name}\n" + yaml.safe_dump(sky_controller_config(t.cloud, head),
-                                                                                 sort_keys=False), "--emit")
+            write_output_text(cfg_path, yaml_comment([
+                f"SkyPilot config for {r.path.name}: its managed-jobs controller is the on-demand {head} that spotwise "
+                "plan bills as the coordinator",
+                f"use: SKYPILOT_CONFIG={shlex.quote(cfg_path.name)} sky jobs launch {shlex.quote(r.path.name)}"])
+                + yaml.safe_dump(sky_controller_config(t.cloud, head), sort_keys=False), "--emit")
             out.append(f"{r.kind} file written to {r.path} (the nodes' spec: {node_path.name}; SkyPilot config: "
                        f"{cfg_path.name}, its jobs controller {head} on demand): {where}; see its header for the commands")
         else:

@@ -15,6 +15,7 @@ every file the spec names, and the workload's code.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,11 @@ REMOTE_INPUTS = f"{REMOTE_DIR}/inputs"
 REMOTE_CODE = f"{REMOTE_DIR}/code"
 #: the virtual environment the setup creates on every node
 REMOTE_VENV = "~/spotwise-venv"
+#: a wheel's file name: ``{dist}-{version}(-{build})?-{python}-{abi}-{platform}.whl`` (PEP 427) holds only these
+_WHEEL_NAME = re.compile(r"^[A-Za-z0-9._+-]+\.whl$")
+#: what a name on the node may hold: the launchers paste ``file_mounts`` targets into their own shell
+#: (Ray's ``mkdir -p TARGET``) unquoted, so every target spotwise writes is built from these characters only
+_UNSAFE_REMOTE = re.compile(r"[^A-Za-z0-9._+-]+")
 INSTALL_MISSING = ("no spotwise install source: rerun spotwise plan with --install (a git URL such as "
                    "git+https://github.com/OWNER/spotwise.git, a wheel file or a source folder), or set SPOTWISE_INSTALL")
 
@@ -58,10 +64,21 @@ def parse_install(value: str | None) -> Install:
     if value is None or not value.strip():
         return Install(None)
     v = value.strip()
+    from spotwise.spec.checks import bad_char
+
+    ch = bad_char(v)
+    if ch is not None or v.startswith("-"):
+        raise InputError(f"{v!r:.200} " + (f"holds the control character {ch}" if ch else "starts with '-' (a pip option)"),
+                         "give --install one git URL, requirement, wheel file or source folder, on one line", "--install")
     if "://" in v or v.startswith("git+"):
         return Install(v)
     p = Path(v).expanduser()
     if p.is_file() and p.suffix == ".whl":
+        if not _WHEEL_NAME.match(p.name):
+            raise InputError(f"the wheel's file name {p.name!r:.200} is not a wheel name: pip reads "
+                             "NAME-VERSION-PYTHON-ABI-PLATFORM.whl, letters, digits and . _ + - only",
+                             "give --install the wheel as `python -m build` or `pip wheel` named it "
+                             "(e.g. spotwise-0.1.0-py3-none-any.whl)", "--install")
         remote = f"{REMOTE_DIR}/{p.name}"
         return Install(remote, p.resolve(), remote)
     if p.is_dir() and ((p / "pyproject.toml").is_file() or (p / "setup.py").is_file()):
@@ -164,8 +181,9 @@ def node_files(spec: JobSpec, base: Path | None = None) -> NodeFiles:
                              "fix the path in the spec (a relative path is read from the spec's folder) or remove the "
                              "entry, then emit again", where)
         local = str(p.resolve())
-        if local not in inputs:
-            inputs[local] = f"inputs/{len(inputs)}-{p.resolve().name or 'input'}"
+        if local not in inputs:  # the name on the node: plain characters only (see _UNSAFE_REMOTE)
+            name = _UNSAFE_REMOTE.sub("_", p.resolve().name).strip("._") or "input"
+            inputs[local] = f"inputs/{len(inputs)}-{name[:100]}"
     code, notes = workload_code(spec, base)
     return NodeFiles(tuple(inputs.items()), code, tuple(notes))
 

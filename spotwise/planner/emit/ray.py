@@ -168,12 +168,15 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
     if install.is_folder:  # a source folder: what git ignores (.venv, builds) stays here
         cfg["rsync_exclude"] = ["**/.git", "**/.git/**"]
         cfg["rsync_filter"] = [".gitignore"]
+    end = "SPOTWISE_RUN"  # the here-document's end: a word no line of the script is (the script is built, not pasted)
+    while end in run.splitlines():
+        end += "_"
     cfg.update({
         "setup_commands": [setup_script(install, ray_version=ray_version(), ray_extra="default")],
         "head_setup_commands": [
             f'"{VENV}/bin/python" -m pip install -q ' + ('"boto3>=1.4.8"' if t.cloud == "aws" else "google-api-python-client"),
             # the trailing newline ends the here-document even inside the launcher's "(...)" wrapping
-            f"mkdir -p {REMOTE_DIR} && cat > {RUN_SCRIPT} <<'SPOTWISE_RUN'\n{run}SPOTWISE_RUN\n",
+            f"mkdir -p {REMOTE_DIR} && cat > {RUN_SCRIPT} <<'{end}'\n{run}{end}\n",
         ],
         "worker_setup_commands": [driver_check(inst.name, inst.accelerator_count, inst.accelerator)] if gpu else [],
         "head_start_ray_commands": [

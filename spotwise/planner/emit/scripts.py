@@ -5,6 +5,11 @@ starts it).  The same text serves Ray's cluster launcher and SkyPilot, and
 ``tests/test_emit_rehearsal.py`` runs it as written in a scratch folder standing in for the node.
 
 ``SPOTWISE_REHEARSAL=1`` skips the driver check and nothing else (a rehearsal on a CPU machine).
+
+The shell is built, never pasted (issue 38): every value that comes from a spec, a catalog, a flag or a
+file name is :func:`sh_quote`d (a ``~/`` path as ``"$HOME"/'rest'``, so the home still expands) or reaches
+the script through the environment (``SPOTWISE_INSTALL``) and is expanded inside double quotes; nothing the
+user wrote is ever inside double quotes, where ``$( )``, backticks and ``$VAR`` would run.
 """
 
 from __future__ import annotations
@@ -28,8 +33,21 @@ AWS_CPU_IMAGE = f"resolve:ssm:{AWS_CPU_IMAGE_SSM}"
 
 
 def _home(path: str) -> str:
-    """A ``~/...`` path as the shell should see it inside double quotes."""
+    """A ``~/...`` path as the shell should see it inside double quotes -- for spotwise's own constant paths
+    only (:data:`~spotwise.planner.emit.files.REMOTE_DIR` ...); a user's value goes through :func:`sh_quote`."""
     return "$HOME" + path[1:] if path.startswith("~") else path
+
+
+def sh_quote(value: str) -> str:
+    """``value`` as one shell word that expands to nothing else: :func:`shlex.quote`, except that a leading ``~/``
+    (or a bare ``~``) becomes ``"$HOME"/`` outside the quotes, so that the node's home still expands."""
+    value = str(value)
+    if value == "~":
+        return '"$HOME"'
+    if value.startswith("~/"):
+        rest = value[2:]
+        return '"$HOME"/' + (shlex.quote(rest) if rest else "")
+    return shlex.quote(value)
 
 
 VENV = "$HOME/spotwise-venv"
@@ -38,19 +56,18 @@ VENV = "$HOME/spotwise-venv"
 def _pip_arg(install: Install, from_env: bool) -> str:
     if from_env or install.pip_arg is None:  # SkyPilot's envs (sky jobs launch --env SPOTWISE_INSTALL=... overrides it)
         return '"${SPOTWISE_INSTALL/#\\~/$HOME}"'
-    if install.pip_arg.startswith("~"):
-        return f'"{_home(install.pip_arg)}"'
-    return shlex.quote(install.pip_arg)
+    return sh_quote(install.pip_arg)
 
 
 def driver_check(instance: str, gpus: int, accelerator: str) -> str:
     """Fail the setup, saying why, when a GPU instance has no working NVIDIA driver."""
+    why = (f"spotwise setup: nvidia-smi failed: this {instance} has {int(gpus)} {accelerator} GPU(s) but no working "
+           "NVIDIA driver; launch it from an image that has one (the one named in this file)")
     return "\n".join([
         'if [ "${SPOTWISE_REHEARSAL:-0}" = 1 ]; then',
         '  echo "spotwise setup: SPOTWISE_REHEARSAL=1: NVIDIA driver check skipped (a rehearsal without GPU)"',
         "elif ! nvidia-smi > /dev/null 2>&1; then",
-        f'  echo "spotwise setup: nvidia-smi failed: this {instance} has {gpus} {accelerator} GPU(s) but no working '
-        'NVIDIA driver; launch it from an image that has one (the one named in this file)" >&2',
+        f"  printf '%s\\n' {shlex.quote(why)} >&2",  # the catalog's names as one quoted word, never run
         "  exit 1",
         "fi",
     ])
@@ -61,7 +78,7 @@ def setup_script(install: Install, *, ray_version: str, gpu_check: str = "", fro
     """Python >= 3.10, the venv :data:`VENV`, Ray (``ray[ray_extra]``, the version that wrote the file) and this
     spotwise in it, the venv on PATH for later commands."""
     ray_name = f"ray[{ray_extra}]" if ray_extra else "ray"
-    ray_req = f'"{ray_name}=={ray_version}"' if ray_version else f'"{ray_name}"'
+    ray_req = shlex.quote(f"{ray_name}=={ray_version}" if ray_version else ray_name)
     return "\n".join([
         "set -e",
         *([gpu_check] if gpu_check else []),
@@ -115,24 +132,27 @@ def run_script(*, address: str, notice_source: str, autoscale: bool, uri: str | 
     """Bring Ray up (``ray_up``, SkyPilot) and run the job: resume the run found in ``uri`` (else the run
     directory), start it when there is none, do nothing when it has completed.  A relaunch after a
     preemption (SkyPilot's managed-job recovery) therefore continues from the last checkpoint."""
+    if notice_source not in ("aws", "gcp", "none"):  # spotwise's own words, never the catalog's
+        raise ValueError(f"notice_source must be aws, gcp or none, got {notice_source!r}")
     flags = f"--ray-address {address} --notice-source {notice_source}" + (" --autoscale" if autoscale else "")
-    target = uri or _home(REMOTE_RUN)
-    spec, run = _home(REMOTE_SPEC), _home(REMOTE_RUN)
-    staging = f' --out "{run}"' if uri else ""  # a run resumed from its URI is staged in the run directory
+    # the URI (checked at load: no quote, $, backtick or space can be in it) is quoted all the same
+    target = sh_quote(uri or REMOTE_RUN)
+    spec, run = sh_quote(REMOTE_SPEC), sh_quote(REMOTE_RUN)
+    staging = f" --out {run}" if uri else ""  # a run resumed from its URI is staged in the run directory
     return "\n".join([
         *([ray_up] if ray_up else []),
         f'cd "{_home(REMOTE_DIR)}"',
         f'export PYTHONPATH="{_home(REMOTE_DIR)}/code${{PYTHONPATH:+:$PYTHONPATH}}"  # the workload\'s mounted module',
-        f'STATE=$("{VENV}/bin/python" - "{target}" <<\'PY\'',
+        f'STATE=$("{VENV}/bin/python" - {target} <<\'PY\'',
         _STATE,
         "PY",
         ")",
         'case "$STATE" in',
-        f'  completed) echo "spotwise: the run in {target} has completed; nothing to do";;',
+        f"  completed) printf 'spotwise: the run in %s has completed; nothing to do\\n' {target};;",
         # the job's own spec: the resume checks the run's recorded user code against it (issue 30 item 1)
-        f'  resume) "{VENV}/bin/spotwise" run --resume "{target}" "{spec}"{staging} {flags};;',
-        f'  restart) "{VENV}/bin/spotwise" run "{spec}" --out "{run}" --overwrite {flags};;',
-        f'  *) "{VENV}/bin/spotwise" run "{spec}" --out "{run}" {flags};;',
+        f'  resume) "{VENV}/bin/spotwise" run --resume {target} {spec}{staging} {flags};;',
+        f'  restart) "{VENV}/bin/spotwise" run {spec} --out {run} --overwrite {flags};;',
+        f'  *) "{VENV}/bin/spotwise" run {spec} --out {run} {flags};;',
         "esac",
     ]) + "\n"
 
@@ -140,6 +160,7 @@ def run_script(*, address: str, notice_source: str, autoscale: bool, uri: str | 
 def sky_ray_up(slots: int, nodes: int, port: int) -> str:
     """SkyPilot's distributed-Ray recipe: rank 0 starts the job's Ray head (SkyPilot's own Ray uses 6380) and
     waits for every node's ``spot`` slots; the other ranks join it and are done."""
+    slots, nodes, port = int(slots), int(nodes), int(port)  # numbers only in the shell below
     start = (f'"{VENV}/bin/python" -m ray.scripts.scripts start --disable-usage-stats --include-dashboard=false '
              f"--resources='{{\"spot\": {slots}}}'")
     return "\n".join([

@@ -298,11 +298,11 @@ def write_planned_spec(spec: JobSpec, plan: Plan, path: str | Path) -> str:
     import yaml
 
     from spotwise.config import spec_from_dict
-    from spotwise.outputfiles import write_output_text
+    from spotwise.outputfiles import write_output_text, yaml_comment
 
     planned = apply_plan(spec, plan)
     spec_from_dict(planned, "planned spec")  # what we write must load
-    write_output_text(path, f"# {spec.name} with the plan applied: {plan.strategy} ({plan.why})\n"
+    write_output_text(path, yaml_comment(f"{spec.name} with the plan applied: {plan.strategy} ({plan.why})")
                       + yaml.safe_dump(planned, sort_keys=False), "--write-spec")
     return f"planned spec written to {path}"
 
@@ -375,8 +375,12 @@ def plot_cost_vs_deadline(spec: JobSpec, plan: Plan, inp: Inputs, path: str) -> 
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    from spotwise.outputfiles import write_figure
+
+    try:
+        write_figure(fig, path, "--plot", dpi=110)
+    finally:
+        plt.close(fig)
     return path
 
 
