@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
 
-from spotwise.api_args import name_list, path_arg, path_list
+from spotwise.api_args import (bool_arg, callable_arg, duration_arg, int_arg, name_list, number_arg, path_arg, path_list,
+                                str_arg)
 from spotwise.errors import InputError
 
 if TYPE_CHECKING:  # types only: each function imports what it runs
@@ -50,13 +51,17 @@ def load_spec(source: SpecLike) -> "JobSpec":
     raise InputError(f"cannot make a job spec of {type(source).__name__}", "pass a YAML path, a dict or a JobSpec", "spec")
 
 
-def check_spec(spec: SpecLike, *, import_user_code: bool = False, local_workers: bool = False) -> "JobSpec":
+def check_spec(spec: SpecLike, *, import_user_code: bool = False, local_workers: bool = False,
+               build_workload: bool = True) -> "JobSpec":
     """Load the spec and build its market: bad fields, unknown instance types, bad traces and missing
     datasets raise InputError.  A ``module:function`` workload is imported and called only with
     ``import_user_code`` (commands about to run it anyway); ``local_workers``: the job will run on the
-    local emulated provider, so its worker actors must fit this machine's memory."""
+    local emulated provider, so its worker actors must fit this machine's memory, and train on its
+    device (``device: cuda`` or ``precision: fp16`` without CUDA exit 2 here, before Ray starts); with
+    ``import_user_code`` the recipe's optimizer is stepped once on a throwaway parameter
+    (:func:`_check_optimizer`).  ``build_workload=False``: no workload is built at all (its dataset is
+    not read; ``simulate`` builds one only for what it needs of it)."""
     from spotwise.market.world import build_market
-    from spotwise.workloads.registry import make_workload
 
     job = load_spec(spec)
     if job.cluster.kind == "serverless":
@@ -69,12 +74,57 @@ def check_spec(spec: SpecLike, *, import_user_code: bool = False, local_workers:
 
             check_local_workers(job.cluster)
         build_market(job)
-    if import_user_code or ":" not in job.workload.name:
+    worker_device = _check_device_here(job) if local_workers and job.cluster.kind == "vm" else None
+    if build_workload and (import_user_code or ":" not in job.workload.name):
+        from spotwise.workloads.registry import make_workload
+
         make_workload(job.workload, job.seed)  # import errors, missing datasets: before anything starts
+    if import_user_code and job.cluster.kind == "vm":  # `run`: the optimizer steps once where it will step
+        _check_optimizer(job, worker_device)
     return job
 
 
+def _check_device_here(job: "JobSpec") -> str:
+    """The device the workers of a run on this machine train on (``cpu`` or ``cuda``), decided before
+    Ray starts: InputError for ``device: cuda`` without CUDA
+    (:func:`~spotwise.capacity.placement.placement_for`) and for ``precision: fp16`` without CUDA
+    whatever ``device`` says (``auto`` falls back to the CPU, and fp16 needs CUDA)."""
+    from spotwise.capacity.placement import placement_for
+
+    where = placement_for(job)  # device: cuda on a machine without CUDA: exit 2 here
+    device = "cpu" if where.device == "cpu" else "cuda"
+    if job.workload.precision == "fp16" and device != "cuda":
+        why = (f"instance type {job.cluster.instance_type!r} has no GPU in the catalog" if where.instance_gpus < 1
+               else "this machine has no CUDA device")
+        raise InputError(f"precision fp16 needs CUDA, but this run's workers would train on CPUs (cluster.device "
+                         f"{job.cluster.device}: {why})",
+                         "use precision: bf16 (or fp32) on CPUs, or run a GPU instance type on a machine with a CUDA GPU "
+                         "(or on a Ray cluster with GPU nodes: --ray-address)", "workload.precision")
+    return device
+
+
+def _check_optimizer(job: "JobSpec", worker_device: str | None) -> None:
+    """The recipe's optimizer before anything starts: a ``module:Class`` is imported (it must subclass
+    ``torch.optim.Optimizer``), and the optimizer is built and stepped once on a throwaway parameter
+    where it will step -- the CPU for the parameter-server plane and ``device: cpu`` (torch.optim
+    classes were stepped there when the spec loaded), else the workers' device ``worker_device``
+    (None: a Ray cluster's, unknown here; a user class is then only imported, and its first real step
+    is checked where it runs).  InputError (exit 2, ``workload.optimizer``) for whatever fails."""
+    opt = job.workload.optimizer_spec
+    if opt is None:
+        return
+    device = "cpu" if job.optimizer_steps_on_cpu() else worker_device
+    user = ":" in opt.name
+    if device is not None and (user or not job.optimizer_steps_on_cpu()):
+        opt.first_step(device)
+    elif user:
+        from spotwise.training.recipe import optimizer_class
+
+        optimizer_class(opt.name)  # importable, and an Optimizer subclass
+
+
 def _check_pilot_steps(pilot_steps: int) -> None:
+    int_arg(pilot_steps, "pilot_steps", example="200")  # pilot_steps="10": an InputError naming it, not a TypeError
     if pilot_steps < 10:
         raise InputError("--pilot-steps must be at least 10", "a pilot needs enough losses to fit the error model", "--pilot-steps")
 
@@ -91,8 +141,11 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
     from spotwise.planner.emit import prepare_emits, write_emits
     from spotwise.planner.plan import gather_inputs, make_plan, plot_cost_vs_deadline, write_planned_spec
 
-    if objective not in ("cost", "time"):
-        raise InputError(f"unknown objective {objective!r}", "use --objective cost or --objective time", "--objective")
+    str_arg(objective, "objective", ("cost", "time"))
+    str_arg(install, "install", allow_none=True, example="spotwise==0.1")
+    if notes is not None and not isinstance(notes, list):
+        raise InputError(f"expected a list (the lines of files written are appended to it), got {type(notes).__name__}",
+                         "pass notes=[] or leave it out", "notes")
     # argument types first: traces="file.json" is one path, never its characters (issue 30 item 13)
     trace_list = path_list(traces, "traces")
     type_list = name_list(types, "types", "types=['p3.2xlarge']") or None
@@ -107,6 +160,14 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
         check_output_file(Path(write_spec), "--write-spec")
     spec_file = spec if isinstance(spec, (str, os.PathLike)) else None
     job = check_spec(spec)
+    # no output onto a file this command reads (the spec, a trace, a catalog, ...): exit 2 before any work
+    from spotwise.outputfiles import refuse_inputs
+    from spotwise.planner.emit import emit_outputs, spec_inputs
+
+    refuse_inputs([*([(plot, "--plot")] if plot is not None else []),
+                   *([(write_spec, "--write-spec")] if write_spec is not None else []), *emit_outputs(list(emit))],
+                  [*([spec_file] if spec_file is not None else []), *trace_list, *spec_inputs(job),
+                   *([Path(install.strip()).expanduser()] if install and install.strip() else [])])
     emits = prepare_emits(list(emit), job, install=install, spec_file=spec_file or "spec.yaml",
                           planned_spec=write_spec, traces=trace_list, types=type_list)
     pilot_dir = str(pilot) if pilot else None
@@ -147,6 +208,13 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
 
     out, staging = path_arg(out, "out"), path_arg(staging, "staging")
     lithops_config = path_arg(lithops_config, "lithops_config")
+    for name, flag in (("resume", resume), ("overwrite", overwrite), ("autoscale", autoscale),
+                       ("compare_on_demand", compare_on_demand), ("progress", progress), ("trust_code", trust_code)):
+        bool_arg(flag, name)
+    for name, text in (("ray_address", ray_address), ("metadata_url", metadata_url), ("redis_url", redis_url)):
+        str_arg(text, name, allow_none=True, example="auto" if name == "ray_address" else "http://host:port")
+    str_arg(notice_source, "notice_source", example="aws")  # its values are checked by run_job
+    number_arg(emulate_network_mbps, "emulate_network_mbps", 0.0, example="100")
     fetch_uri = check_uri(out, "--resume") if resume and isinstance(out, str) and is_uri(out) else None
     if staging is not None and fetch_uri is None:
         raise InputError("a staging folder applies to a resume from a URI", "pass the run directory as out instead",
@@ -217,16 +285,27 @@ def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot
     """One modelled run of ``spec`` in virtual time, no Ray (``spotwise simulate SPEC --out DIR``): the run's
     control logic with modelled compute and the Thm 1 loss recursion.  ``out`` None: into a temporary
     directory, removed afterwards (only the summary is kept).  The loss model's notes are in
-    ``summary.extra["loss_model"]``."""
+    ``summary.extra["loss_model"]``.
+
+    The workload is built (its dataset read, by spotwise's safe readers) only for what the simulation
+    needs of it: the training-set size unless ``train_size`` is given, the in-process pilot unless
+    ``pilot`` is given.  With both, no workload module is used and no dataset file is opened."""
     from spotwise.control.runner import RunProgress
     from spotwise.rundir import open_run_dir
-    from spotwise.sim.simulate import check_simulable, simulate_job
+    from spotwise.sim.simulate import check_simulable, simulate_job, train_size_of
 
     _check_pilot_steps(pilot_steps)
+    int_arg(train_size, "train_size", allow_none=True, example="50000")  # its range: train_size_of
+    bool_arg(overwrite, "overwrite")
+    bool_arg(progress, "progress")
+    bool_arg(plots, "plots", allow_none=True)
     out, pilot = path_arg(out, "out"), path_arg(pilot, "pilot")
-    job = check_spec(spec)  # the spec's own errors first
+    job = check_spec(spec, build_workload=False)  # the spec's own errors first; the workload only if needed (below)
     pilot_dir = str(pilot) if pilot else None
     check_simulable(job, pilot_dir)
+    # the training-set size (the one build of a built-in workload's data, before the run directory is made);
+    # a module:function workload is never imported (check_simulable, train_size_of)
+    train_size = train_size_of(job, train_size)
     if out is None:
         with tempfile.TemporaryDirectory(prefix="spotwise-simulate-") as tmp:
             return simulate(job, Path(tmp) / "run", pilot=pilot, pilot_steps=pilot_steps, train_size=train_size,
@@ -263,6 +342,18 @@ def sweep(spec: SpecLike, traces: Sequence[str | os.PathLike[str]] = (), *, stra
     from spotwise.sim.sweep.from_spec import SweepRequest, run_trace_sweep
     from spotwise.spec.load import parse_duration
 
+    for name, flag in (("all_zones", all_zones), ("spec_market", spec_market), ("overwrite", overwrite), ("plots", plots),
+                       ("hindsight", hindsight)):
+        bool_arg(flag, name)
+    for name, hours in (("work_hours", work_hours), ("deadline_hours", deadline_hours), ("spot_price", spot_price)):
+        number_arg(hours, name, 0.0, strict=True, allow_none=True, example="0.9" if name == "spot_price" else "24")
+    int_arg(max_runs, "max_runs", allow_none=True, example="200000")  # its range: SweepRequest
+    starts, restart = duration_arg(starts, "starts", "6h"), duration_arg(restart, "restart", "300s")
+    history, horizon = duration_arg(history, "history", "7d"), duration_arg(horizon, "horizon", "30d")
+    callable_arg(progress, "progress")
+    if strategies is not None and not isinstance(strategies, (str, list, tuple)):
+        raise InputError(f"expected a comma-separated string or a list of strategies, got {type(strategies).__name__}",
+                         "pass e.g. strategies='spot-fixed,on-demand' or a list of names / Policy objects", "strategies")
     strategy_names(strategies, DEFAULT_STRATEGIES)  # --strategies '' is refused before any trace is read
 
     trace_list, type_list = path_list(traces, "traces"), name_list(types, "types", "types=['p3.2xlarge']")
@@ -303,6 +394,7 @@ def report(runs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out:
 
     dirs = [Path(r) for r in path_list(runs, "runs", "'runs/demo'")]
     out = path_arg(out, "out")
+    bool_arg(plots, "plots")
     if not dirs:
         raise InputError("no run directory given", "pass one run directory, or several to compare", "spotwise report")
     if len(dirs) == 1 and out is None:

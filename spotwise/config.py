@@ -26,7 +26,7 @@ from spotwise.inputfiles import read_input_text
 from spotwise.remote.uri import check_uri
 from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
-from spotwise.spec.checks import MAX_SEED, _non_negative, _positive, _seed  # noqa: F401  (re-exported)
+from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive, _seed  # noqa: F401  (re-exported)
 from spotwise.spec.market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
 from spotwise.spec.pools import Balance, check_pool_markets, check_pools
 from spotwise.spec.hardware import resolve_hardware
@@ -235,6 +235,8 @@ class ClusterSpec:
     ps_gbps: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("region", "instance_type", "coordinator_instance"):  # they reach generated YAML and shell (--emit)
+            _plain_text(getattr(self, name), name, "write the name on one line, e.g. us-east-1b or p3.2xlarge")
         check_pools(self)
         self._check_device()
         self._check_kind()
@@ -413,6 +415,7 @@ class JobSpec:
     def __post_init__(self) -> None:
         if not self.name:
             raise InputError("must not be empty", "give the job a name", "name")
+        _plain_text(self.name, "name", "give the job a name on one line of printable text, e.g. resnet-spot")
         _seed(self.seed, "seed")
         if self.deadline is not None:
             _positive(self.deadline, "deadline", "use a positive deadline such as '2h'")
@@ -463,6 +466,18 @@ class JobSpec:
             raise InputError("serverless functions train with the papers' plain SGD (paper 004's sparse updates)",
                              "remove workload.optimizer / schedule / grad_clip_norm / precision for a serverless job, or "
                              "use cluster.kind: vm", "workload.optimizer")
+        opt = w.optimizer_spec
+        if opt is not None and ":" not in opt.name and self.optimizer_steps_on_cpu():
+            # a torch.optim class steps once on a throwaway parameter where it will step: SparseAdam,
+            # differentiable, capturable on a CPU exit 2 here (a module:Class is imported only by `run`)
+            opt.first_step("cpu")
+
+    def optimizer_steps_on_cpu(self) -> bool:
+        """Whether the recipe's optimizer steps on a CPU whatever the machine: the parameter-server
+        plane's coordinator applies every update on its CPU, and ``device: cpu`` trains there.
+        (Collective members step where they train: ``device`` auto/cuda is known when a run places them.)"""
+        c = self.cluster
+        return c.kind == "vm" and (c.data_plane == "ps" or c.device == "cpu")
 
     @property
     def deadline_s(self) -> float | None:

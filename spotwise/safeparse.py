@@ -148,17 +148,27 @@ def load_yaml(text: str, where: str, what: str = "file", fix: str = "fix the YAM
     return data
 
 
-def loads_json(text: str | bytes, where: str, what: str = "file") -> Any:
+def loads_json(text: str | bytes, where: str, what: str = "file", *, bounded: bool = True,
+               fix: str | None = None) -> Any:
     """``json.loads(text)``, with nesting bounded by :data:`MAX_DEPTH` (:class:`InputError` naming ``where``).
+
+    The one place spotwise parses JSON it did not just write itself (spec.json, summary.json,
+    events.jsonl, manifest.json, lease.json, traces, sweep results read back, checkpoint fields, a
+    metadata service's answer): ``json.loads`` of 100,000 nested brackets raises ``RecursionError``,
+    which every caller would otherwise have to remember.  ``bounded=False`` only turns that
+    ``RecursionError`` into the InputError (for large files such as traces, whose size is bounded
+    elsewhere and whose readers never recurse); ``fix`` replaces the default hint.
 
     ``ValueError`` (not JSON, a number too long to parse) and ``UnicodeDecodeError`` propagate as
     ``json.loads`` raises them, so callers keep their own messages for those.
     """
-    fix = f"spotwise writes at most {MAX_DEPTH} nested lists/objects; restore the file or regenerate it"
+    fix = fix or f"spotwise writes at most {MAX_DEPTH} nested lists/objects; restore the file or regenerate it"
     try:
         data = json.loads(text)
     except RecursionError:
         raise InputError(f"the {what} is nested too deeply", fix, where) from None
+    if not bounded:
+        return data
     opens = text.count(b"[") + text.count(b"{") if isinstance(text, bytes) else text.count("[") + text.count("{")
     if opens > MAX_DEPTH:  # cheap test first: a shallow document cannot nest deeper than it has brackets
         check_bounds(data, where, f"the {what}", fix)

@@ -186,13 +186,14 @@ def test_item7_sweep_json_refuses_non_finite(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------ item 8
 # Item 8: a three-point trace spanning 1970-2020 made `simulate --trace` run for minutes with no
-# output (73,089 start times every 6 h x 5 strategies).  The sweep's work is counted before it
+# output (73,089 start times every 6 h x 5 strategies).  Since issue 38 a trace time before 2006 is
+# refused when read (tests/test_hardening_inputs4.py), so the 50-year trace here spans 2006-2056.  The sweep's work is counted before it
 # starts and refused beyond --max-runs with the --starts step that fits; long sweeps whose stderr
 # is not a terminal print progress lines.
 def _three_points(path: Path) -> Path:
     recs = [{"AvailabilityZone": "us-east-1b", "InstanceType": "p3.2xlarge", "ProductDescription": "Linux/UNIX",
              "SpotPrice": p, "Timestamp": t}
-            for p, t in (("0.9", "1970-01-01T00:00:00Z"), ("1.0", "1995-01-10T00:00:00Z"), ("0.9", "2020-01-20T00:00:00Z"))]
+            for p, t in (("0.9", "2006-01-01T00:00:00Z"), ("1.0", "2031-01-10T00:00:00Z"), ("0.9", "2056-01-20T00:00:00Z"))]
     path.write_text(json.dumps({"SpotPriceHistory": recs}))
     return path
 

@@ -34,7 +34,6 @@ link-local metadata address is always contacted directly.
 from __future__ import annotations
 
 import abc
-import json
 import logging
 import math
 import threading
@@ -48,6 +47,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from spotwise.errors import InputError
+from spotwise.safeparse import loads_json
 
 __all__ = [
     "DEFAULT_METADATA_URL",
@@ -313,8 +313,8 @@ class AwsNoticeSource(NoticeSource):
     def _action_notice(self, body: str) -> PreemptionNotice:
         action, at = "unknown", None
         try:
-            data = json.loads(body)
-        except ValueError:
+            data = loads_json(body, "instance-action", "instance-action answer")
+        except (ValueError, InputError):  # not JSON, or nested too deeply: still a notice (below)
             data = None
         if isinstance(data, dict):
             if isinstance(data.get("action"), str) and data["action"]:

@@ -40,6 +40,7 @@ import numpy as np
 from spotwise.errors import InputError
 from spotwise.market.preemption import MarketEvent, RevocationModel
 from spotwise.planes.ps.compute import Compute
+from spotwise.safeparse import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -315,12 +316,12 @@ class EmulatedProvider(Provider):
             self.switch_market(str(state.get("market", "spot")), t)
             self.set_available(set(state["available"]) if self.iteration_driven else self._available)
             if self.iteration_driven and state.get("iter_rng"):
-                self.set_rng_state(json.loads(state["iter_rng"]))
+                self.set_rng_state(loads_json(state["iter_rng"], "checkpoint", "checkpoint's iter_rng"))
             return
         self.fast_forward(t)
         if self.iteration_driven:
             self.set_available(set(state["available"]))
-            self.set_rng_state(json.loads(state["iter_rng"]))
+            self.set_rng_state(loads_json(state["iter_rng"], "checkpoint", "checkpoint's iter_rng"))
 
     def _replay(self, timeline: dict[str, Any], state: dict[str, Any]) -> None:
         """Rebuild the checkpoint's timeline and apply exactly its first ``popped`` events (checked:

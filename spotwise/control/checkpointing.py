@@ -29,6 +29,7 @@ from spotwise.control.state import TrainingState
 from spotwise.events import EventLog
 from spotwise.market.job_market import Market
 from spotwise.market.world import market_for_place
+from spotwise.safeparse import loads_json
 from spotwise.signals import termination_pending
 
 if TYPE_CHECKING:  # the class it returns (imported where it is made: it holds the whole job)
@@ -196,7 +197,7 @@ class Checkpointer:
         job.clock.restore(float(state["T"]))
         job.last_commit_T = job.T
         job.sampler = EpochSampler.from_state(state["sampler"])
-        job.dur_rng.bit_generator.state = json.loads(state["dur_rng"])
+        job.dur_rng.bit_generator.state = loads_json(state["dur_rng"], str(path), "checkpoint's dur_rng")  # nesting: exit 2
         job.provisioned = int(state["provisioned"])
         job.provider.prepare(list(range(job.provisioned)), resume=True)
         job.worker_market = str(state.get("worker_market", job.worker_market))

@@ -16,12 +16,12 @@ local directory is touched and before training starts (all InputError, exit 2):
 It yields the :class:`~spotwise.remote.mirror.RunMirror` (``None`` without a URI); on leaving,
 the mirror uploads everything the run wrote.  The local lock is held throughout, and so is the URI's
 lease (:mod:`spotwise.remote.lease`): a second machine on the same URI waits for a dead holder's
-lease to go stale and is refused while the holder lives.
+lease to go stale and is refused while the holder lives; a holder that finds its lease taken over
+(it was paused past the TTL) uploads nothing more and stops with exit 2.
 """
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -32,6 +32,7 @@ from spotwise.remote.lease import RemoteLease
 from spotwise.remote.mirror import RunMirror
 from spotwise.remote.uri import RemoteRoot, connect, probe_writable
 from spotwise.rundir import Mode, RunDirLock, is_spotwise_run_dir, open_run_dir, remove_run_files
+from spotwise.safeparse import loads_json
 
 MANIFEST_REL = "checkpoints/manifest.json"
 
@@ -66,7 +67,7 @@ def open_run_location(out: Path, mode: Mode, uri: str | None, *, fetch: bool = F
                 lock.release()
                 raise
         with lock:
-            mirror = RunMirror(remote, out)
+            mirror = RunMirror(remote, out, lease=lease)  # each upload checks the lease first (issue 38 item 2)
             mirror.mark_current(downloaded)
             ok = False
             try:
@@ -87,10 +88,14 @@ def _refuse_older_local(out: Path, remote: RemoteRoot) -> None:
                          "went on elsewhere", f"resume it from the URI: spotwise run --resume {remote.uri}", str(out))
 
 
-def _same_spec(a: bytes | None, b: bytes | None) -> bool:
+def _same_spec(a: bytes | None, b: bytes | None, where_a: str = SPEC, where_b: str = SPEC) -> bool:
+    """Whether two spec.json files hold the same spec; InputError naming the file for one nested too
+    deeply (``json.loads`` would raise RecursionError: exit 1), False for one that is not JSON."""
+    if a is None or b is None:
+        return False
     try:
-        return a is not None and b is not None and json.loads(a) == json.loads(b)
-    except ValueError:
+        return bool(loads_json(a, where_a, "spec.json") == loads_json(b, where_b, "spec.json"))
+    except (ValueError, UnicodeDecodeError):
         return False
 
 
@@ -104,7 +109,7 @@ def _stage_from_uri(out: Path, remote: RemoteRoot) -> tuple[RunDirLock, list[str
     if out.is_dir() and local_spec.is_file() and not local_spec.is_symlink():
         lock = open_run_dir(out, "resume")
         try:
-            if not _same_spec(local_spec.read_bytes(), remote_spec):
+            if not _same_spec(local_spec.read_bytes(), remote_spec, str(local_spec), f"{remote.uri}/{SPEC}"):
                 raise InputError("the local staging folder holds another run than the URI",
                                  "pass an empty --out for the resume (or remove that folder)", str(out))
             if newest_step(local_manifest(out)) >= newest_step(read_small(remote, MANIFEST_REL)):

@@ -6,8 +6,18 @@ Spec fields (all under ``workload:``; issue 28 item 1):
   ``torch.optim`` class by name, or ``module:Class`` for your own (imported only where the model is
   trained, never when a spec loads).  The other keys are the class's constructor arguments; they
   are checked at load against its signature ("did you mean") and by building the optimizer once
-  on a dummy parameter, so arguments the class rejects (``betas: [2, 0]``) exit 2 then, not after
-  the cluster started.  ``lr`` is the *base* learning rate (``workload.lr`` when absent); the
+  on a dummy parameter and **stepping it once** there (:meth:`OptimizerSpec.first_step`: a
+  throwaway parameter, the real model is untouched), so arguments the class rejects
+  (``betas: [2, 0]``) and optimizers that cannot step what spotwise gives them (``SparseAdam``:
+  spotwise's gradients are dense; ``differentiable: true``; ``capturable: true`` on a CPU) exit 2
+  then, not after the cluster started.  The step runs on the device the optimizer will step on:
+  the CPU for the parameter-server plane (its coordinator applies every update) and for
+  ``device: cpu``, else the device a ``run`` places its workers on (:func:`spotwise.api.check_spec`).
+  A ``module:Class`` must be a ``torch.optim.Optimizer`` subclass (a function is refused); it is
+  imported, built and stepped when ``spotwise run`` loads.  Whatever fails at the first real step
+  anyway (on any plane, or in the planner's pilot), and anything a ``module:Class`` raises at any
+  step, is the user's: :class:`UserOptimizerError`, exit 2 naming ``workload.optimizer`` with the
+  user's traceback.  ``lr`` is the *base* learning rate (``workload.lr`` when absent); the
   runtime sets each step's rate itself.  Without ``optimizer`` the update is the papers' plain SGD
   ``theta -= lr * g`` (bit-for-bit as before).
 * ``schedule: {warmup: 2000, decay: cosine, min_lr: 1e-5, total: 500000}`` -- measured in committed
@@ -86,6 +96,14 @@ def optimizer_class(name: str, import_user: bool = True) -> Any:
                 raise
             raise InputError(f"optimizer {name} {failure_text(e, f'while importing {mod}')}",
                              exit_fix(e, "an optimizer module") + "fix the module", "optimizer.name") from None
+        import torch
+
+        if not (isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer)):
+            kind = "a class that is not a torch.optim.Optimizer subclass" if isinstance(obj, type) else \
+                f"not a class but an object of type {type(obj).__name__!r}"
+            raise InputError(f"optimizer {name!r} is {kind}",
+                             f"name a class that subclasses torch.optim.Optimizer (class {cls}(torch.optim.Optimizer): "
+                             "...), or a torch.optim name such as AdamW", "optimizer.name")
         return obj
     import torch
 
@@ -99,6 +117,42 @@ def optimizer_class(name: str, import_user: bool = True) -> Any:
         raise InputError("LBFGS needs a closure that re-evaluates the loss, which a distributed step cannot give",
                          "use a first-order optimizer (SGD, Adam, AdamW, ...)", "optimizer.name")
     return getattr(torch.optim, name)
+
+
+class UserOptimizerError(InputError):
+    """The optimizer failed where it is built or stepped: the user's to fix (exit 2 naming
+    ``workload.optimizer``).  ``details`` holds the traceback of a ``module:Class`` optimizer's own
+    frames (the CLI prints it above the message, as for a user workload); survives pickling (Ray
+    ships it from a collective member to the driver)."""
+
+    def __init__(self, what: str, fix: str = "", where: str | None = "workload.optimizer", details: str = "") -> None:
+        super().__init__(what, fix, where)
+        self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (UserOptimizerError, (self.what, self.fix, self.where, self.details))
+
+
+#: what to do about an optimizer that fails (its first step, or a user class at any step)
+OPTIMIZER_FIX = ("fix workload.optimizer: its arguments (e.g. capturable/fused need a GPU, differentiable is not "
+                 "supported, SparseAdam cannot step spotwise's dense gradients) or its class")
+
+
+def optimizer_failure(name: str, exc: BaseException, during: str) -> UserOptimizerError:
+    """The :class:`UserOptimizerError` for ``exc`` raised by optimizer ``name`` ``during`` (e.g.
+    "in its first step"): a ``module:Class``'s traceback is shown (its frames only), a torch class's is not."""
+    from spotwise.user_failures import exit_fix, failure_text
+
+    user = ":" in name
+    details = ""
+    if user:
+        from spotwise.usercode import user_traceback
+
+        details = user_traceback(exc)
+    fix = exit_fix(exc, "an optimizer") + (
+        "this is an error in the optimizer's code, not in spotwise: fix it (its traceback is printed above)" if user
+        else OPTIMIZER_FIX)
+    return UserOptimizerError(f"optimizer {name} {failure_text(exc, during)}", fix, "workload.optimizer", details)
 
 
 @dataclass(frozen=True)
@@ -154,13 +208,54 @@ class OptimizerSpec:
                              where) from None
 
     def build(self, params: Any, lr: float) -> Any:
-        """The optimizer over ``params`` at base rate ``lr`` (imports a ``module:Class`` here)."""
-        klass = optimizer_class(self.name)
+        """The optimizer over ``params`` at base rate ``lr`` (imports a ``module:Class`` here).
+
+        :class:`UserOptimizerError` (exit 2) when the class refuses its arguments, or when a
+        ``module:Class`` raises anything while it is built (its traceback kept)."""
+        from spotwise.user_failures import is_user_failure
+
+        try:
+            klass = optimizer_class(self.name)
+        except InputError as e:  # named from the spec's top (this runs outside the spec's own validation)
+            if e.where and e.where.startswith("optimizer"):
+                e.where = f"workload.{e.where}"
+                e.args = (e.message,)
+            raise
         try:
             return klass(params, lr=float(lr), **self.kwargs)
-        except (TypeError, ValueError) as e:
-            raise InputError(f"optimizer {self.name} rejects its arguments: {e}", "fix workload.optimizer",
-                             "optimizer") from None
+        except InputError:
+            raise
+        except (TypeError, ValueError, RuntimeError) as e:
+            if ":" in self.name:
+                raise optimizer_failure(self.name, e, "when built") from None
+            raise UserOptimizerError(f"optimizer {self.name} rejects its arguments: {e}", "fix workload.optimizer") from None
+        except BaseException as e:  # a user class's constructor (sys.exit too) is the user's to fix
+            if ":" not in self.name or not is_user_failure(e):
+                raise
+            raise optimizer_failure(self.name, e, "when built") from None
+
+    def first_step(self, device: Any = "cpu") -> None:
+        """Build the optimizer over a throwaway 2 x 2 parameter on ``device`` and step it once with a
+        dense gradient of ones, as :class:`~spotwise.training.state.Updater` steps the real one
+        (``p.grad`` set, ``step()`` outside ``no_grad``); the real model is never touched.
+
+        :class:`UserOptimizerError` (exit 2 naming ``workload.optimizer``) for whatever it raises:
+        ``SparseAdam`` (spotwise's gradients are dense), ``differentiable: true``, ``capturable:
+        true`` on a CPU, a user ``step`` that raises (a ``module:Class`` is imported here).
+        """
+        import torch
+
+        from spotwise.user_failures import is_user_failure
+
+        p = torch.nn.Parameter(torch.zeros(2, 2, device=device))
+        opt = self.build([p], self.lr or 1e-3)
+        p.grad = torch.ones_like(p)
+        try:
+            opt.step()
+        except BaseException as e:
+            if not is_user_failure(e):
+                raise
+            raise optimizer_failure(self.name, e, f"in its first step (checked on a dummy parameter on {device})") from None
 
     def to_plain(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -309,5 +404,5 @@ def worker_recipe(workload: Any) -> Recipe:
     return Recipe(None, None, None, int(workload.accumulate), str(workload.precision))
 
 
-__all__ = ["BUILTIN_RECIPES", "DECAYS", "LoaderSpec", "LrSchedule", "OptimizerSpec", "Recipe", "ScheduleSpec",
-           "optimizer_class", "recipe_of", "worker_recipe"]
+__all__ = ["BUILTIN_RECIPES", "DECAYS", "LoaderSpec", "LrSchedule", "OPTIMIZER_FIX", "OptimizerSpec", "Recipe",
+           "ScheduleSpec", "UserOptimizerError", "optimizer_class", "optimizer_failure", "recipe_of", "worker_recipe"]

@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from spotwise.errors import InputError
-from spotwise.training.recipe import Recipe
+from spotwise.training.recipe import Recipe, optimizer_failure
+from spotwise.user_failures import is_user_failure
 import spotwise.workloads.device as _device  # its to_device: the one place tensors move
 from spotwise.workloads.base import check_loss
 
@@ -176,6 +177,8 @@ class Updater:
             self.scaler = torch.amp.GradScaler(fm.device.type)
             if self.optimizer is None:  # the papers' SGD, as torch.optim.SGD so the scaler can step it
                 self.optimizer = torch.optim.SGD(fm.params, lr=base_lr)
+        #: whether the recipe's optimizer has stepped once in this process (its first step's failure is the user's)
+        self._stepped = False
         #: steps the grad scaler skipped (an fp16 overflow: the scale is lowered, nothing is applied)
         self.skipped = 0
         #: the gradient norm before clipping of the last step (None without clipping)
@@ -222,7 +225,7 @@ class Updater:
         else:
             for group in self.optimizer.param_groups:
                 group["lr"] = float(lr)
-            self.optimizer.step()
+            self._step(self.optimizer.step)
         for p in fm.params:
             p.grad = None
         return True
@@ -243,13 +246,30 @@ class Updater:
         if self.recipe.grad_clip_norm is not None:
             self.last_norm = float(torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm)))
         before = scaler.get_scale()
-        scaler.step(opt)
+        self._step(lambda: scaler.step(opt))
         scaler.update()
         if scaler.get_scale() < before:
             self.skipped += 1
         for p in fm.params:
             p.grad = None
         return True
+
+    def _step(self, step: Callable[[], Any]) -> None:
+        """``step()`` -- the optimizer's step -- with a failure of the recipe's optimizer made the user's
+        (:class:`~spotwise.training.recipe.UserOptimizerError`, exit 2 naming ``workload.optimizer``) at
+        its first step in this process (an argument or class that cannot step this model on this
+        device), and at any step for a ``module:Class`` optimizer (the user's code)."""
+        spec = self.recipe.optimizer
+        try:
+            step()
+        except InputError:
+            raise
+        except BaseException as e:
+            if spec is None or not is_user_failure(e) or (self._stepped and ":" not in spec.name):
+                raise
+            during = "in its first step" if not self._stepped else "in a step"
+            raise optimizer_failure(spec.name, e, f"{during} (on {self.fm.device})") from e
+        self._stepped = True
 
     def state_dict(self) -> dict[str, Any]:
         return {"optimizer": None if self.optimizer is None else self.optimizer.state_dict(),

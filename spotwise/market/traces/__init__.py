@@ -23,7 +23,7 @@ whose ``id`` is unique and human-readable.  Four real formats are understood:
 all the series.  Every problem a user can cause -- a missing file, bad JSON, a malformed CSV, a
 wrong column, a negative, non-numeric, non-finite or absurd price (above
 :data:`MAX_PRICE_PER_HOUR`), an absurd availability count (above :data:`MAX_AVAILABLE`), a bad
-timestamp, an unknown format -- raises :class:`~spotwise.errors.InputError` naming the file, the
+timestamp or one outside :data:`TRACE_YEARS` (2006-2100: a year 1, 1970 or 9999), an unknown format -- raises :class:`~spotwise.errors.InputError` naming the file, the
 row and the value and saying how to fix it; no other exception type escapes these loaders.
 Bounding the values here keeps every statistic and cost computed from a trace finite (a price of
 ``1e308`` $/h would overflow the first time-weighted sum into ``inf``/``NaN``).
@@ -37,7 +37,6 @@ every public name).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from pathlib import Path
@@ -47,15 +46,17 @@ from spotwise.errors import InputError
 from spotwise.market.series import StepSeries
 from spotwise.market.traces.aws import load_aws_spot_json
 from spotwise.market.traces.azure import load_azure_price_csv
-from spotwise.market.traces.common import (GCP_MAX_LIFETIME_S, MAX_AVAILABLE, MAX_PRICE_PER_HOUR, PathLike,  # noqa: F401
-                                           TraceFormat, _SKIP_NAMES, _SUPPORTED, _as_paths, _parse_price, _read_text)
+from spotwise.market.traces.common import (GCP_MAX_LIFETIME_S, MAX_AVAILABLE, MAX_PRICE_PER_HOUR, TRACE_YEARS,  # noqa: F401
+                                           PathLike, TraceFormat, _SKIP_NAMES, _SUPPORTED, _as_paths, _parse_price, _read_text)
 from spotwise.market.traces.gcp import LifetimeRecord, LifetimeTable, load_gcp_lifetime_csv, load_gcp_vm_data_csv  # noqa: F401
 from spotwise.market.traces.skypilot import load_skypilot_json
+from spotwise.safeparse import loads_json
 
 __all__ = [
     "GCP_MAX_LIFETIME_S",
     "MAX_AVAILABLE",
     "MAX_PRICE_PER_HOUR",
+    "TRACE_YEARS",
     "TraceFormat",
     "LifetimeRecord",
     "LifetimeTable",
@@ -78,8 +79,8 @@ def _sniff(text: str, path: Path) -> TraceFormat | None:
     stripped = text.lstrip()
     if stripped.startswith("{") or path.suffix.lower() == ".json":
         try:
-            doc = json.loads(text)
-        except (ValueError, RecursionError):
+            doc = loads_json(text, str(path), "trace file", bounded=False)
+        except ValueError:  # not JSON; nested too deeply is an InputError (spotwise.safeparse) naming the file
             return None
         if isinstance(doc, dict):
             if "SpotPriceHistory" in doc:
@@ -153,10 +154,9 @@ def load_traces(paths: PathLike | Sequence[PathLike]) -> list[StepSeries]:
         if p.is_dir():
             for f in _walk(p):
                 try:
-                    text = _read_text(f)
-                except InputError:
+                    fmt = _sniff(_read_text(f), f)
+                except InputError:  # unreadable or nested too deeply: not a trace of this folder
                     continue
-                fmt = _sniff(text, f)
                 if fmt is None:
                     continue
                 if fmt in ("gcp-lifetime", "gcp-vm-data"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.traces.common import PathLike, PointLog, _csv_rows, _epoch, _parse_price, _read_text
+from spotwise.market.traces.common import PathLike, PointLog, _csv_rows, _epoch, _parse_price, _read_text, check_trace_time
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def load_azure_price_csv(path: PathLike, *, mapping: bool = True) -> list[StepSe
     for n, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
             raise InputError(f"line {n} has {len(row)} cells, the header has {len(header)}", "give every row one date and one price per column", where)
-        t = _epoch(_parse_date(row[0], where, f"line {n}"))
+        t = check_trace_time(_epoch(_parse_date(row[0], where, f"line {n}")), row[0].strip(), where, f"line {n}")
         for j, cell in enumerate(row[1:]):
             if cell.strip():
                 cols[j].append((t, _parse_price(cell, where, f"line {n}, column {sizes[j]!r}")))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from datetime import date, datetime, timezone
@@ -20,6 +19,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
+from spotwise.safeparse import loads_json
 
 
 PathLike = Union[str, Path]
@@ -39,6 +39,14 @@ MAX_AVAILABLE: float = 1e6
 
 #: The last instant a trace may reach: 9999-12-31T23:59:59Z (what a timestamp can name).
 _MAX_EPOCH_S: float = 253402300799.0
+
+#: The years a trace's timestamps may name (issue 38): from 2006-01-01T00:00Z -- EC2 opened in
+#: August 2006, the spot markets later (AWS 2009, GCE preemptible VMs 2015, Azure 2020) -- to
+#: 2100-01-01T00:00Z.  A year 1, 1970 (a zero epoch) or 9999 outside them is a placeholder, a unit
+#: error (milliseconds read as seconds) or a typo, and would stretch every sweep over centuries.
+TRACE_YEARS: tuple[int, int] = (2006, 2100)
+MIN_TRACE_EPOCH_S: float = 1136073600.0  # 2006-01-01T00:00:00Z
+MAX_TRACE_EPOCH_S: float = 4102444800.0  # 2100-01-01T00:00:00Z
 
 _SUPPORTED = (
     "AWS DescribeSpotPriceHistory JSON ({\"SpotPriceHistory\": [...]}), "
@@ -72,10 +80,11 @@ def _read_text(path: Path) -> str:
 
 
 def _parse_json(text: str, where: str) -> object:
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"not valid JSON ({exc})", "pass the JSON exactly as the provider's API or the trace repository gives it", where) from None
+    fix = "pass the JSON exactly as the provider's API or the trace repository gives it"
+    try:  # a trace is large and flat: only the nesting bomb's RecursionError is guarded (spotwise.safeparse)
+        return loads_json(text, where, "trace file", bounded=False, fix=fix)
+    except ValueError as exc:
+        raise InputError(f"not valid JSON ({exc})", fix, where) from None
 
 
 def _finite_number(x: object) -> float | None:
@@ -139,8 +148,21 @@ class PointLog:
                              "different prices at one instant mean the file is corrupted or two dumps were mixed", where)
 
 
+def check_trace_time(t: float, raw: object, where: str, what: str) -> float:
+    """``t`` (seconds since the epoch, read from ``raw``) when it lies within :data:`TRACE_YEARS`;
+    else an :class:`InputError` naming the file (``where``), the row (``what``) and the value."""
+    if MIN_TRACE_EPOCH_S <= t <= MAX_TRACE_EPOCH_S:
+        return t
+    side = f"before {TRACE_YEARS[0]}" if t < MIN_TRACE_EPOCH_S else f"after {TRACE_YEARS[1]}"
+    raise InputError(f"{what}: time {raw!r} ({_utc_text(t)}) is {side}",
+                     f"trace times must lie in {TRACE_YEARS[0]}-{TRACE_YEARS[1]} (EC2 opened in 2006; no spot market "
+                     "has older prices): a year such as 1, 1970 or 9999 is a placeholder or a unit error, so fix the "
+                     "timestamp or remove the row", where)
+
+
 def _parse_iso8601(raw: object, where: str, what: str) -> float:
-    """ISO 8601 timestamp (``2020-02-20T22:54:57.000Z``) -> seconds since the epoch (naive = UTC)."""
+    """ISO 8601 timestamp (``2020-02-20T22:54:57.000Z``) -> seconds since the epoch (naive = UTC),
+    within :data:`TRACE_YEARS` (:func:`check_trace_time`)."""
     if not isinstance(raw, str):
         raise InputError(f"{what}: timestamp {raw!r} is not a string", "use ISO 8601 timestamps such as 2020-02-20T22:54:57.000Z", where)
     s = raw.strip()
@@ -150,9 +172,10 @@ def _parse_iso8601(raw: object, where: str, what: str) -> float:
         dt = datetime.fromisoformat(s)
         if dt.tzinfo is None:
             dt = dt.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
+        t = dt.timestamp()
     except (ValueError, OverflowError, OSError):
         raise InputError(f"{what}: bad timestamp {raw!r}", "use ISO 8601 timestamps such as 2020-02-20T22:54:57.000Z", where) from None
+    return check_trace_time(t, raw, where, what)
 
 
 def _epoch(d: date) -> float:

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.market.traces.common import GCP_MAX_LIFETIME_S, PathLike, _GCP_ZONE_RE, _csv_rows, _epoch, _read_text
+from spotwise.market.traces.common import (GCP_MAX_LIFETIME_S, PathLike, _GCP_ZONE_RE, _csv_rows, _epoch, _read_text,
+                                           check_trace_time)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,9 +93,10 @@ def _parse_full_dt(raw: str, where: str, what: str) -> float:
     s = raw.strip()
     for fmt in ("%m/%d/%y %H:%M", "%m/%d/%Y %H:%M", "%m/%d/%y %H:%M:%S", "%m/%d/%Y %H:%M:%S"):
         try:
-            return datetime.strptime(s, fmt).replace(tzinfo=timezone.utc).timestamp()
+            t = datetime.strptime(s, fmt).replace(tzinfo=timezone.utc).timestamp()
         except ValueError:
             continue
+        return check_trace_time(t, s, where, what)
     raise InputError(f"{what}: bad date-time {raw!r}", "write M/D/YY HH:MM (e.g. 2/18/19 23:40) or HH:MM:SS after a day row", where)
 
 
@@ -188,7 +190,7 @@ def load_gcp_lifetime_csv(path: PathLike, *, year: int = 2018, cap_s: float = GC
                     note = "excel-hours"
                 s_sec, e_sec = s_sec % 86400, e_sec % 86400
                 raw_life = float(e_sec - s_sec) + (86400.0 if e_sec < s_sec else 0.0)
-            start = _epoch(day) + (s_sec % 86400)
+            start = check_trace_time(_epoch(day) + (s_sec % 86400), f"{day.isoformat()} {second}", where, what)
             end = start + raw_life
         life, capped = _cap(raw_life, cap_s)
         records.append(LifetimeRecord(

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from spotwise.errors import InputError
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
 from spotwise.planes.collective.calls import call_member, wait_calls
 from spotwise.planes.collective.member import REPLICA_CHUNK_BYTES, Plan, remote_member_class
@@ -190,11 +191,35 @@ class PlaneControl:
 
 def ended_runs(runs: dict[int, Any]) -> list[int]:
     """The member slots whose member loop (an ObjectRef in ``runs``) has ended: a crashed process
-    or a lost node (a member that leaves normally is removed from ``runs`` first)."""
+    or a lost node (a member that leaves normally is removed from ``runs`` first).
+
+    A loop that ended with an :class:`~spotwise.errors.InputError` -- the user's workload or
+    optimizer failed in it (:class:`~spotwise.training.recipe.UserOptimizerError` at its first
+    step, a :class:`~spotwise.workloads.user.UserWorkloadError`) -- is no lost node: that error is
+    raised here (exit 2 naming it, its traceback kept), as the parameter-server plane's workers do."""
     import ray
 
     if not runs:
         return []
     by_ref = {ref: w for w, ref in runs.items()}
     done, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
-    return [by_ref[ref] for ref in done if runs.get(by_ref[ref]) is ref]
+    ended = [by_ref[ref] for ref in done if runs.get(by_ref[ref]) is ref]
+    for w in ended:
+        err = _input_error_of(runs[w])
+        if err is not None:
+            raise err
+    return ended
+
+
+def _input_error_of(ref: Any) -> InputError | None:
+    """The InputError an ended member loop raised (the user's cause, out of Ray's wrapper), else None."""
+    import ray
+
+    try:
+        ray.get(ref, timeout=0)
+    except InputError as e:
+        cause = getattr(e, "cause", None)  # Ray's RayTaskError subclassing the user's error class
+        return cause if isinstance(cause, InputError) else e
+    except Exception:  # a crashed process, a lost node: the caller drops the member
+        return None
+    return None

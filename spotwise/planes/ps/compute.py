@@ -47,9 +47,11 @@ def actor_input_error(exc: BaseException) -> InputError | None:
     for any other failure."""
     if not getattr(exc, "actor_init_failed", False):
         return None
-    prefix = f"{InputError.__module__}.{InputError.__name__}: "
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip().startswith(prefix)]
-    return InputError(lines[-1][len(prefix):]) if lines else None
+    # InputError and the user-code failures that subclass it (a user optimizer that cannot be built, a workload)
+    prefixes = [f"{InputError.__module__}.{InputError.__name__}: ", "spotwise.training.recipe.UserOptimizerError: ",
+                "spotwise.workloads.user.UserWorkloadError: "]
+    lines = [(ln.strip(), p) for ln in str(exc).splitlines() for p in prefixes if ln.strip().startswith(p)]
+    return InputError(lines[-1][0][len(lines[-1][1]):]) if lines else None
 
 
 def _get_ready(refs: Any) -> Any:

@@ -112,7 +112,7 @@ def kill_recorded(procs: list[tuple[int, int]]) -> None:
 def _read_state(folder: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # standard library only (run as a script): not safeparse
         return None
     return data if isinstance(data, dict) else None
 

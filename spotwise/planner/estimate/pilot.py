@@ -482,6 +482,12 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
                          "use e.g. steps=200", "pilot steps")
     seed = int(spec.seed if seed is None else seed)
     wl = spec.workload
+    from spotwise.workloads.device import cuda_available
+
+    if str(wl.precision) == "fp16" and not cuda_available():  # before any training (the pilot trains here)
+        raise InputError("precision fp16 needs CUDA, and the in-process pilot would train on this machine, which has none",
+                         "pass --pilot DIR (a run of this job on GPUs) so no pilot trains here, or use precision: bf16",
+                         "workload.precision")
     workers = int(spec.cluster.workers)
     batch = workers * int(wl.batch_size)
     workload = make_workload(wl, seed)
@@ -536,24 +542,30 @@ def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any
                   losses: np.ndarray, seed: int) -> None:
     """Like :func:`_sgd` with the job's recipe: the real optimizer through the same
     :class:`~spotwise.training.state.Updater` the runtime uses, the schedule at the samples committed."""
-    from spotwise.training.recipe import recipe_of
+    from spotwise.training.recipe import UserOptimizerError, recipe_of
     from spotwise.training.state import FlatModel, Updater, forward_backward
 
     recipe = recipe_of(spec.workload, spec.planned_samples())
     fm = FlatModel(model, "cpu")
-    up = Updater(fm, recipe, lr)
+    try:
+        up = Updater(fm, recipe, lr)
 
-    def step(j: int, idx: np.ndarray) -> float:
-        model.zero_grad(set_to_none=True)
-        loss = forward_backward(model, workload.loss, workload.train.batch, idx, recipe, fm.device)
-        grad = torch.cat([(p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1) if p.grad is not None
-                          else torch.zeros(p.numel()) for p in fm.params])
-        if not up.apply(grad, recipe.lr_at(lr, j * batch)):
-            raise InputError(f"the pilot's loss diverged at step {j + 1} (NaN or infinite gradient)",
-                             "lower the learning rate, add a warm-up or grad_clip_norm", "workload.optimizer")
-        return float(loss)
+        def step(j: int, idx: np.ndarray) -> float:
+            model.zero_grad(set_to_none=True)
+            loss = forward_backward(model, workload.loss, workload.train.batch, idx, recipe, fm.device)
+            grad = torch.cat([(p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1) if p.grad is not None
+                              else torch.zeros(p.numel()) for p in fm.params])
+            if not up.apply(grad, recipe.lr_at(lr, j * batch)):
+                raise InputError(f"the pilot's loss diverged at step {j + 1} (NaN or infinite gradient)",
+                                 "lower the learning rate, add a warm-up or grad_clip_norm", "workload.optimizer")
+            return float(loss)
 
-    _pilot_loop(torch, sampler, batch, losses, seed, step)
+        _pilot_loop(torch, sampler, batch, losses, seed, step)
+    except UserOptimizerError as e:  # e.g. capturable: true, fine on the job's GPUs, not on the pilot's CPU
+        e.fix += ("; the in-process pilot steps the optimizer on this machine's CPU: to plan a GPU job from "
+                  "elsewhere, pass --pilot DIR (a run of the job)")
+        e.args = (e.message,)
+        raise
 
 
 def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float, losses: np.ndarray, seed: int) -> None:
