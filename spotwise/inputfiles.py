@@ -16,6 +16,7 @@ import os
 import stat
 from pathlib import Path
 
+from spotwise.envvars import env_number
 from spotwise.errors import InputError
 
 #: environment variable holding the per-file size cap in MiB
@@ -29,20 +30,10 @@ _MIB = 1024 * 1024
 def max_input_bytes() -> int:
     """The per-file cap in bytes: ``$SPOTWISE_MAX_FILE_MB`` MiB, else :data:`DEFAULT_MAX_FILE_MB`.
 
-    Raises :class:`InputError` when the variable is set but is not a positive finite number.
+    Raises :class:`InputError` when the variable is set but is not a number within its range
+    (:data:`spotwise.envvars.NUMERIC_ENV`).
     """
-    raw = os.environ.get(MAX_FILE_ENV)
-    if raw is None or not raw.strip():
-        return int(DEFAULT_MAX_FILE_MB * _MIB)
-    try:
-        mb = float(raw)
-    except ValueError:
-        mb = float("nan")
-    if not (mb > 0 and math.isfinite(mb)):
-        raise InputError(f"{MAX_FILE_ENV}={raw!r} is not a positive number of MiB",
-                         f"set it to e.g. {MAX_FILE_ENV}=1024, or unset it for the default of {DEFAULT_MAX_FILE_MB:g} MiB",
-                         MAX_FILE_ENV)
-    return max(1, int(mb * _MIB))
+    return max(1, int(env_number(MAX_FILE_ENV) * _MIB))  # InputError naming the allowed range
 
 
 def _kind(mode: int) -> str:

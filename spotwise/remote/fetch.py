@@ -12,17 +12,17 @@ written atomically; the checkpoints' checksums and content are verified by the r
 
 from __future__ import annotations
 
-import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from spotwise.control.checkpoint import CHECKPOINT_DIR, CHECKPOINT_NAME, MANIFEST
 from spotwise.errors import InputError
+from spotwise.envvars import env_number
 from spotwise.inputfiles import max_input_bytes
 from spotwise.remote.uri import RemoteRoot, storage_error
 from spotwise.rundir import MARKER, RUN_FILES
+from spotwise.safeparse import loads_json
 
 SPEC = "spec.json"
 EVENTS = "events.jsonl"
@@ -32,15 +32,7 @@ DEFAULT_MAX_DOWNLOAD_MB = 65536.0
 
 
 def max_download_bytes() -> int:
-    raw = os.environ.get(MAX_DOWNLOAD_ENV, "").strip()
-    try:
-        mb = float(raw) if raw else DEFAULT_MAX_DOWNLOAD_MB
-    except ValueError:
-        mb = float("nan")
-    if not (mb > 0 and math.isfinite(mb)):
-        raise InputError(f"{MAX_DOWNLOAD_ENV}={raw!r} is not a positive number of MiB",
-                         f"set it to e.g. {MAX_DOWNLOAD_ENV}=131072, or unset it", MAX_DOWNLOAD_ENV)
-    return max(1, int(mb * 1024 * 1024))
+    return max(1, int(env_number(MAX_DOWNLOAD_ENV) * 1024 * 1024))  # InputError naming the allowed range
 
 
 def _info(remote: RemoteRoot, rel: str, cap: int) -> dict[str, Any] | None:
@@ -85,8 +77,8 @@ def manifest_steps(raw: bytes | None) -> list[tuple[int, str]]:
     if raw is None:
         return []
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
+        data = loads_json(raw.decode("utf-8"), f"{CHECKPOINT_DIR}/{MANIFEST}", "manifest.json")
+    except (UnicodeDecodeError, ValueError, InputError):  # malformed or nested too deeply: the resume reports it
         return []
     entries = data.get("checkpoints") if isinstance(data, dict) else None
     out: list[tuple[int, str]] = []

@@ -13,6 +13,11 @@ written it durably (atomically, fsync'ed) in the local run directory:
 * the marker and ``spec.json`` when attached; everything else the run wrote (``summary.json``,
   ``model.pt``, ``report/``, ``on-demand/``) by :meth:`finish`.
 
+Every write to the URI (an upload, a removal) is preceded by the URI's lease check
+(:meth:`spotwise.remote.lease.RemoteLease.check`): once another machine took the run over, the
+mirror writes nothing more and the run stops with :class:`~spotwise.remote.lease.LeaseLost`
+(exit 2) at its next checkpoint or at its end.
+
 Never uploaded: the lock file, temp files of interrupted writes, symlinks, names a run directory
 does not hold.  Object stores write an object whole or not at all; on ``file://`` each upload goes
 to a temp name and is renamed.  An upload that fails mid-run is a warning (the run goes on and
@@ -22,7 +27,6 @@ that names the local copy.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -32,8 +36,10 @@ from typing import TYPE_CHECKING, Callable
 
 from spotwise.control.checkpoint import CHECKPOINT_DIR, CHECKPOINT_NAME, MANIFEST
 from spotwise.errors import InputError
+from spotwise.remote.lease import LeaseLost, RemoteLease
 from spotwise.remote.uri import RemoteRoot, describe_error
 from spotwise.rundir import LOCK_FILE, MARKER, RUN_FILES
+from spotwise.safeparse import loads_json
 
 if TYPE_CHECKING:
     from spotwise.control.checkpointing import Checkpointer
@@ -58,10 +64,12 @@ class RunMirror:
     """Uploads the local run directory ``local`` to ``remote`` as the run goes (module docstring)."""
 
     def __init__(self, remote: RemoteRoot, local: Path, *, events_every_s: float = EVENTS_EVERY_S,
-                 warn: Callable[[str], None] = _warn) -> None:
+                 warn: Callable[[str], None] = _warn, lease: RemoteLease | None = None) -> None:
         if not events_every_s > 0:
             raise ValueError("events_every_s must be > 0")
         self.remote = remote
+        #: the URI's lease, checked before every write (None: unchecked, e.g. in tests of the uploads alone)
+        self.lease = lease
         self.local = Path(local)
         self.events_every_s = float(events_every_s)
         self._warn = warn
@@ -97,6 +105,8 @@ class RunMirror:
             t0 = time.monotonic()
             try:
                 self.sync_events()
+            except LeaseLost:  # another machine took the run over: nothing more to upload
+                return
             except Exception as e:  # noqa: BLE001 - never let the thread die silently
                 self._failed(EVENTS, e)
             wait = max(self.events_every_s, 50.0 * (time.monotonic() - t0))
@@ -122,7 +132,13 @@ class RunMirror:
         self._warn(f"could not upload {name} to {self.remote.uri} ({describe_error(e)}); the local copy in "
                    f"{self.local} is intact and the next sync retries")
 
+    def _guard(self) -> None:
+        """Just before a write to the URI: LeaseLost (exit 2) if another machine holds the run's lease now."""
+        if self.lease is not None:
+            self.lease.check()
+
     def _put_bytes(self, rel: str, data: bytes) -> None:
+        self._guard()
         target = self.remote.path(rel)
         fs = self.remote.fs
         if self.remote.scheme == "file":  # a plain folder: write aside, then rename (a reader never sees half)
@@ -147,6 +163,7 @@ class RunMirror:
         if self.remote.scheme == "file" or st.st_size <= (8 << 20):
             self._put_bytes(rel, path.read_bytes())
         else:  # large (checkpoints, model.pt): streamed; an object store shows the object once complete
+            self._guard()
             fs.put_file(str(path), self.remote.path(rel))
         self._sent[rel] = key
         return True
@@ -174,9 +191,9 @@ class RunMirror:
                 return
             raw = manifest.read_bytes()
             try:
-                entries = json.loads(raw.decode("utf-8")).get("checkpoints", [])
+                entries = loads_json(raw.decode("utf-8"), str(manifest), "manifest.json").get("checkpoints", [])
                 names = [e["file"] for e in entries]
-            except (ValueError, AttributeError, TypeError, KeyError, RecursionError):
+            except (ValueError, AttributeError, TypeError, KeyError, InputError):  # InputError: nested too deeply
                 raise InputError("checkpoints/manifest.json is unreadable; it was not uploaded",
                                  "resume the run from its local copy", str(manifest)) from None
             for name in names:
@@ -193,6 +210,7 @@ class RunMirror:
                 remote_names = []
             for name in remote_names:
                 if CHECKPOINT_NAME.match(name) and name not in keep:
+                    self._guard()
                     self.remote.fs.rm_file(self.remote.path(f"{CHECKPOINT_DIR}/{name}"))
                     self._sent.pop(f"{CHECKPOINT_DIR}/{name}", None)
 
@@ -207,6 +225,8 @@ class RunMirror:
                 self._failed(f"the checkpoint {path.name if path else ''}".strip(), e)
             try:
                 self.sync_events()
+            except LeaseLost:  # the run stops here (exit 2)
+                raise
             except Exception as e:  # noqa: BLE001
                 self._failed(EVENTS, e)
 
@@ -219,6 +239,8 @@ class RunMirror:
                 for sub in self._files(rel):
                     try:
                         self._put_file(sub)
+                    except LeaseLost:  # write nothing more
+                        raise
                     except Exception as e:  # noqa: BLE001
                         first = first or e
             for step in (self.sync_checkpoints, self.sync_events):
@@ -255,6 +277,10 @@ class RunMirror:
         try:
             self.sync()
         except Exception as e:  # noqa: BLE001
+            if self.lease is not None and e is self.lease.lost:  # another machine took the run over
+                if failed:  # the run stopped for it: nothing to upload, nothing more to say
+                    return
+                raise
             if failed:
                 self._failed("the run directory", e)
                 return
