@@ -221,6 +221,16 @@ def _demo_spec_path() -> Path:
     return Path(str(resources.files("spotwise") / "data" / "demo.yaml"))
 
 
+def _preflight() -> None:
+    """Before a run loads anything: the SPOTWISE_* numbers in range and ``ulimit -v`` large enough to import
+    PyTorch (issue 38 items 1 and 3); exit 2 naming the variable or limit.  Ray's own need is checked before it starts."""
+    from spotwise.capacity.raystart import check_driver_memory
+    from spotwise.envvars import check_numeric_env
+
+    check_numeric_env()
+    check_driver_memory()
+
+
 def _run_and_report(job: Any, out: Path, *, as_json: bool, **kw: Any) -> None:
     """:func:`spotwise.api.run`, then its summary: one JSON object, or the tables."""
     import time
@@ -258,6 +268,7 @@ def demo(
     """Run the demo: an MLP on digits with 8 spot workers on a synthetic market with revocations."""
     from spotwise.config import load_spec
 
+    _preflight()
     job = load_spec(_demo_spec_path())
     _run_and_report(job, out, as_json=as_json, overwrite=True, compare_on_demand=True)
 
@@ -328,13 +339,15 @@ def run(
     emulate_network_mbps: float = typer.Option(0.0, "--emulate-network-mbps", help="cluster.kind serverless, experiments: "
                                                "delay each function's transfers as over a link of this many Mbit/s to Redis, "
                                                "shared by the workers (e.g. 1000, the paper's NIC); 0 = off."),
-    trust_code: bool = typer.Option(False, "--trust-code", help="With --resume: import the user code the run's spec.json "
-                                    "names without checking it against your spec (only for run directories you trust)."),
+    trust_code: bool = typer.Option(False, "--trust-code", help="With --resume: import the user code, and read the "
+                                    "dataset, the run's spec.json names without checking them against your spec (only for "
+                                    "run directories you trust)."),
 ) -> None:
     """Train for real: PyTorch workers on Ray on the emulated spot market, or (cluster.kind: serverless) Lithops functions
     exchanging updates through Redis; writes OUT/summary.json, events.jsonl, plots."""
     from spotwise.remote.uri import default_staging_dir, is_uri
 
+    _preflight()
     uri = resume if resume is not None and is_uri(resume) else None  # --resume s3://...: staged in --out or a cache folder
     target: Any = uri or (Path(resume) if resume is not None else out)
     if target is None:
@@ -507,7 +520,10 @@ def runs(
     """List the run directories below DIR: status, steps done of the target, cost so far, deadline and time left."""
     from spotwise.reports.runs_view import list_runs, runs_table
 
-    states = list_runs(root)
+    notes: list[str] = []
+    states = list_runs(root, notes)
+    for line in notes:
+        err_console.print(f"note: {line}", highlight=False, soft_wrap=True)
     if as_json:
         print_json({"dir": str(root), "runs": [s.to_dict() for s in states]})
     else:

@@ -193,7 +193,7 @@ def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
     line that is not UTF-8 or not JSON (other than a torn last line), or an invalid event.
     """
     p = Path(path)
-    if not p.exists():
+    if not os.path.lexists(p):  # a dangling link or a loop is named by the reader, not called missing
         raise InputError("event log not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(p))
     try:  # a regular file only, size-capped, no link followed: never /dev/zero or a FIFO (issue 30 item 3)
         with open_run_reader(p.parent, p.name, "event log") as fh:
@@ -306,7 +306,7 @@ def write_summary(out_dir: str | Path, summary: RunSummary) -> Path:
 def read_summary(out_dir: str | Path) -> RunSummary:
     """Read and validate ``OUT/summary.json``."""
     path = Path(out_dir) / SUMMARY_FILE
-    if not path.exists():
+    if not os.path.lexists(path):  # a dangling link or a loop is named by the reader, not called missing
         raise InputError("summary.json not found", "pass a run directory written by `spotwise run` or `spotwise simulate`", str(path))
     raw = read_run_file(out_dir, SUMMARY_FILE)  # a regular file only, size-capped (issue 30 item 3)
     try:

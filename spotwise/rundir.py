@@ -33,8 +33,8 @@ from typing import Literal
 
 from spotwise import __version__
 from spotwise.errors import InputError
-from spotwise.rundir_files import (DISK_FULL_ERRNOS, DiskFullError, disk_full_error, is_disk_full,  # noqa: F401 (re-exported)
-                                   write_run_text)
+from spotwise.rundir_files import (DISK_FULL_ERRNOS, DiskFullError, check_run_file, check_run_names,  # noqa: F401 (re-exported)
+                                   disk_full_error, is_disk_full, write_run_text)
 
 MARKER = ".spotwise-run"
 LOCK_FILE = ".spotwise.lock"
@@ -112,6 +112,25 @@ def _remove_entry(p: Path) -> None:
         shutil.rmtree(p)  # rmtree does not follow symlinks found inside the tree
 
 
+def _removable(d: Path) -> list[str]:
+    """The names :func:`remove_run_files` would remove from ``d``; InputError if ``d`` is not a spotwise run
+    directory or one of them holds what spotwise does not write (a link, a FIFO, a user folder or file)."""
+    if not is_spotwise_run_dir(d):
+        raise InputError("not a spotwise run directory (no .spotwise-run marker); refusing to delete anything in it",
+                         "choose an empty or new --out", str(d))
+    try:
+        names = [n for n in sorted(os.listdir(d)) if n not in (MARKER, LOCK_FILE) and _is_spotwise_name(n)]
+        whys = [(name, _foreign(d, name)) for name in names]
+    except OSError as e:  # an unreadable folder below: nothing is removed
+        raise InputError(f"cannot inspect the old run before removing it ({e.strerror or e}: {e.filename})",
+                         "check the run directory's permissions, or choose another --out", str(d)) from None
+    for name, why in whys:
+        if why:
+            raise InputError(f"{why}; refusing to delete it with --overwrite",
+                             f"move {d / name} away yourself (or choose another --out), then run again", str(d))
+    return names
+
+
 def remove_run_files(path: str | Path) -> list[str]:
     """Remove spotwise's names (not the marker or the lock) from the run directory ``path``;
     returns the names removed.  Raises InputError if ``path`` is not a spotwise run directory, or
@@ -119,15 +138,7 @@ def remove_run_files(path: str | Path) -> list[str]:
     write there (a folder named ``summary.json``, a symbolic link, a user file inside ``report/``);
     user files are left in place."""
     d = Path(path)
-    if not is_spotwise_run_dir(d):
-        raise InputError("not a spotwise run directory (no .spotwise-run marker); refusing to delete anything in it",
-                         "choose an empty or new --out", str(d))
-    names = [n for n in sorted(os.listdir(d)) if n not in (MARKER, LOCK_FILE) and _is_spotwise_name(n)]
-    for name in names:
-        why = _foreign(d, name)
-        if why:
-            raise InputError(f"{why}; refusing to delete it with --overwrite",
-                             f"move {d / name} away yourself (or choose another --out), then run again", str(d))
+    names = _removable(d)
     removed: list[str] = []
     for name in names:
         try:
@@ -191,13 +202,24 @@ def lock_run_dir(path: str | Path) -> RunDirLock:
     """
     d = Path(path)
     lock_path = d / LOCK_FILE
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:  # O_NONBLOCK: a FIFO planted under the name must not block the open
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0), 0o644)
     except OSError as e:
         if is_disk_full(e):
             raise disk_full_error(lock_path, e) from None
+        if e.errno == errno.ELOOP or os.path.islink(lock_path):
+            raise InputError(f"the lock file {LOCK_FILE} is a symbolic link, which spotwise never creates or follows",
+                             f"remove {lock_path} (or choose another --out)", str(d)) from None
+        if os.path.isdir(lock_path) and not os.path.islink(lock_path):
+            raise InputError(f"the lock file {LOCK_FILE} is a folder", f"move {lock_path} away (or choose another --out)",
+                             str(d)) from None
         raise InputError(f"cannot create the lock file {LOCK_FILE} ({e.strerror or e})",
                          "choose a writable --out", str(d)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"the lock file {LOCK_FILE} is not a regular file (a FIFO, socket or device)",
+                         f"remove {lock_path} (or choose another --out)", str(d))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -251,12 +273,21 @@ def open_run_dir(path: str | Path, mode: Mode) -> RunDirLock:
         if not d.is_dir():
             raise InputError("the run directory does not exist" if not d.exists() else "--resume needs a directory",
                              "pass the --out directory of an earlier `spotwise run`", str(d))
-        if not (d / "spec.json").is_file():  # checked before the lock file is created in someone else's folder
+        if not os.path.lexists(d / "spec.json"):  # checked before the lock file is created in someone else's folder
             raise InputError("not a spotwise run directory (no spec.json)",
                              "pass the --out directory of an earlier `spotwise run`", str(d))
+        # before the lock and before Ray: spec.json a regular file within the cap (a link, FIFO, device, folder
+        # named), every other name spotwise reads or writes of the kind it writes (no link, no FIFO, no folder
+        # named summary.json): a resume would otherwise fail on them only after the cluster started
+        check_run_file(d, "spec.json")
+        check_run_names(d, [n for n in RUN_FILES if n not in _FOLDER_NAMES and n != "on-demand"] + [LOCK_FILE],
+                        [*_FOLDER_NAMES, "on-demand"])
+        if os.path.lexists(d / "events.jsonl"):  # the resume appends to it and its report reads it: within the cap
+            check_run_file(d, "events.jsonl", "the event log events.jsonl")
         return lock_run_dir(d)
     _check_out(d)
-    _refuse_unsafe(d, mode)  # before the lock file is created: a refused directory is left untouched
+    if _refuse_unsafe(d, mode):  # before the lock file is created: a refused directory is left untouched
+        _removable(d)  # a link or user folder under one of spotwise's names too (checked again under the lock)
     lock = lock_run_dir(d)
     try:
         if _refuse_unsafe(d, mode):  # again under the lock: another process may have written meanwhile
@@ -270,7 +301,11 @@ def open_run_dir(path: str | Path, mode: Mode) -> RunDirLock:
 
 def _refuse_unsafe(d: Path, mode: Mode) -> bool:
     """Raise InputError if a ``new``/``overwrite`` run may not use ``d``; True if an old run must be removed."""
-    names = [n for n in sorted(os.listdir(d)) if n != LOCK_FILE]
+    try:
+        names = [n for n in sorted(os.listdir(d)) if n != LOCK_FILE]
+    except OSError as e:
+        raise InputError(f"cannot list the output directory ({e.strerror or e})", "choose a directory you can read and write",
+                         str(d)) from None
     ours = [n for n in names if _is_spotwise_name(n) and n != MARKER]
     if not names:
         return False

@@ -182,7 +182,16 @@ def open_run_writer(root: str | Path, rel: str | Path, *, append: bool) -> IO[st
     return io.open(fd, "a" if append else "w", encoding="utf-8")
 
 
-def _open_regular(root: Path, parts: list[str], what: str) -> tuple[int, Path]:
+def _kind_of(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+
+
+def _open_regular(root: Path, parts: list[str], what: str, cap: int | None = None) -> tuple[int, Path]:
+    """``root/parts`` opened read-only (no link followed anywhere below ``root``, never blocking on a
+    FIFO), checked to be a regular file of at most ``cap`` bytes (default :func:`max_input_bytes`;
+    ``cap=-1``: no size check, for a reader of the file's end)."""
     path = root.joinpath(*parts)
     dfd = _open_folder(root, parts[:-1], create=False)
     try:
@@ -200,12 +209,10 @@ def _open_regular(root: Path, parts: list[str], what: str) -> tuple[int, Path]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
-        raise InputError(f"{what} is {kind}, not a regular file",
+        raise InputError(f"{what} is {_kind_of(st.st_mode)}, not a regular file",
                          "replace it with the file spotwise wrote (devices, pipes and folders are not read)", str(path))
-    cap = max_input_bytes()
-    if st.st_size > cap:
+    cap = max_input_bytes() if cap is None else cap
+    if 0 <= cap < st.st_size:
         os.close(fd)
         raise InputError(f"{what} is larger than the {cap / (1 << 20):g} MiB that spotwise reads per file",
                          f"raise the cap with {MAX_FILE_ENV}=<MiB> if the file is genuine", str(path))
@@ -213,12 +220,13 @@ def _open_regular(root: Path, parts: list[str], what: str) -> tuple[int, Path]:
     return fd, path
 
 
-def read_run_file(root: str | Path, rel: str | Path, what: str | None = None) -> bytes:
+def read_run_file(root: str | Path, rel: str | Path, what: str | None = None, *, cap: int | None = None) -> bytes:
     """The bytes of the regular file ``root/rel`` (``what`` names it; default its name), read
-    without following a link, at most :func:`~spotwise.inputfiles.max_input_bytes`; InputError otherwise."""
+    without following a link, at most ``cap`` bytes (default :func:`~spotwise.inputfiles.max_input_bytes`);
+    InputError otherwise."""
     parts = _parts(rel)
-    fd, path = _open_regular(Path(root), parts, what or parts[-1])
-    cap = max_input_bytes()
+    cap = max_input_bytes() if cap is None else cap
+    fd, path = _open_regular(Path(root), parts, what or parts[-1], cap)
     try:
         chunks: list[bytes] = []
         total = 0
@@ -234,6 +242,63 @@ def read_run_file(root: str | Path, rel: str | Path, what: str | None = None) ->
         os.close(fd)
     raise InputError(f"{what or parts[-1]} grew past the {cap / (1 << 20):g} MiB cap while it was read",
                      f"raise the cap with {MAX_FILE_ENV}=<MiB>", str(path))
+
+
+def read_run_tail(root: str | Path, rel: str | Path, cap: int, what: str | None = None) -> tuple[bytes, bool]:
+    """The last ``cap`` bytes of the regular file ``root/rel`` (the whole file when shorter) and whether
+    its start was cut; the checks of :func:`read_run_file` except the size cap (a long event log is read
+    from its end: ``spotwise runs`` / ``status``)."""
+    parts = _parts(rel)
+    fd, path = _open_regular(Path(root), parts, what or parts[-1], -1)
+    try:
+        start = max(0, os.fstat(fd).st_size - cap)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks: list[bytes] = []
+        total = 0
+        while total < cap:
+            chunk = os.read(fd, min(1 << 20, cap - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks), start > 0
+    except OSError as e:
+        raise InputError(f"cannot read {what or parts[-1]} ({e.strerror or e})", "check the file", str(path)) from None
+    finally:
+        os.close(fd)
+
+
+def check_run_file(root: str | Path, rel: str | Path, what: str | None = None) -> None:
+    """InputError unless ``root/rel`` is a regular file :func:`read_run_file` would read (nothing is read):
+    a link, a FIFO, a device, a folder or a file over the cap is named in the message."""
+    parts = _parts(rel)
+    fd, _ = _open_regular(Path(root), parts, what or parts[-1])
+    os.close(fd)
+
+
+def check_run_names(root: str | Path, files: "tuple[str, ...] | list[str]", folders: "tuple[str, ...] | list[str]") -> None:
+    """InputError naming the first of ``files`` (regular files spotwise writes) or ``folders`` (folders it
+    writes) present in ``root`` as something else: a symbolic link (live, dangling or a loop), a FIFO, a
+    device, a folder where a file belongs or a file where a folder belongs.  Absent names are fine;
+    nothing is opened or read (``run --resume`` checks these before Ray starts)."""
+    base = Path(root)
+    for name in (*files, *folders):
+        p = base / name
+        try:
+            mode = os.lstat(p).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise InputError(f"cannot access {name} ({e.strerror or e})", "check the run directory's permissions", str(p)) from None
+        if stat.S_ISLNK(mode):
+            raise InputError(f"{name} in the run directory is a symbolic link; spotwise never follows one there",
+                             _FIX_LINK, str(p))
+        if name in folders and not stat.S_ISDIR(mode):
+            raise InputError(f"{name} in the run directory is {_kind_of(mode) if not stat.S_ISREG(mode) else 'a file'}, "
+                             "where spotwise keeps a folder", "move it away (or resume a copy of the run)", str(p))
+        if name in files and not stat.S_ISREG(mode):
+            raise InputError(f"{name} in the run directory is {_kind_of(mode)}, not a regular file",
+                             "replace it with the file spotwise wrote, or move it away", str(p))
 
 
 def open_run_reader(root: str | Path, rel: str | Path, what: str | None = None) -> IO[bytes]:
@@ -255,5 +320,6 @@ def iter_run_lines(root: str | Path, rel: str | Path, what: str | None = None) -
         yield from fh
 
 
-__all__ = ["DISK_FULL_ERRNOS", "DiskFullError", "disk_full_error", "is_disk_full", "iter_run_lines", "make_run_folder", "open_run_reader",
-           "open_run_writer", "read_run_file", "split_run_path", "write_run_bytes", "write_run_text"]
+__all__ = ["DISK_FULL_ERRNOS", "DiskFullError", "check_run_file", "check_run_names", "disk_full_error", "is_disk_full",
+           "iter_run_lines", "make_run_folder", "open_run_reader", "open_run_writer", "read_run_file", "read_run_tail",
+           "split_run_path", "write_run_bytes", "write_run_text"]

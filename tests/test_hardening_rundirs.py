@@ -211,7 +211,8 @@ def test_item1_the_emitted_run_script_resumes_with_the_jobs_own_spec() -> None:
 
     script = run_script(address="auto", notice_source="aws", autoscale=False, uri="s3://b/p")
     line = next(x for x in script.splitlines() if x.strip().startswith("resume)"))
-    assert 'run --resume "s3://b/p"' in line and REMOTE_SPEC.replace("~", "$HOME") in line
+    # every value shell-quoted (issue 38): a plain URI needs no quotes, the home stays outside them
+    assert "run --resume s3://b/p " in line and '"$HOME"/' + REMOTE_SPEC.removeprefix("~/") in line
 
 
 # ============================================================================ item 2

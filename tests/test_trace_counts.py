@@ -42,7 +42,7 @@ def test_folder_node_count_goes_into_every_series(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("folder, nodes", [("4-nodes", 4), ("1-node", 1), ("nodes", None), ("16-node-x", None),
-                                           ("0-node", None), ("availability", None)])
+                                           ("availability", None)])  # 0-node is refused: tests/test_hardening_fs.py
 def test_folder_names(tmp_path: Path, folder: str, nodes: int | None) -> None:
     (s,) = load_skypilot_json(_trace(tmp_path, [0, 1, 1], nodes_folder=folder))
     assert s.meta.extra.get("nodes") == nodes

@@ -16,6 +16,10 @@ Failure behaviour (all :class:`~spotwise.errors.InputError`, exit 2 through the 
   ``OUT/checkpoints``.  Anything else -- an absolute path, ``../``, a symlink leading out, binary
   or truncated JSON -- is refused, naming the manifest and the bad entry; nothing outside the
   folder is ever read, and the keep-N rotation never unlinks a name that breaks the rule;
+* ``checkpoints/`` itself must be a real folder (a link to ``/`` or to another run's folder is refused),
+  and every file is read by the run directory's safe reader (:mod:`spotwise.rundir_files`): a FIFO, a
+  device, a folder or a file over :func:`checkpoint_max_bytes` under a checkpoint's name is skipped
+  (naming why) without blocking or being hashed, and the resume falls back to an older checkpoint;
 * a full disk (ENOSPC/EDQUOT) while writing a checkpoint or the manifest is a
   :class:`~spotwise.rundir.DiskFullError` naming the folder; the temp file is removed first, so no
   ``.tmp-PID`` file is ever left behind and the previous checkpoint stays the newest.  torch's
@@ -35,6 +39,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -45,6 +50,7 @@ from spotwise.errors import InputError
 from spotwise.safeparse import loads_json
 from spotwise.events import atomic_write_text
 from spotwise.rundir import DiskFullError, is_disk_full
+from spotwise.inputfiles import max_input_bytes
 from spotwise.rundir_files import make_run_folder, read_run_file
 
 CHECKPOINT_DIR = "checkpoints"
@@ -56,6 +62,9 @@ REQUIRED_KEYS = ("format", "step", "params", "lr", "T", "sampler", "dur_rng", "i
                  "provisioned", "sync", "sync_n", "ema_loss", "counters", "cost")
 #: the keys a serverless job's checkpoint (``kind: "serverless"``) carries besides those
 SERVERLESS_KEYS = (*REQUIRED_KEYS, "kind", "schedule")
+#: checkpoint files up to this size are read back whatever ``$SPOTWISE_MAX_FILE_MB`` says (4 GiB: a
+#: billion float32 parameters); a larger one needs the variable raised (:func:`checkpoint_max_bytes`)
+CHECKPOINT_MIN_CAP = 4 << 30
 
 Warn = Callable[[str], None]
 
@@ -93,18 +102,44 @@ def _check_entry(folder: Path, manifest: Path, entry: Any, index: int) -> dict[s
     if not isinstance(entry.get("sha256"), str):
         raise _bad_manifest(manifest, f"entry {index} ({name}) lacks its sha256")
     path = folder / name
-    if path.is_symlink() and path.resolve().parent != folder.resolve():
-        raise _bad_manifest(manifest, f"entry {index} ({name}) is a symlink leading out of the checkpoints folder")
+    if os.path.islink(path):  # spotwise never makes one; a link (in or out of the folder, dangling, a loop) is never followed
+        raise _bad_manifest(manifest, f"entry {index} ({name}) is a symbolic link (spotwise writes checkpoints as regular "
+                            "files; a link leading out of the checkpoints folder or anywhere else is not followed)")
     return {"file": name, "step": step, "sha256": entry["sha256"]}
+
+
+def _check_folder(folder: Path) -> None:
+    """InputError unless ``folder`` (``OUT/checkpoints``) is absent or a real folder: a link (to ``/``, to
+    another run's checkpoints), a file or a FIFO under the name is refused, naming it, never followed."""
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(f"cannot access the checkpoints folder ({e.strerror or e})", "check the run directory's permissions",
+                         str(folder)) from None
+    if stat.S_ISLNK(mode):
+        raise InputError("the checkpoints folder is a symbolic link; spotwise never reads checkpoints through a link",
+                         "replace it with the run's own checkpoints/ folder (or resume a copy of the run)", str(folder))
+    if not stat.S_ISDIR(mode):
+        raise InputError("checkpoints in the run directory is not a folder", "move it away; spotwise keeps its "
+                         "checkpoints in a checkpoints/ folder", str(folder))
+
+
+def checkpoint_max_bytes() -> int:
+    """The largest checkpoint file read back: :func:`~spotwise.inputfiles.max_input_bytes`, at least
+    :data:`CHECKPOINT_MIN_CAP` (a real model's parameters may exceed the cap of a spec or trace)."""
+    return max(max_input_bytes(), CHECKPOINT_MIN_CAP)
 
 
 def _read_manifest(folder: Path) -> list[dict[str, Any]]:
     """The manifest's validated entries (``[]`` when there is none yet); InputError if it is unusable."""
     path = folder / MANIFEST
-    if not path.exists():
+    _check_folder(folder)
+    if not os.path.lexists(path):  # a dangling link or a loop is named by the reader, not taken for "no manifest"
         return []
-    try:
-        data = loads_json(read_run_file(folder, MANIFEST).decode("utf-8"), str(path), "manifest.json")
+    try:  # below the run directory, no link followed (checkpoints/ itself included), a regular file within the cap
+        data = loads_json(read_run_file(folder.parent, f"{folder.name}/{MANIFEST}").decode("utf-8"), str(path), "manifest.json")
     except UnicodeDecodeError:
         raise _bad_manifest(path, "manifest.json is not UTF-8 text (binary or corrupted)") from None
     except ValueError as e:  # JSONDecodeError: truncated or not JSON
@@ -320,23 +355,23 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
     return None
 
 
-def _file_problem(path: Path, sha256: str) -> str | None:
-    """Why the file of a manifest entry cannot be trusted (``None`` when its checksum verifies)."""
-    if path.is_symlink() and not path.exists():
-        return "the file is missing (a dangling symlink)"
-    if not path.exists():
-        return "the file is missing"
-    if not path.is_file():
-        return "it is not a regular file"
+def _read_checked(path: Path, sha256: str) -> tuple[bytes | None, str | None]:
+    """The bytes of a manifest entry's file and ``None``, or ``None`` and why it cannot be trusted.
+
+    Read once, by the run directory's safe reader (:func:`~spotwise.rundir_files.read_run_file`): no
+    link followed, a FIFO or device refused without blocking, at most :func:`checkpoint_max_bytes`
+    (a 10 GB sparse file is refused by its size, not hashed); the checksum is of the bytes loaded."""
+    if not os.path.lexists(path):
+        return None, "the file is missing"
     try:
-        size = path.stat().st_size
-        if size == 0:
-            return "it is empty (0 bytes: truncated)"
-        if _sha256(path) != sha256:
-            return f"its checksum does not match the manifest (truncated or corrupted; {size:,} bytes)"
-    except OSError as e:
-        return f"it cannot be read ({e.strerror or e})"
-    return None
+        data = read_run_file(path.parent.parent, f"{path.parent.name}/{path.name}", "it", cap=checkpoint_max_bytes())
+    except InputError as e:
+        return None, e.what
+    if not data:
+        return None, "it is empty (0 bytes: truncated)"
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return None, f"its checksum does not match the manifest (truncated or corrupted; {len(data):,} bytes)"
+    return data, None
 
 
 def _load_problem(e: Exception) -> str:
@@ -359,14 +394,14 @@ def load_latest_checkpoint(
     """
     folder = Path(out_dir) / CHECKPOINT_DIR
     skipped: list[str] = []
-    entries = _read_manifest(folder)
+    entries = _read_manifest(folder)  # checkpoints/ a real folder (not a link to / or to another run), or InputError
     for entry in reversed(entries):
         path = folder / entry["file"]
         state: Any = None
-        problem = _file_problem(path, entry["sha256"])
+        data, problem = _read_checked(path, entry["sha256"])
         if problem is None:
             try:
-                state = torch.load(path, weights_only=True, map_location="cpu")
+                state = torch.load(io.BytesIO(data or b""), weights_only=True, map_location="cpu")
                 problem = check_state(state, expect_shape, entry["step"])
             except Exception as e:  # fails to unpickle: as bad as a wrong checksum
                 problem = _load_problem(e)

@@ -6,6 +6,7 @@ format is :mod:`spotwise.control.checkpoint`'s.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from spotwise.config import JobSpec, spec_from_dict
@@ -26,7 +27,7 @@ def load_run_spec(out_dir: str | Path) -> JobSpec:
     (truncated), not one object, or not a valid job spec -- naming the file and how to fix it.
     """
     path = Path(out_dir) / SPEC_FILE
-    if not path.exists():
+    if not os.path.lexists(path):  # a dangling link is named by the reader below, not called missing
         raise InputError("not a spotwise run directory (no spec.json)", "pass the --out directory of an earlier `spotwise run`",
                          str(out_dir))
     fix = "restore spec.json from a backup, or start the run again with `spotwise run SPEC --out DIR`"

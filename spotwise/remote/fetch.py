@@ -5,7 +5,9 @@ and :data:`~spotwise.control.checkpoint.CHECKPOINT_NAME` accepts (``step-NNNNNNN
 listing of the URI decides what is written locally, so no remote name can lead out of the local
 run directory.  Every object must be a regular file (no symlink on ``file://``) within a size cap:
 ``spec.json`` and the manifest within ``$SPOTWISE_MAX_FILE_MB`` (the cap of every input file),
-the event log and checkpoints within ``$SPOTWISE_MAX_DOWNLOAD_MB`` (default 64 GiB).  Files are
+the event log and checkpoints within ``$SPOTWISE_MAX_DOWNLOAD_MB`` (default 64 GiB) and within what the
+resume reads back locally (the event log: ``$SPOTWISE_MAX_FILE_MB``; a checkpoint:
+:func:`~spotwise.control.checkpoint.checkpoint_max_bytes`).  Files are
 written atomically; the checkpoints' checksums and content are verified by the resume itself
 (:func:`~spotwise.control.checkpoint.require_checkpoint`), exactly as for a local run directory.
 """
@@ -16,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from spotwise.control.checkpoint import CHECKPOINT_DIR, CHECKPOINT_NAME, MANIFEST
+from spotwise.control.checkpoint import CHECKPOINT_DIR, CHECKPOINT_NAME, MANIFEST, checkpoint_max_bytes
 from spotwise.errors import InputError
 from spotwise.envvars import env_number
 from spotwise.inputfiles import max_input_bytes
@@ -161,16 +163,19 @@ def fetch_run(remote: RemoteRoot, local: Path) -> list[str]:
         raise InputError("no spotwise run at this URI (no spec.json there)",
                          "pass the outputs.uri of an earlier `spotwise run` (its events and checkpoints are there)", remote.uri)
     cap = max_download_bytes()
+    # no larger than what the resume reads back locally (a 10 GB sparse events.jsonl is refused by its size,
+    # not downloaded for minutes and then refused): the event log within the input cap, a checkpoint within its own
+    events_cap, checkpoint_cap = min(cap, max_input_bytes()), min(cap, checkpoint_max_bytes())
     written: list[str] = []
     manifest = read_small(remote, f"{CHECKPOINT_DIR}/{MANIFEST}")
     for _, name in manifest_steps(manifest):
         rel = f"{CHECKPOINT_DIR}/{name}"
-        if _download(remote, rel, local / CHECKPOINT_DIR / name, cap):
+        if _download(remote, rel, local / CHECKPOINT_DIR / name, checkpoint_cap):
             written.append(rel)
     if manifest is not None:  # after the checkpoints it names
         _write(local / CHECKPOINT_DIR / MANIFEST, manifest)
         written.append(f"{CHECKPOINT_DIR}/{MANIFEST}")
-    if _download(remote, EVENTS, local / EVENTS, cap):
+    if _download(remote, EVENTS, local / EVENTS, events_cap):
         written.append(EVENTS)
     _write(local / SPEC, spec)  # last: a folder without spec.json is not resumable, so a cut download is redone
     written.append(SPEC)

@@ -17,6 +17,7 @@ import base64
 import html
 import io
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 from spotwise.errors import InputError
 from spotwise.safeparse import loads_json
 from spotwise.reports.units import human_hours
-from spotwise.rundir_files import make_run_folder, write_run_text
+from spotwise.rundir_files import make_run_folder, read_run_file, write_run_text
 
 #: relative difference of samples trained on above which two runs did different work
 SAMPLES_TOLERANCE = 0.01
@@ -55,7 +56,8 @@ def single_report(run_dir: Path, plots: bool = True) -> Report:
     directory (one holding ``sweep.json``) gets its strategies' page in ``SWEEP_DIR/report/index.html``."""
     from spotwise.reports.run import load_run, report_json, write_report
 
-    if (Path(run_dir) / "sweep.json").is_file() and not (Path(run_dir) / "summary.json").exists():
+    # lexists: a sweep.json that is a link, FIFO or folder is named by the reader below, not taken for a run
+    if os.path.lexists(Path(run_dir) / "sweep.json") and not os.path.lexists(Path(run_dir) / "summary.json"):
         page = Path(run_dir) / "report" / "index.html"
         if not plots:
             entries = _sweep_entries(Path(run_dir))
@@ -94,9 +96,9 @@ def _run_entry(d: Path) -> tuple[dict[str, Any], Any]:
 
 
 def _sweep_entries(d: Path) -> list[dict[str, Any]]:
-    try:
-        data = loads_json((d / "sweep.json").read_text(encoding="utf-8"), str(d / "sweep.json"), "sweep.json")
-    except (OSError, ValueError) as e:
+    try:  # the run directory's safe reader: a regular file within the cap, no link followed, a FIFO never opened
+        data = loads_json(read_run_file(d, "sweep.json").decode("utf-8"), str(d / "sweep.json"), "sweep.json")
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         raise InputError(f"cannot read {d / 'sweep.json'}: {e}", "pass a sweep directory written by `spotwise simulate "
                          "--trace ... --out DIR`", str(d)) from None
     strategies = data.get("strategies") if isinstance(data, dict) else None
@@ -242,7 +244,7 @@ def compare_runs(dirs: list[Path], out_html: Path, root: Path | None = None) -> 
     entries: list[dict[str, Any]] = []
     runs: list[tuple[dict[str, Any], Any]] = []
     for d in dirs:
-        if (d / "sweep.json").is_file():
+        if os.path.lexists(d / "sweep.json"):
             entries.extend(_sweep_entries(d))
         else:
             entry, run = _run_entry(d)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.errors import InputError
+from spotwise.rundir_files import read_run_file, read_run_tail
 from spotwise.safeparse import loads_json
 from spotwise.reports.units import human_duration, humanize_seconds
 
@@ -85,43 +86,17 @@ class RunState:
 def _read(d: Path, name: str, cap: int, *, tail: bool = False) -> tuple[bytes, bool] | None:
     """The bytes of the regular file ``d/name`` (None if absent) and whether its start was cut (``tail``).
 
-    Refuses symlinks, devices, FIFOs and sockets; reads at most ``cap`` bytes (its end with ``tail``)."""
-    p = d / name
-    try:
-        st = os.lstat(p)
-    except FileNotFoundError:
+    Read by the run directory's one safe reader (:mod:`spotwise.rundir_files`): a symlink (live,
+    dangling or a loop) is never followed, a FIFO never blocks, a device or folder is refused; at
+    most ``cap`` bytes (its end with ``tail``).  Every refusal is a :class:`RunDirError` naming the file."""
+    if not os.path.lexists(d / name):
         return None
-    except OSError as e:
-        raise RunDirError(f"{name}: cannot access ({e.strerror or e})") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise RunDirError(f"{name} is a symbolic link (not followed)")
-    if not stat.S_ISREG(st.st_mode):
-        raise RunDirError(f"{name} is not a regular file")
-    if st.st_size > cap and not tail:
-        raise RunDirError(f"{name} is larger than {cap // (1024 * 1024)} MiB")
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(p, flags)
-    except OSError as e:
-        raise RunDirError(f"{name}: cannot read ({e.strerror or e})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RunDirError(f"{name} is not a regular file")
-        start = max(0, st.st_size - cap) if tail else 0
-        os.lseek(fd, start, os.SEEK_SET)
-        chunks, total = [], 0
-        while total < cap:
-            chunk = os.read(fd, min(1 << 20, cap - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks), start > 0
-    except OSError as e:
-        raise RunDirError(f"{name}: cannot read ({e.strerror or e})") from None
-    finally:
-        os.close(fd)
+        if tail:
+            return read_run_tail(d, name, cap)
+        return read_run_file(d, name, cap=cap), False
+    except InputError as e:
+        raise RunDirError(e.what) from None
 
 
 def _json_object(d: Path, name: str) -> dict[str, Any] | None:
@@ -146,6 +121,9 @@ def _events(d: Path, cap: int) -> tuple[list[dict[str, Any]], bool] | None:
     if got is None:
         return None
     raw, cut = got
+    if cut and b"\n" not in raw:  # e.g. a 10 GB sparse file: no event in the part read
+        raise RunDirError(f"events.jsonl is larger than {cap // (1024 * 1024)} MiB and its last {cap // (1024 * 1024)} MiB "
+                          "hold no complete line (not a spotwise event log)")
     lines = raw.split(b"\n")
     if cut:
         lines = lines[1:]  # the first line read is a piece of a line
@@ -314,8 +292,12 @@ def run_state(d: Path, name: str | None = None, *, events_cap: int = EVENTS_TAIL
     return st
 
 
-def find_runs(root: Path, *, max_depth: int = MAX_DEPTH) -> list[Path]:
-    """Run directories at or below ``root`` (symlinked directories are not followed), sorted by path."""
+def find_runs(root: Path, *, max_depth: int = MAX_DEPTH, notes: list[str] | None = None) -> list[Path]:
+    """Run directories at or below ``root`` (symlinked directories are not followed), sorted by path.
+
+    Linear in the entries below ``root`` (one ``scandir`` per folder; files, FIFOs and links are
+    skipped by their directory entry, never opened); at most :data:`MAX_DIRS` folders are visited,
+    and ``notes`` (if given) receives a line saying so when the walk stopped there."""
     found: list[Path] = []
     stack: list[tuple[Path, int]] = [(root, 0)]
     visited = 0
@@ -332,18 +314,23 @@ def find_runs(root: Path, *, max_depth: int = MAX_DEPTH) -> list[Path]:
         except OSError:
             continue
         stack.extend((s, depth + 1) for s in sorted(subs, reverse=True))
+    if stack and notes is not None:
+        notes.append(f"stopped after {MAX_DIRS:,} folders below {root}: run directories further on are not listed "
+                     "(pass a narrower DIR)")
     return sorted(found)
 
 
-def list_runs(root: str | os.PathLike[str] = ".") -> list[RunState]:
-    """``spotwise runs DIR``: one state per run directory below ``root``; a malformed one is ``unreadable``."""
+def list_runs(root: str | os.PathLike[str] = ".", notes: list[str] | None = None) -> list[RunState]:
+    """``spotwise runs DIR``: one state per run directory below ``root``; a malformed one (a link, FIFO,
+    device, folder or oversized file under one of its names) is ``unreadable``, its row saying which and why.
+    ``notes`` receives a line when the walk stopped early (:func:`find_runs`)."""
     r = Path(root)
     if not r.exists():
         raise InputError("directory not found", "pass a folder that holds run directories (default: the current one)", str(r))
     if not r.is_dir():
         raise InputError("not a directory", "pass the folder that holds run directories, e.g. spotwise runs runs/", str(r))
     out = []
-    for d in find_runs(r):
+    for d in find_runs(r, notes=notes):
         name = "." if d == r else str(d.relative_to(r))
         try:
             out.append(run_state(d, name, events_cap=EVENTS_TAIL_RUNS))

@@ -120,6 +120,10 @@ def generate_criteo_like(n: int, buckets: int, seed: int, density: float = 0.3) 
     return counts, cats, y
 
 
+#: the longest line of a Criteo TSV read (real ones are a few hundred characters)
+MAX_LINE = 64 * 1024
+
+
 def _open_text(path: Path):
     if path.suffix == ".gz":
         return gzip.open(path, "rt", encoding="utf-8", newline="\n")
@@ -143,7 +147,11 @@ def load_criteo_tsv(path: str | Path, max_rows: int = 0) -> tuple[np.ndarray, np
     nan = float("nan")
     try:
         with _open_text(path) as fh:
-            for lineno, line in enumerate(fh, 1):
+            # bounded lines: a file without newlines (10 GB of NUL bytes) is refused, not read into one string
+            for lineno, line in enumerate(iter(lambda: fh.readline(MAX_LINE + 1), ""), 1):
+                if len(line) > MAX_LINE:
+                    raise InputError(f"line longer than {MAX_LINE // 1024} KiB: not a Criteo TSV (binary, or a file of "
+                                     "NUL bytes)", "use the Criteo display-ads TSV format (train.txt)", f"{path}:{lineno}")
                 line = line.rstrip("\r\n")
                 if not line:
                     continue

@@ -105,6 +105,28 @@ def generate_movielens_like(
     return users, items, np.clip(r, 1.0, 5.0).astype(np.float32)
 
 
+#: the longest first line a ratings file may have (a real one has tens of bytes; a 10 GB file of NUL bytes has no newline)
+MAX_FIRST_LINE = 64 * 1024
+
+
+def _first_line(path: Path) -> str:
+    """The file's first line (at most :data:`MAX_FIRST_LINE` bytes read); InputError when it is longer."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(MAX_FIRST_LINE + 1)
+    except OSError as e:
+        raise InputError(f"cannot read ratings file: {e}", "check workload.dataset", str(path)) from None
+    line, nl, _ = head.partition(b"\n")
+    if not nl and len(head) > MAX_FIRST_LINE:
+        raise InputError(f"the first line is longer than {MAX_FIRST_LINE // 1024} KiB: not a ratings file (binary, or a "
+                         "file of NUL bytes)", "point workload.dataset at MovieLens ratings.csv or u.data", str(path))
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError("the first line is not UTF-8 text: not a ratings file", "point workload.dataset at MovieLens "
+                         "ratings.csv or u.data", str(path)) from None
+
+
 def _loadtxt(path: Path, delimiter: str | None, skiprows: int, fix: str) -> np.ndarray:
     try:
         with warnings.catch_warnings():
@@ -132,12 +154,9 @@ def load_movielens(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray
                 break
         else:
             raise InputError(f"folder {str(path)!r} holds neither ratings.csv nor u.data", "point workload.dataset at a MovieLens ratings file", "workload.dataset")
+    first = _first_line(path)  # bounded: a file without newlines is refused before np.loadtxt reads it whole
     if path.suffix == ".csv":
-        try:
-            with open(path, encoding="utf-8") as fh:
-                header = fh.readline().strip().lower().replace(" ", "")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read ratings file: {e}", "check workload.dataset", str(path)) from None
+        header = first.strip().lower().replace(" ", "")
         if not header.startswith("userid,movieid,rating"):
             raise InputError(
                 f"first line must be the header 'userId,movieId,rating,timestamp', found {header[:60]!r}",

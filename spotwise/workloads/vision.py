@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,8 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
     """
     cache = _digits_cache()
     try:
+        if not cache.is_file():  # absent, or a FIFO / device under the name: never opened (a FIFO would block)
+            raise FileNotFoundError(str(cache))
         with np.load(cache) as z:
             return z["x"].astype(np.float32), z["y"].astype(np.int64)
     except (OSError, KeyError, ValueError):
@@ -184,6 +187,12 @@ def require_path(dataset: str | None, workload: str, what: str) -> Path:
     path = Path(dataset).expanduser()
     if not path.exists():
         raise InputError(f"dataset path {str(path)!r} does not exist", f"check workload.dataset (expected {what})", "workload.dataset")
+    mode = path.stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO would block the reader forever, /dev/zero never end
+        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise InputError(f"dataset path {str(path)!r} is {kind}, not a file or folder",
+                         f"point workload.dataset at {what} on disk; devices, pipes and sockets are not read", "workload.dataset")
     return path
 
 

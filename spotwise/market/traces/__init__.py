@@ -119,16 +119,18 @@ def _walk(directory: Path) -> Iterable[Path]:
         entries = sorted(directory.rglob("*"))
     except OSError as exc:
         raise InputError(f"cannot list the directory ({exc})", "check its permissions", str(directory)) from None
-    for f in entries:
-        if f.is_file() and f.name.lower() not in _SKIP_NAMES and not f.name.lower().startswith("readme"):
+    for f in entries:  # not only regular files: a FIFO, device or dead link is refused by _read_text (never opened) and noted
+        if not f.is_dir() and f.name.lower() not in _SKIP_NAMES and not f.name.lower().startswith("readme"):
             yield f
 
 
 def load_traces(paths: PathLike | Sequence[PathLike]) -> list[StepSeries]:
     """Load every series from files and directories, detecting each file's format.
 
-    * A directory contributes every recognised file under it (recursively); ``SOURCE.txt``,
-      ``README*``, licences and unrecognised or non-text files are skipped there.  An
+    * A directory contributes every recognised file under it (recursively; linked folders are not
+      walked into); ``SOURCE.txt``, ``README*``, licences and unrecognised files are skipped there, and
+      a file that cannot be read (a FIFO, device, dead link, oversized or non-text file) is skipped
+      with a warning naming it.  An
       *explicitly named* file that is not recognised is an :class:`InputError`.
     * All AWS files are merged (same zone x type across files make one series; region end
       times are taken over the whole set, see :func:`load_aws_spot_json`).
@@ -155,7 +157,8 @@ def load_traces(paths: PathLike | Sequence[PathLike]) -> list[StepSeries]:
             for f in _walk(p):
                 try:
                     fmt = _sniff(_read_text(f), f)
-                except InputError:  # unreadable or nested too deeply: not a trace of this folder
+                except InputError as exc:  # a FIFO, device, dead link, oversized, binary or nested too deeply: skipped, noted
+                    log.warning("skipped %s: %s", f, exc.what)
                     continue
                 if fmt is None:
                     continue

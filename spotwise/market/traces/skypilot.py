@@ -12,9 +12,9 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.market.series import SeriesMeta, StepSeries
-from spotwise.market.traces.common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, ZERO_PRICE_FIX, PathLike, _MAX_EPOCH_S,
-                                           _compress_runs, _epoch, _finite_number, _parse_json, _read_text,
-                                           _region_of)
+from spotwise.market.traces.common import (MAX_AVAILABLE, MAX_PRICE_PER_HOUR, MAX_TRACE_EPOCH_S, TRACE_YEARS,
+                                           ZERO_PRICE_FIX, PathLike, _MAX_EPOCH_S, _compress_runs, _epoch, _finite_number,
+                                           _parse_json, _read_text, _region_of, check_trace_time)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -39,12 +39,12 @@ def _folder_start(folder: str) -> float | None:
 
 
 def _folder_nodes(folder: str) -> int | None:
-    """``16-node`` (or ``16-nodes``) -> 16; ``None`` for any other name, or a count below 1."""
+    """``16-node`` (or ``16-nodes``) -> 16; ``None`` for any other name.  ``0-node`` gives 0 and a huge
+    count stays huge: :func:`load_skypilot_json` refuses a count outside 1 .. :data:`MAX_AVAILABLE`."""
     m = _FOLDER_NODES_RE.match(folder)
-    if not m:
-        return None
-    n = int(m.group(1))
-    return n if n >= 1 else None
+    if not m or len(m.group(1)) > 12:  # 13+ digits: far above MAX_AVAILABLE; no int() of a 5000-digit name
+        return None if not m else 10 ** 12
+    return int(m.group(1))
 
 
 def _number_list(raw: object, key: str, where: str, cap: float, unit: str) -> np.ndarray:
@@ -72,7 +72,8 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
     ``data[i]`` is the number of instances available on tick ``i`` (1 = available, 0 = not; counts
     for multi-node traces), tick ``i`` covering ``[start + i*gap, start + (i+1)*gap)``; the series
     ends at ``start + len(data)*gap``.  ``start`` is midnight UTC of the date in the folder name
-    (``aws-10-26-2022`` -> 2022-10-26T00:00Z) or 0 when the folder has none.  The file name gives
+    (``aws-10-26-2022`` -> 2022-10-26T00:00Z; a date outside 2006-2100, or ticks that run past 2100
+    from it, are refused) or 0 when the folder has none.  The file name gives
     zone and instance (``us-west-2b_v100_1.json`` -> zone ``us-west-2b``, instance ``v100_1``,
     i.e. one V100); the folder prefix gives the cloud (``aws-``/``gcp-``).
 
@@ -105,8 +106,16 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
     data = _number_list(doc["data"], "data", where, MAX_AVAILABLE, "instances")
     if data.size == 0:
         raise InputError("'data' is empty", "the trace needs at least one tick", where)
+    whole = np.nonzero(data != np.floor(data))[0]
+    if whole.size:  # a count of instances: 2.5 would be floored to 2 by every reader without a word
+        raise InputError(f"data[{int(whole[0])}] = {doc['data'][int(whole[0])]!r} is not a whole number of instances",
+                         "'data' counts the instances available on each tick (0/1, or 0..k for a k-node trace)", where)
     nodes_folder = p.parent.parent.name
     nodes = _folder_nodes(nodes_folder)
+    if nodes is not None and not 1 <= nodes <= MAX_AVAILABLE:
+        raise InputError(f"its folder '{nodes_folder}' names {'more than 1e12' if nodes >= 10 ** 12 else nodes} nodes, "
+                         f"not a node count from 1 to {MAX_AVAILABLE:g}", "a k-node trace lives under a folder named "
+                         "<k>-node with k >= 1 (SkyPilot's 1-node, 4-node, 16-node): move the file, or rename the folder", where)
     if nodes is not None and np.any(data > nodes):
         i = int(np.nonzero(data > nodes)[0][0])
         raise InputError(f"data[{i}] = {doc['data'][i]!r} is above the {nodes} nodes its folder '{nodes_folder}' names",
@@ -120,6 +129,8 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
             raise InputError(f"prices[{int(np.nonzero(prices == 0)[0][0])}] is zero", ZERO_PRICE_FIX, where)
     folder = p.parent.name
     start = _folder_start(folder)
+    if start is not None:  # a dated folder (aws-10-26-2022) must name a year a trace can have
+        check_trace_time(start, folder, where, f"the date of the folder {folder!r}")
     t0 = 0.0 if start is None else start
     stem = p.stem
     zone, _, instance = stem.partition("_")
@@ -128,6 +139,9 @@ def load_skypilot_json(path: PathLike) -> list[StepSeries]:
     if end > _MAX_EPOCH_S:
         raise InputError(f"{data.size} ticks of metadata.gap_seconds = {gap:g} s end after the year 9999",
                          "give the tick length in seconds (SkyPilot traces use e.g. 600)", where)
+    if start is not None and end > MAX_TRACE_EPOCH_S:
+        raise InputError(f"{data.size} ticks of metadata.gap_seconds = {gap:g} s from {folder!r} end after {TRACE_YEARS[1]}",
+                         "give the tick length in seconds (SkyPilot traces use e.g. 600), or fix the folder's date", where)
     times = t0 + gap * np.arange(data.size, dtype=float)
     base = f"skypilot/{folder}:{zone}:{instance}" if instance else f"skypilot/{folder}:{stem}"
     extra: dict[str, object] = {"ticks": int(data.size), "gap_seconds": gap, "start_from_folder": start is not None}
