@@ -268,11 +268,11 @@ def read_run_tail(root: str | Path, rel: str | Path, cap: int, what: str | None 
         os.close(fd)
 
 
-def check_run_file(root: str | Path, rel: str | Path, what: str | None = None) -> None:
+def check_run_file(root: str | Path, rel: str | Path, what: str | None = None, *, cap: int | None = None) -> None:
     """InputError unless ``root/rel`` is a regular file :func:`read_run_file` would read (nothing is read):
-    a link, a FIFO, a device, a folder or a file over the cap is named in the message."""
+    a link, a FIFO, a device, a folder or a file over the cap (``cap=-1``: any size) is named in the message."""
     parts = _parts(rel)
-    fd, _ = _open_regular(Path(root), parts, what or parts[-1])
+    fd, _ = _open_regular(Path(root), parts, what or parts[-1], cap)
     os.close(fd)
 
 

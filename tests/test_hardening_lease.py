@@ -314,3 +314,27 @@ def test_spotwise_run_under_a_small_ulimit_exits_2_saying_what_to_set(tmp_path: 
     for dump in ("StackTrace", "Traceback", "***", "raylet", "internal error"):
         assert dump not in err, err
     assert not (tmp_path / "out" / "events.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------------------------- the mirror reads no link
+def test_the_mirror_never_uploads_through_a_link_planted_in_the_run_directory(tmp_path: Path) -> None:
+    """A link planted in the local run directory (a file or the checkpoints folder) is not followed by the
+    uploads: what it points at never reaches the URI."""
+    from spotwise.errors import InputError
+
+    remote, root = _remote(tmp_path)
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key").write_text("SECRET-KEY\n")
+    (secret / "manifest.json").write_text('{"checkpoints": []}')
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "spec.json").symlink_to(secret / "key")
+    (local / "events.jsonl").symlink_to(secret / "key")
+    (local / "checkpoints").symlink_to(secret)
+    mirror = RunMirror(remote, local)
+    mirror.sync_events()  # a link in its place: skipped
+    with pytest.raises(InputError, match="link"):
+        mirror.sync_checkpoints()
+    assert mirror._put_file("spec.json") is False
+    assert not any(b"SECRET" in data for data in _tree(root).values())

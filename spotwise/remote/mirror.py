@@ -39,6 +39,7 @@ from spotwise.errors import InputError
 from spotwise.remote.lease import LeaseLost, RemoteLease
 from spotwise.remote.uri import RemoteRoot, describe_error
 from spotwise.rundir import LOCK_FILE, MARKER, RUN_FILES
+from spotwise.rundir_files import check_run_file, read_run_file
 from spotwise.safeparse import loads_json
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ EVENTS_EVERY_S = 5.0
 def _warn(message: str) -> None:
     sys.stderr.write(f"warning: {message}\n")
     sys.stderr.flush()
+
+
+#: the mirror uploads spotwise's own files: no size cap beyond the disk, but read without following links
+_OWN_FILE_CAP = 1 << 40
 
 
 def _uploadable(path: Path) -> bool:
@@ -161,8 +166,9 @@ class RunMirror:
             return True
         fs = self.remote.fs
         if self.remote.scheme == "file" or st.st_size <= (8 << 20):
-            self._put_bytes(rel, path.read_bytes())
+            self._put_bytes(rel, read_run_file(self.local, rel, cap=_OWN_FILE_CAP))  # never through a link
         else:  # large (checkpoints, model.pt): streamed; an object store shows the object once complete
+            check_run_file(self.local, rel, cap=-1)  # a real file in real folders, not a link planted since
             self._guard()
             fs.put_file(str(path), self.remote.path(rel))
         self._sent[rel] = key
@@ -174,7 +180,7 @@ class RunMirror:
             path = self.local / EVENTS
             if not _uploadable(path):
                 return
-            data = path.read_bytes()
+            data = read_run_file(self.local, EVENTS, cap=_OWN_FILE_CAP)
             data = data[: data.rfind(b"\n") + 1]
             if len(data) == self._events_sent:
                 return
@@ -189,7 +195,7 @@ class RunMirror:
             manifest = folder / MANIFEST
             if not _uploadable(manifest):
                 return
-            raw = manifest.read_bytes()
+            raw = read_run_file(self.local, f"{CHECKPOINT_DIR}/{MANIFEST}", cap=_OWN_FILE_CAP)
             try:
                 entries = loads_json(raw.decode("utf-8"), str(manifest), "manifest.json").get("checkpoints", [])
                 names = [e["file"] for e in entries]
