@@ -247,7 +247,7 @@ def check_spot_capacity(resource: str = SPOT_RESOURCE, workers: int | None = Non
 
 
 def cluster_controller(spec: JobSpec, out_dir: str | Path, *, provider: Provider | None = None,
-                       startup_timeout_s: float = 120.0, capacity_timeout_s: float = 1800.0,
+                       startup_timeout_s: float | None = None, capacity_timeout_s: float | None = None,
                        clock: Clock | None = None, **kw: Any) -> JobController:
     """The job controller on a real cluster: the shared loop with the cluster's parts injected.
 
@@ -261,8 +261,11 @@ def cluster_controller(spec: JobSpec, out_dir: str | Path, *, provider: Provider
     """
     if not (isinstance(provider, ClusterProvider) and provider.autoscale):
         check_spot_capacity(workers=int(spec.cluster.workers))
-    if isinstance(provider, ClusterProvider):
+    # given waits replace the provider's; unset ones keep its own (an autoscaling provider's is
+    # AUTOSCALE_STARTUP_S: a default of 120 s here used to cut it short)
+    if isinstance(provider, ClusterProvider) and startup_timeout_s is not None:
         provider.startup_timeout_s = float(startup_timeout_s)
+    if isinstance(provider, ClusterProvider) and capacity_timeout_s is not None:
         provider.capacity_timeout_s = float(capacity_timeout_s)
     if spec.cluster.data_plane == "collective" and "plane" not in kw:
         import ray
