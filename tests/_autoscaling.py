@@ -73,7 +73,7 @@ def autoscaling_cluster(log_dir: Path, spot_units: int = 2, max_spot_nodes: int 
                             start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 240  # an event wait; the bound only ends a hang
         while subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True, env=ENV,
                              timeout=60).returncode != 0:
             if time.monotonic() > deadline or head.poll() is not None:

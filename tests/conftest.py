@@ -64,3 +64,49 @@ def ray_unimportable(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [m for m in sys.modules if m == "ray" or m.startswith("ray.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "ray", None)
+
+
+# ------------------------------------------------------------------ scheduling over pytest-xdist workers
+#: modules that start multi-node Ray clusters (their own raylets): one worker runs them one after the
+#: other, so two clusters never start at once on one machine (Ray waits a fixed 30 s for a raylet)
+MULTINODE = ("test_cluster.py", "test_cluster_collective.py", "test_cluster_autoscale.py")
+#: measured seconds per scope (tests/durations.json, written by tests/_durations.py from a run's
+#: junit XML): the longest scopes are handed out first, so no worker is left with a long one at the end
+_DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def _scope(item: pytest.Item) -> str | None:
+    """The xdist group of a test: a module that holds a costly module-scoped fixture runs on one
+    worker (its fixture is built once); the multi-node cluster modules share one; the rest are
+    handed out test by test."""
+    name = item.path.name
+    if name in MULTINODE:
+        return "multinode"
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        if defs and defs[-1].scope == "module":  # e.g. a finished run several tests read
+            return name
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import json
+
+    known: dict[str, float] = json.loads(_DURATIONS.read_text()) if _DURATIONS.is_file() else {}
+    weight: dict[str, float] = {}
+    for item in items:
+        group = _scope(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        key = group or item.nodeid
+        weight[key] = weight.get(key, 0.0) + known.get(item.nodeid, 0.0)
+    # longest first (a stable sort: the collection order otherwise); xdist hands out scopes in this
+    # order when started with --no-loadscope-reorder (see pyproject.toml)
+    items.sort(key=lambda it: -weight[_scope(it) or it.nodeid])
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per core, at most 4 (the Ray-heavy tests start several processes each)."""
+    import os
+
+    return max(1, min(4, len(os.sched_getaffinity(0))))

@@ -22,7 +22,7 @@ import yaml
 
 from spotwise.events import read_events
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # each wait is an event wait; this ends a hang
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -58,12 +58,19 @@ def _spot_units(address: str) -> float:
     return 0.0
 
 
-def _wait(cond, timeout: float, what: str) -> None:
+#: bound on waits for a node to start and register (an event wait: the bound only ends a hang; a
+#: raylet took ~10 s quiet and ~40 s beside two busy processes on the 2-core machine)
+NODE_WAIT_S = 240.0
+
+
+def _wait(cond, timeout: float, what: str, every: float = 0.5) -> None:
+    """Poll ``cond`` until it holds; ``every``: the pause between polls (a ``ray status`` poll
+    starts a Python process: ~1 CPU-s, so those poll every 2 s)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
             return
-        time.sleep(0.5)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -83,7 +90,7 @@ def head(tmp_path: Path):
     nodes: list[subprocess.Popen] = []
     try:
         _wait(lambda: subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True,
-                                     env=ENV, timeout=60).returncode == 0, 90, "the head node")
+                                     env=ENV, timeout=60).returncode == 0, NODE_WAIT_S, "the head node", every=2.0)
         yield address, nodes
     finally:
         for n in nodes:
@@ -94,7 +101,7 @@ def head(tmp_path: Path):
 def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> None:
     address, nodes = head
     nodes.append(_start(["--address", address, "--resources", '{"spot": 4}', "--num-cpus", "1"], tmp_path / "n1.log"))
-    _wait(lambda: _spot_units(address) >= 4, 90, "the first spot node")
+    _wait(lambda: _spot_units(address) >= 4, NODE_WAIT_S, "the first spot node", every=2.0)
     spec = {
         "name": "cluster", "seed": 1,
         "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
@@ -109,15 +116,15 @@ def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> No
     run = subprocess.Popen([str(BIN / "spotwise"), "run", str(spec_path), "--out", str(out), "--ray-address", address,
                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
-        _wait(lambda: _steps(out / "events.jsonl") >= 60 or run.poll() is not None, 150, "60 committed steps")
+        _wait(lambda: _steps(out / "events.jsonl") >= 60 or run.poll() is not None, NODE_WAIT_S, "60 committed steps")
         assert run.poll() is None, run.stderr.read() if run.stderr else ""
         _stop(nodes[0])  # the spot node disappears with its four workers
-        _wait(lambda: sum(e["kind"] == "revoke" for e in read_events(out / "events.jsonl")) >= 4, 60, "node-lost revocations")
+        _wait(lambda: sum(e["kind"] == "revoke" for e in read_events(out / "events.jsonl")) >= 4, NODE_WAIT_S, "node-lost revocations")
         frozen = _steps(out / "events.jsonl")
         time.sleep(2)
         assert _steps(out / "events.jsonl") == frozen, "no worker left: no step can commit"
         nodes.append(_start(["--address", address, "--resources", '{"spot": 4}', "--num-cpus", "1"], tmp_path / "n2.log"))
-        stdout, stderr = run.communicate(timeout=200)
+        stdout, stderr = run.communicate(timeout=2 * NODE_WAIT_S)
     finally:
         if run.poll() is None:
             run.kill()

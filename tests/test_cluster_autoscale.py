@@ -5,14 +5,14 @@ asks Ray's autoscaler for the job's worker slots (``ray.autoscaler.sdk.request_r
 autoscaler launches spot nodes (real raylets, from the fake provider), spotwise admits their
 workers as joiners.  Mid-run a spot node is killed (its raylet and workers, SIGKILL): spotwise
 sees the lost workers as revocations and asks for the slots again; the autoscaler launches a
-replacement; spotwise admits it; the job completes with every sample in exactly one committed
-step per epoch.  Both data planes.  See ``tests/_autoscaling.py`` for how the fake provider is
+replacement; spotwise admits it and its workers commit steps; the test then stops the run
+(SIGTERM) and checks every sample in exactly one committed step per epoch.  Both data planes.  See ``tests/_autoscaling.py`` for how the fake provider is
 started (Ray's ``AutoscalingCluster``, without its ``ray stop --force``).
 """
 
 from __future__ import annotations
 
-import json
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -25,7 +25,7 @@ from _autoscaling import BIN, ENV, autoscaling_cluster, kill_spot_node, spot_ray
 
 from spotwise.events import read_events
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # each wait is an event wait; this ends a hang
 
 
 def _steps(events: Path) -> int:
@@ -45,37 +45,56 @@ def _spec(plane: str, steps: int) -> dict[str, Any]:
             "outputs": {"checkpoint_every": 100, "plots": False}}
 
 
-@pytest.mark.parametrize("plane,steps", [("ps", 4000), ("collective", 12000)])
-def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_completes(tmp_path: Path, plane: str, steps: int) -> None:
-    spec = _spec(plane, steps)
+#: committed steps wanted from the replacement node's workers before the test stops the run
+AFTER = 20
+
+
+@pytest.mark.parametrize("plane", ["ps", "collective"])
+def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path: Path, plane: str) -> None:
+    """Event waits only: the run is stopped (SIGTERM, a clean stop: exit 143) once the replacement's
+    workers joined and ``AFTER`` steps were committed after that; no step count guessed from this
+    machine's speed.  That a cluster run completes is asserted by tests/test_cluster.py."""
+    spec = _spec(plane, 10**7)
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(spec))
     out = tmp_path / "run"
     events = out / "events.jsonl"
+
+    def replaced() -> bool:
+        ev = read_events(events)
+        lost = [e for e in ev if e["kind"] == "revoke"]
+        if not lost:
+            return False
+        joins = [i for i, e in enumerate(ev) if e["kind"] == "join" and e["t"] > lost[0]["t"]]
+        return bool(joins) and sum(1 for e in ev[joins[0] + 1:] if e["kind"] == "step") >= AFTER
+
     with autoscaling_cluster(tmp_path) as address:
         assert spot_raylets(address) == [], "the cluster starts without spot nodes"
         run = subprocess.Popen([str(BIN / "spotwise"), "run", str(tmp_path / "job.yaml"), "--out", str(out),
                                 "--ray-address", address, "--autoscale", "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
         try:
-            deadline = time.monotonic() + 180
-            while _steps(events) < 200 and run.poll() is None:
-                assert time.monotonic() < deadline, "no 200 steps: the autoscaler did not provide spot nodes"
-                time.sleep(0.2)
+            deadline = time.monotonic() + 300  # event waits: the bounds only end a hang
+            # past the first epoch, so the sampler checks below span an epoch boundary
+            while (_steps(events) < 100 or not any(e["kind"] == "step" and e.get("epoch", 0) >= 1
+                                                   for e in read_events(events))) and run.poll() is None:
+                assert time.monotonic() < deadline, "no 100 steps: the autoscaler did not provide spot nodes"
+                time.sleep(0.5)
             assert run.poll() is None, run.stderr.read() if run.stderr else ""
             first = spot_raylets(address)
             assert first, "the autoscaler launched spot nodes for the job"
             kill_spot_node(first[0])  # a spot node is reclaimed
-            deadline = time.monotonic() + 180
-            while not any(r.pid not in {p.pid for p in first} for r in spot_raylets(address)) and run.poll() is None:
-                assert time.monotonic() < deadline, "no replacement node"
+            deadline = time.monotonic() + 300
+            while not replaced() and run.poll() is None:
+                assert time.monotonic() < deadline, "no replacement node's workers joined and stepped"
                 time.sleep(0.5)
-            stdout, stderr = run.communicate(timeout=240)
+            assert run.poll() is None, run.stderr.read() if run.stderr else ""
+            assert any(r.pid not in {p.pid for p in first} for r in spot_raylets(address)), "a replacement node"
+            run.send_signal(signal.SIGTERM)
+            _, stderr = run.communicate(timeout=120)
         finally:
             if run.poll() is None:
                 run.kill()
-    assert run.returncode == 0, stderr[-3000:]
-    summary = json.loads(stdout)
-    assert summary["status"] == "completed" and summary["steps"] == steps
+    assert run.returncode == 143 and "Traceback" not in stderr, stderr[-3000:]
     ev = read_events(events)
     lost = [e for e in ev if e["kind"] == "revoke"]
     assert lost and all(e["reason"] == "node-lost" for e in lost), lost
@@ -84,20 +103,22 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_completes(tmp_pat
     first_join = joined_after[0]["t"]
     assert any(e["kind"] == "step" and e["t"] > first_join for e in ev), "and contributed to committed steps"
     if plane == "ps":
-        # no committed step lost, none twice; the sampler's final state holds every sample of each
-        # finished epoch exactly once (the committed samples are whole epochs plus the current one's)
-        assert [e["step"] for e in ev if e["kind"] == "step"] == list(range(1, steps + 1))
+        # no committed step lost, none twice; the stop's checkpoint holds the sampler's state: every
+        # sample of each finished epoch exactly once (whole epochs plus the current one's)
+        steps = [e for e in ev if e["kind"] == "step"]
+        assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
         from spotwise.control.checkpoint import load_latest_checkpoint
 
         state, _ = load_latest_checkpoint(out)
         sampler = state["sampler"]
+        assert state["step"] == len(steps), (state["step"], len(steps))
         assert sampler["epoch"] >= 1, "the run crossed epochs"
-        assert summary["extra"]["samples"] == sampler["epoch"] * sampler["n"] + sampler["committed_in_epoch"]
+        assert state["counters"]["samples"] == sampler["epoch"] * sampler["n"] + sampler["committed_in_epoch"]
     else:
         from test_collective_plane import assert_sampler_guarantee, committed_history
 
         history = committed_history(out)
-        assert [e["step"] for e in history] == list(range(1, steps + 1))
+        assert [e["step"] for e in history] == list(range(1, len(history) + 1))
         assert_sampler_guarantee(history, len(_train(spec)))
 
 

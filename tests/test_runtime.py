@@ -145,9 +145,7 @@ def test_many_at_once_then_all_workers(ray_session, tmp_path: Path) -> None:
 def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:
     spec = make_spec(**{"cluster__workers": 8, "target__iterations": 50, "cluster__standby": 4})
     rev = ScriptedRevocation(random_outages(8, horizon=75, count=4, seed=5, fraction=0.5, duration=(2, 20)))
-    t0 = time.monotonic()
-    coord, summary = run(spec, tmp_path / "run", revocation=rev)
-    assert time.monotonic() - t0 < 200
+    coord, summary = run(spec, tmp_path / "run", revocation=rev)  # a hang is pytest-timeout's
     assert summary.steps == 50
     assert_steps_monotone(tmp_path / "run", 50)
     assert summary.revocations > 3

@@ -44,12 +44,19 @@ def member_main(address: StoreAddress, member: int, out: Any, rounds: int, size:
             g.allreduce(y)
         except GroupFailed:
             t_fail = time.perf_counter()
-            g.report_alive(step)
-            gen += 1
-            g.form(gen)
-            step, _ = _reconcile(g, x, step)
-            y = torch.ones(size)  # the failed step is retried whole
-            g.allreduce(y)
+            while True:  # a generation can fail again while it forms (a slow peer on a busy machine)
+                g.report_alive(step)
+                gen += 1
+                try:
+                    g.form(gen)
+                    step, _ = _reconcile(g, x, step)
+                    y = torch.ones(size)  # the failed step is retried whole
+                    g.allreduce(y)
+                    break
+                except GroupFailed:
+                    continue
+                except RuntimeError as e:  # gloo could not connect the generation in time
+                    g.store.set(f"fail/{gen}", f"member {member}: {e}"[:200])
             recoveries.append(time.perf_counter() - t_fail)
         out.put(("step", member, gen, step, float(y[0]), len(g.members), time.time()))
         step += 1
