@@ -86,6 +86,12 @@ class MarketEvent:
     revoke_at: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        # the common case first (a week's timeline of a short-lived market holds ~10^5 events):
+        # plain float and int values need none of the conversions below
+        if (type(self.t) is float and type(self.worker) is int and self.worker >= 0 and self.kind in EVENT_KINDS
+                and (self.revoke_at is None or (type(self.revoke_at) is float and self.revoke_at >= self.t))
+                and self.t - self.t == 0.0):  # finite: inf - inf and nan - nan are nan
+            return
         if isinstance(self.t, bool) or not isinstance(self.t, numbers.Real) or not math.isfinite(float(self.t)):
             raise InputError(f"event time must be a finite number, got {self.t!r}", where="MarketEvent.t")
         object.__setattr__(self, "t", float(self.t))
