@@ -75,34 +75,38 @@ MULTINODE = ("test_cluster.py", "test_cluster_collective.py", "test_cluster_auto
 _DURATIONS = Path(__file__).with_name("durations.json")
 
 
-def _scope(item: pytest.Item) -> str | None:
-    """The xdist group of a test: a module that holds a costly module-scoped fixture runs on one
-    worker (its fixture is built once); the multi-node cluster modules share one; the rest are
-    handed out test by test."""
-    name = item.path.name
-    if name in MULTINODE:
-        return "multinode"
+#: modules that share a machine-wide resource (lithops' localhost folder, a Redis per test): one worker
+SHARED = {"test_serverless.py": "serverless", "test_serverless_hygiene.py": "serverless"}
+
+
+def _module_fixture(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
-    for defs in (info.name2fixturedefs.values() if info is not None else ()):
-        if defs and defs[-1].scope == "module":  # e.g. a finished run several tests read
-            return name
-    return None
+    return any(defs and defs[-1].scope == "module" for defs in (info.name2fixturedefs.values() if info else ()))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The xdist group of each test, and the order scopes are handed out in.
+
+    A module holding a costly module-scoped fixture (e.g. a finished run several tests read) runs on
+    one worker, so the fixture is built once; the multi-node cluster modules share one group, as do
+    the modules that share a machine-wide resource; every other test is handed out on its own.
+    """
     import json
 
     known: dict[str, float] = json.loads(_DURATIONS.read_text()) if _DURATIONS.is_file() else {}
+    whole = {it.path.name for it in items if _module_fixture(it)}
+    scope: dict[str, str] = {}
     weight: dict[str, float] = {}
     for item in items:
-        group = _scope(item)
+        name = item.path.name
+        group = "multinode" if name in MULTINODE else SHARED.get(name) or (name if name in whole else None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        key = group or item.nodeid
+        key = scope[item.nodeid] = group or item.nodeid
         weight[key] = weight.get(key, 0.0) + known.get(item.nodeid, 0.0)
     # longest first (a stable sort: the collection order otherwise); xdist hands out scopes in this
     # order when started with --no-loadscope-reorder (see pyproject.toml)
-    items.sort(key=lambda it: -weight[_scope(it) or it.nodeid])
+    items.sort(key=lambda it: -weight[scope[it.nodeid]])
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

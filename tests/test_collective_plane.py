@@ -161,7 +161,10 @@ def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -
     revokes = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["revoke"]))
     assert [(r["worker"], r["reason"]) for r in revokes] == [(1, "node-lost")]
     assert [e["step"] for e in committed_history(tmp_path / "run")] == list(range(1, 21))
-    assert summary.wall_s < 120
+    # no hang: the frozen peer costs a few group_timeout_s; bound 10x that plus 10x this run's own start (to
+    # its first step: load slows it as it slows the rest), not a fixed number of seconds
+    first = [e["wall"] for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["step"])][0]
+    assert summary.wall_s < 10 * (first + spec.cluster.group_timeout_s), (summary.wall_s, first)
 
 
 def test_a_crashed_member_is_replaced_and_a_strategy_switch_is_atomic(ray_session: Any, tmp_path: Path) -> None:

@@ -141,12 +141,31 @@ def test_builtin_learns(name):
         assert after[wl.metric_name] > before[wl.metric_name]
 
 
+def _reference_sgd_s(steps: int, bs: int) -> float:
+    """Seconds for ``steps`` SGD steps of a one-layer model on a fixed batch: this machine's speed now."""
+    torch.manual_seed(0)
+    m, x, y = torch.nn.Linear(64, 10), torch.randn(bs, 64), torch.randint(0, 10, (bs,))
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        zero_grad(m)
+        loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        apply_flat_grad(m, flat_grad(m), 0.1)
+        loss.item()
+    return time.perf_counter() - t0
+
+
 def test_mlp_digits_reaches_90_percent_quickly():
+    """In 300 steps, each costing about what a bare one-layer step costs (~1x measured before and after:
+    load slows both), 20x allowed."""
     wl = built("mlp-digits")
     model = wl.build_model()
+    base = _reference_sgd_s(300, 32)
     t0 = time.perf_counter()
     sgd(wl, model, 300, 32, 0.1)
-    assert time.perf_counter() - t0 < 10
+    took = time.perf_counter() - t0
+    base = max(base, _reference_sgd_s(300, 32))
+    assert took < 20 * base, f"took {took:.2f} s; the reference {base:.2f} s"
     assert wl.evaluate(model, wl.test)["accuracy"] > 0.90
 
 

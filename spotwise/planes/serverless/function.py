@@ -160,7 +160,8 @@ class WorkerInvocation:
             time.sleep(d)
 
     def _heartbeat(self) -> None:
-        self.r.set(self.k.per("hb", self.w), f"{time.time():.3f}", ex=3600)
+        # "<wall time> <incarnation>": the pool tells this incarnation's beats from a fenced one's
+        self.r.set(self.k.per("hb", self.w), f"{time.time():.3f} {self.inc}", ex=3600)
 
     def _restore(self) -> None:
         """Rebuild the replica from the store (see the module docstring).
@@ -242,10 +243,10 @@ class WorkerInvocation:
         try:
             self._connect()
             self._check_live()
-            self._heartbeat()
             self._fault = self.r.get(self.k.per("fault", self.w))  # injected faults (tests): read once, not every step
             self._build()
             self._restore()
+            self._heartbeat()  # the first beat ends the cold start (see FunctionPool's startup allowance)
             while True:
                 # the lease (the platform's timeout) ends the invocation -- but only after one step of
                 # its own, so a lease shorter than a function's start-up still makes progress

@@ -7,7 +7,11 @@ results and heartbeats in the store, and bills, logs and re-invokes:
 * a function that returns at its lease (the platform's timeout) or after an error is invoked again;
   it resumes from what is committed;
 * a function that stops beating for ``heartbeat_timeout_s`` is *lost*: billed until then and
-  invoked again (unless it had left the pool);
+  invoked again (unless it had left the pool).  Its cold start (invocation to its first beat: the
+  platform starting it, imports, building the model, restoring the replica) is allowed
+  :meth:`FunctionPool.startup_allowance_s` instead: several times the slowest cold start seen in
+  this run, at least ``STARTUP_FLOOR_S`` -- a fixed beat timeout there re-invoked every function
+  forever on a busy machine, each one lost while still starting;
 * a worker that returns ``left`` (scale-in) is not invoked again.
 
 The supervisor holds one pool; it decides what a failure means for the job (the pool returns it).
@@ -23,6 +27,11 @@ from typing import Any
 from spotwise.planes.serverless.function_billing import FunctionMeter
 from spotwise.planes.serverless.job_store import JobStore, StoreLost
 
+#: the least time a function is given from its invocation to its first beat (its cold start)
+STARTUP_FLOOR_S = 60.0
+#: ... and the factor over the slowest cold start measured in the run, when that is longer
+STARTUP_FACTOR = 4.0
+
 #: the result fields a function reports that the event log keeps at the end of a job
 _FINAL_FIELDS = ("bytes_out", "bytes_in", "compute_s", "wait_s", "pull_s", "network_s")
 
@@ -30,12 +39,25 @@ _FINAL_FIELDS = ("bytes_out", "bytes_in", "compute_s", "wait_s", "pull_s", "netw
 class Invocation:
     """One function call of worker ``w`` (incarnation ``inc``)."""
 
-    __slots__ = ("w", "inc", "invoked_t", "invoked_wall", "future", "done")
+    __slots__ = ("w", "inc", "invoked_t", "invoked_wall", "future", "done", "started")
 
     def __init__(self, w: int, inc: str, invoked_t: float, future: Any) -> None:
         self.w, self.inc, self.invoked_t, self.future = w, inc, invoked_t, future
         self.invoked_wall = time.time()
         self.done = False
+        #: wall time of this incarnation's first beat (None: still starting)
+        self.started: float | None = None
+
+
+def _beat(hb: bytes | str | None) -> tuple[float, str | None] | None:
+    """A heartbeat value: ``(wall time, incarnation)`` (``None`` incarnation: an older function's beat)."""
+    if hb is None:
+        return None
+    parts = (hb.decode() if isinstance(hb, bytes) else hb).split()
+    try:
+        return float(parts[0]), (parts[1] if len(parts) > 1 else None)
+    except (IndexError, ValueError):
+        return None
 
 
 class FunctionPool:
@@ -59,6 +81,12 @@ class FunctionPool:
         #: workers that left the pool for good (scale-in)
         self.left: set[int] = set()
         self._next_watch = 0.0
+        #: the slowest cold start (invocation to first beat) seen in this run, seconds
+        self.slowest_start_s = 0.0
+
+    def startup_allowance_s(self) -> float:
+        """How long a function may take from its invocation to its first beat before it is lost."""
+        return max(self.heartbeat_timeout_s, STARTUP_FLOOR_S, STARTUP_FACTOR * self.slowest_start_s)
 
     def live(self) -> list[Invocation]:
         return [inv for inv in self.invocations.values() if not inv.done]
@@ -118,8 +146,16 @@ class FunctionPool:
             if result is not None:
                 failure = self._ended(inv, json.loads(result), running and failure is None, version) or failure
                 continue
-            last = float(hb) if hb is not None else inv.invoked_wall
-            last = max(last, inv.invoked_wall)
+            beat = _beat(hb)
+            if inv.started is None and beat is not None and beat[0] >= inv.invoked_wall and beat[1] in (None, inv.inc):
+                inv.started = beat[0]
+                self.slowest_start_s = max(self.slowest_start_s, beat[0] - inv.invoked_wall)
+            if inv.started is None:  # still starting: the cold-start allowance
+                if now - inv.invoked_wall > self.startup_allowance_s():
+                    self._lost(inv, f"no first heartbeat {now - inv.invoked_wall:.1f} s after its invocation",
+                               running and failure is None)
+                continue
+            last = max(beat[0] if beat is not None and beat[1] in (None, inv.inc) else inv.started, inv.started)
             if now - last > self.heartbeat_timeout_s:
                 self._lost(inv, f"no heartbeat for {now - last:.1f} s", running and failure is None)
         return failure
