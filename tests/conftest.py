@@ -84,6 +84,7 @@ def _module_fixture(item: pytest.Item) -> bool:
     return any(defs and defs[-1].scope == "module" for defs in (info.name2fixturedefs.values() if info else ()))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The xdist group of each test, and the order scopes are handed out in.
 

@@ -14,6 +14,13 @@ import yaml
 
 from spotwise.market.series import iso8601
 
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tables below are read by their column headers: a wide console, whatever COLUMNS the test
+    process inherited (an xdist worker's differs from a terminal's)."""
+    monkeypatch.setenv("COLUMNS", "200")
+
 AWS = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces" / "training-on-a-dime" / "logs" / "aws" / "cost"
 H = 3600.0
 T0 = 1_580_000_000.0  # 2020-01-26
