@@ -132,11 +132,11 @@ def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(
     spec = make_spec(cluster__workers=4, cluster__sync=sync, cluster__local_steps=2, cluster__standby=2, target__iterations=60, workload__eval_every=20)
     rev = ScriptedRevocation((outage(4, 12, [0, 1, 2]),            # 75 % at once
                               outage(20, 30, [0, 1, 2, 3]),        # the whole cluster
-                              ) + random_outages(4, horizon=60, count=5, seed=7, fraction=0.25, duration=(1, 6)))
+                              ) + random_outages(4, horizon=60, count=2, seed=7, fraction=0.25, duration=(1, 6)))
     coord, summary = run(spec, tmp_path / "run", revocation=rev)
     out = tmp_path / "run"
     assert summary.status == "completed" and summary.steps == 60
-    assert summary.revocations >= 3 + 4 + 3
+    assert summary.revocations >= 3 + 4 + 1
     history = committed_history(out)
     assert [e["step"] for e in history] == list(range(1, 61)), "every step committed exactly once"
     assert_sampler_guarantee(history, coord.state.n_train)

@@ -146,7 +146,7 @@ def test_round_draws_from_a_checkpoint_are_checked():
 BASE: dict[str, Any] = {
     "name": "same-run", "seed": 5,
     "workload": {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000},
-    "target": {"iterations": 60},
+    "target": {"iterations": 30},
     "cluster": {"instance_type": "c5.xlarge", "workers": 3, "coordinator_instance": "c5.large", "standby": 3,
                 "replica_every": 5, "group_timeout_s": 2},
     "market": {"synthetic": {"kind": "constant", "price": 0.07},
@@ -199,7 +199,7 @@ def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path
     members = _membership(full)
 
     stopped = tmp_path / "sigterm"  # SIGTERM's path: a final checkpoint of the last committed step, then stop
-    s1 = build_controller(spec, stopped, stop_after_steps=23).run()
+    s1 = build_controller(spec, stopped, stop_after_steps=13).run()
     assert s1.status == "stopped"
     copies[0] = stopped
 

@@ -95,7 +95,7 @@ def test_sampler_state_round_trip() -> None:
 # ---------------------------------------------------------------------------------- numerics
 def test_full_sync_equals_single_process_sgd(ray_session, tmp_path: Path) -> None:
     """Fully-synchronous, fixed seed, no revocations == plain SGD on the same global batch (1e-5)."""
-    spec = make_spec(target__iterations=25, cluster__workers=4, workload__batch_size=8)
+    spec = make_spec(target__iterations=25, cluster__workers=4, workload__batch_size=8, cluster__standby=0)
     coord, summary = run(spec, tmp_path / "run")
     assert summary.steps == 25 and summary.status == "completed"
 
@@ -121,30 +121,31 @@ def test_other_sync_modes_learn_through_revocations(ray_session, tmp_path: Path,
 # ---------------------------------------------------------------------------------- faults
 @pytest.mark.slow
 def test_many_at_once_then_all_workers(ray_session, tmp_path: Path) -> None:
-    """75% of workers at once, later the whole cluster: idle, then resume in place."""
-    spec = make_spec(**{"cluster__workers": 8, "target__iterations": 60})
-    rev = ScriptedRevocation((outage(10, 30, range(6)), outage(40, 70, range(8))))
+    """75% of workers at once, later the whole cluster: idle, then resume in place (4 workers: 3 at
+    once, then all 4 -- the same paths as 8, with half the actor starts)."""
+    spec = make_spec(**{"cluster__workers": 4, "target__iterations": 60})
+    rev = ScriptedRevocation((outage(10, 30, range(3)), outage(40, 70, range(4))))
     coord, summary = run(spec, tmp_path / "run", revocation=rev)
     out = tmp_path / "run"
     assert summary.steps == 60 and summary.status == "completed"
     assert_steps_monotone(out, 60)
     ev = read_events(out / "events.jsonl")
-    assert sum(e["kind"] == "revoke" for e in ev) == 6 + 8
+    assert sum(e["kind"] == "revoke" for e in ev) == 3 + 4
     idle = [e for e in ev if e["kind"] == "idle"]
     assert idle and idle[0]["start"] == pytest.approx(40, abs=3) and idle[0]["duration"] > 20
     assert idle[0]["t"] == pytest.approx(idle[0]["start"] + idle[0]["duration"])
     steps = [e for e in ev if e["kind"] == "step"]
-    assert any(e["lost"] > 0 and e["contributions"] < 8 for e in steps), \
+    assert any(e["lost"] > 0 and e["contributions"] < 4 for e in steps), \
         "a step whose workers were revoked mid-way completes with the survivors' whole gradients"
     assert summary.extra["aborted_steps"] >= 1, "a step none of whose workers survived is aborted and retried"
     # killed actors are really gone, joiners are new processes
-    assert coord.compute.killed >= 14  # type: ignore[attr-defined]
+    assert coord.compute.killed >= 7  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
 def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:
-    spec = make_spec(**{"cluster__workers": 8, "target__iterations": 50, "cluster__standby": 4})
-    rev = ScriptedRevocation(random_outages(8, horizon=75, count=4, seed=5, fraction=0.5, duration=(2, 20)))
+    spec = make_spec(**{"cluster__workers": 4, "target__iterations": 50, "cluster__standby": 2})
+    rev = ScriptedRevocation(random_outages(4, horizon=75, count=4, seed=5, fraction=0.5, duration=(2, 20)))
     coord, summary = run(spec, tmp_path / "run", revocation=rev)  # a hang is pytest-timeout's
     assert summary.steps == 50
     assert_steps_monotone(tmp_path / "run", 50)
@@ -154,7 +155,7 @@ def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_bernoulli_chaos_example(ray_session, tmp_path: Path) -> None:
     """examples/chaos.yaml semantics: Bernoulli revocations per iteration, several at once."""
-    spec = make_spec(**{"cluster__workers": 6, "target__iterations": 20, "cluster__standby": 3,
+    spec = make_spec(**{"cluster__workers": 4, "target__iterations": 20, "cluster__standby": 2,
                         "market__revocation": {"model": "bernoulli", "q": 0.1, "rejoin_p": 0.15, "notice_s": 0}})
     coord, summary = run(spec, tmp_path / "run")
     assert summary.steps == 20
@@ -175,7 +176,7 @@ def test_growth_policy_resizes(ray_session, tmp_path: Path) -> None:
 
 
 def test_ledger_and_summary(ray_session, tmp_path: Path) -> None:
-    spec = make_spec(**{"cluster__workers": 2, "target__iterations": 10, "market__min_charge_s": 0})
+    spec = make_spec(**{"cluster__workers": 2, "target__iterations": 10, "market__min_charge_s": 0, "cluster__standby": 0})
     coord, summary = run(spec, tmp_path / "run")
     s = read_summary(tmp_path / "run")
     assert s.steps == 10
@@ -198,8 +199,8 @@ def _spotwise(*args: str, **kw: Any) -> subprocess.Popen:
 def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
     spec_path = tmp_path / "job.yaml"
     d = copy.deepcopy(BASE)
-    d["target"] = {"iterations": 120}
-    d["outputs"] = {"checkpoint_every": 15, "plots": False}
+    d["target"] = {"iterations": 60}
+    d["outputs"] = {"checkpoint_every": 10, "plots": False}
     d["market"] = {"synthetic": {"kind": "constant", "price": 0.07},
                    "revocation": {"model": "bernoulli", "q": 0.02, "rejoin_p": 0.5, "notice_s": 0}}
     import yaml
@@ -214,7 +215,7 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
         ev = out / "events.jsonl"
         if ev.exists():
             steps = [json.loads(l)["step"] for l in ev.read_text().splitlines() if '"kind":"step"' in l and l.endswith("}")]
-            if steps and steps[-1] >= 40:
+            if steps and steps[-1] >= 25:
                 proc.send_signal(signal.SIGKILL)
                 killed_at = steps[-1]
                 break
@@ -226,7 +227,7 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
     stdout, stderr = res.communicate(timeout=200)
     assert res.returncode == 0, stderr
     summary = json.loads(stdout)
-    assert summary["steps"] == 120 and summary["status"] == "completed"
+    assert summary["steps"] == 60 and summary["status"] == "completed"
     events = read_events(out / "events.jsonl")
     restore = [e for e in events if e["kind"] == "restore"]
     assert len(restore) == 1 and restore[0]["step"] <= killed_at
@@ -238,5 +239,5 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
     i = seq.index(("R", restore[0]["step"]))
     before, after = seq[:i], seq[i + 1:]
     assert before == list(range(1, len(before) + 1))
-    assert after == list(range(restore[0]["step"] + 1, 121))
-    assert killed_at - restore[0]["step"] < 15 + 5, "at most the steps since the last checkpoint are lost"
+    assert after == list(range(restore[0]["step"] + 1, 61))
+    assert killed_at - restore[0]["step"] < 10 + 5, "at most the steps since the last checkpoint are lost"
