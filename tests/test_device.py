@@ -83,7 +83,12 @@ def test_serverless_cannot_ask_for_cuda() -> None:
 
 # ------------------------------------------------------------------------------ device resolution
 def test_auto_resolves_to_cuda_only_where_there_is_cuda() -> None:
-    assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    # on a GPU node the worker's own device with its index (cuda:0), which NCCL and the default stream use
+    auto = resolve_device("auto")
+    if torch.cuda.is_available():
+        assert auto.type == "cuda" and auto.index == torch.cuda.current_device()
+    else:
+        assert auto == torch.device("cpu")
     assert resolve_device("cpu") == torch.device("cpu")
     with pytest.raises(InputError, match="unknown device"):
         resolve_device("tpu")

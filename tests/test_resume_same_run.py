@@ -184,7 +184,9 @@ def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path
         revoke_times.update(float(e["t"]) for e in rows if e["kind"] in ("notice", "revoke"))
         # written at the instant of a notice and its revocation (before or after it was applied)
         at_revocation = job.T in revoke_times or job.provider.peek_time() == job.T
-        if job.step == 8 or (at_revocation and not any(k < 0 for k in copies)):
+        # (the collective plane's copy at a revocation's instant is its kill -9 copy; the SIGTERM copy
+        # below resumes from an ordinary checkpoint, as one at step 8 would)
+        if (job.step == 8 and plane == "ps") or (at_revocation and not any(k < 0 for k in copies)):
             key = -job.step if at_revocation and job.step != 8 else job.step
             copies[key] = tmp_path / f"kill9-{job.step}"
             shutil.copytree(full, copies[key], ignore=shutil.ignore_patterns(".spotwise.lock"), dirs_exist_ok=True)

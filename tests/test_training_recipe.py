@@ -301,3 +301,41 @@ def test_the_cli_exits_2_on_a_bad_recipe(tmp_path: Path, cli: Any) -> None:
     path.write_text(yaml.safe_dump(d))
     code, _, err = cli("run", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and "did you mean 'Adam'" in err and "valid torch.optim names" in err
+
+
+FROZEN = ("0.weight", "0.bias", "1.weight", "1.bias")  # bn_models:frozen_backbone's first conv and BatchNorm
+
+
+def assert_only_trainable_moved(before: dict[str, torch.Tensor], model: torch.nn.Module) -> None:
+    after = {k: v.detach() for k, v in model.named_parameters()}
+    assert {k for k, v in model.named_parameters() if not v.requires_grad} == set(FROZEN)
+    for k in FROZEN:
+        assert torch.equal(after[k], before[k]), f"the frozen parameter {k} moved by {float((after[k] - before[k]).abs().max())}"
+    moved = [k for k in after if k not in FROZEN and not torch.equal(after[k], before[k])]
+    assert moved == [k for k in after if k not in FROZEN], "every trainable parameter is trained"
+
+
+@pytest.mark.parametrize("optimizer", [{"name": "SGD", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01, "nesterov": True},
+                                       ADAMW])
+def test_frozen_parameters_are_not_trained(tmp_path: Path, user_path: None, optimizer: dict[str, Any]) -> None:
+    """Issue 40: a parameter with ``requires_grad=False`` (a frozen backbone, LoRA's base weights) gets
+    no gradient, so no weight decay, momentum or Adam step moves it; the rest trains as before."""
+    spec = spec_with(BASE, workload={"name": "bn_models:frozen_backbone", "batch_size": 16, "eval_every": 1000,
+                                     "optimizer": dict(optimizer)},
+                     cluster__workers=2, target__iterations=12, outputs__checkpoint_every=6)
+    market = build_market(spec, horizon_s=7 * 24 * 3600.0)
+    job = build_controller(spec, tmp_path / "run", market=market, compute=LocalCompute(worker_args_for(spec)))
+    before = {k: v.detach().clone() for k, v in job.state.model.named_parameters()}
+    assert job.run().steps == 12
+    assert_only_trainable_moved(before, job.state.model)
+    sd = torch.load(tmp_path / "run" / "model.pt", weights_only=True)
+    assert all(torch.equal(sd[k], before[k]) for k in FROZEN), "the exported model keeps the frozen weights"
+
+
+def test_a_model_whose_parameters_are_all_frozen_is_refused_saying_so() -> None:
+    from spotwise.workloads.base import check_loss
+
+    m = torch.nn.Linear(2, 1).requires_grad_(False)
+    with pytest.raises(InputError, match="requires_grad=False") as e:
+        check_loss(m(torch.ones(3, 2)).mean())
+    assert e.value.where == "workload" and "leave at least one parameter trainable" in e.value.fix

@@ -212,16 +212,14 @@ class Updater:
             return self._apply_scaled(grad, lr)
         if _has_nonfinite(grad):
             return False
-        off = 0
-        g = _device.to_device(grad.to(torch.float32), fm.device)
-        for p in fm.params:
-            k = p.numel()
-            p.grad = g[off:off + k].view_as(p)
-            off += k
+        self._set_grads(grad)
         if self.recipe.grad_clip_norm is not None:
             self.last_norm = float(torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm)))
         if self.optimizer is None:
-            fm.param_vec.sub_(torch.cat([p.grad.reshape(-1) for p in fm.params]), alpha=float(lr))
+            with torch.no_grad():
+                for p in fm.params:
+                    if p.grad is not None:
+                        p.sub_(p.grad, alpha=float(lr))
         else:
             for group in self.optimizer.param_groups:
                 group["lr"] = float(lr)
@@ -233,12 +231,7 @@ class Updater:
     def _apply_scaled(self, grad: torch.Tensor, lr: float) -> bool:
         fm, opt, scaler = self.fm, self.optimizer, self.scaler
         assert opt is not None
-        g = _device.to_device(grad.to(torch.float32), fm.device)
-        off = 0
-        for p in fm.params:
-            k = p.numel()
-            p.grad = g[off:off + k].view_as(p)
-            off += k
+        self._set_grads(grad)
         for group in opt.param_groups:
             group["lr"] = float(lr)
         scaler.scale(torch.ones((), device=fm.device))  # the scaler's lazy init (the loss was scaled by loss_scale)
@@ -253,6 +246,19 @@ class Updater:
         for p in fm.params:
             p.grad = None
         return True
+
+    def _set_grads(self, grad: torch.Tensor) -> None:
+        """``p.grad`` of every parameter that requires a gradient, as a view into the step's mean
+        gradient; a frozen parameter (``requires_grad=False``) keeps ``grad = None``, so no optimizer
+        touches it -- no weight decay, no momentum, no Adam moments (issue 40: its entries of the flat
+        gradient are zeros, and a zero gradient is still stepped)."""
+        fm = self.fm
+        g = _device.to_device(grad.to(torch.float32), fm.device)
+        off = 0
+        for p in fm.params:
+            k = p.numel()
+            p.grad = g[off:off + k].view_as(p) if p.requires_grad else None
+            off += k
 
     def _step(self, step: Callable[[], Any]) -> None:
         """``step()`` -- the optimizer's step -- with a failure of the recipe's optimizer made the user's

@@ -275,5 +275,7 @@ def check_loss(loss: Any) -> torch.Tensor:
         raise InputError(f"the workload's loss returned a tensor of shape {tuple(loss.shape)}, not a scalar "
                          "(reduce it with .mean())", LOSS_FIX, "workload")
     if not loss.requires_grad:
-        raise InputError("the workload's loss does not depend on the model's parameters (no gradient)", LOSS_FIX, "workload")
+        raise InputError("the workload's loss does not depend on the model's parameters (no gradient: are all of "
+                         "them frozen with requires_grad=False?)", "leave at least one parameter trainable; " + LOSS_FIX,
+                         "workload")
     return loss.reshape(())

@@ -45,3 +45,17 @@ def exploding(seed: int = 0):
         out = crit(m(x), y)
         return out * 1e30 * 1e30  # inf at once
     return model, loss, train, test
+
+
+def frozen_backbone(seed: int = 0):
+    """Fine-tuning with a frozen backbone (issue 40): the first conv and the first BatchNorm's affine
+    weights have ``requires_grad=False``; only the rest is trained."""
+    factory, crit, train, test = bn_cnn(seed)
+
+    def model() -> nn.Module:
+        m = factory()
+        for p in (*m[0].parameters(), *m[1].parameters()):
+            p.requires_grad_(False)
+        return m
+
+    return model, crit, train, test
