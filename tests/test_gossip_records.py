@@ -58,3 +58,42 @@ def test_the_stall_watch_bounds_the_controllers_wait() -> None:
     assert w.stalled(timeout_s=10.0) is None       # 10 group timeouts = 100 s
     w.start()                                      # a new lease: the clock restarts
     assert w.stalled(timeout_s=5.0) is None
+
+
+def test_the_controller_adopts_a_replica_and_drops_the_older_ones() -> None:
+    """Replicas.adopt: the replica of the step becomes the copy; older ones that arrived late are dropped
+    (a path the end-to-end runs reach only when the leader's offers overtake each other)."""
+    import numpy as np
+
+    from spotwise.planes.collective.records import Replicas
+
+    r = Replicas()
+    r.reset(0, (0, 0), 0)
+    r.samples.update({5: 40, 10: 80})
+    r.receive([({"step": s, "epoch": 0, "pos": 8 * s}, np.full(3, float(s), dtype=np.float32), b"x%d" % s)
+               for s in (5, 10, 15)])
+    vec, extra = r.adopt(10)
+    assert float(vec[0]) == 10.0 and extra == b"x10" and (r.step, r.pos) == (10, (0, 80))
+    assert sorted(r.pending) == [15] and sorted(r.samples) == [10]
+    assert r.adopt(5) is None and r.step == 10, "an older replica never replaces a newer copy"
+
+
+def test_records_a_new_leader_sends_again_are_logged_once() -> None:
+    """The controller logs each step once: a new leader re-sends the records it holds, and those at or
+    below the logged step are skipped (CollectivePlane._log_records; a timing-dependent path end to end)."""
+    from types import SimpleNamespace
+
+    from spotwise.planes.collective.data_plane import CollectivePlane
+
+    logged: list[int] = []
+    job = SimpleNamespace(step=2, sync="ssgd")
+
+    def log_step(r: dict) -> None:
+        logged.append(int(r["step"]))
+        job.step = int(r["step"])
+
+    plane = SimpleNamespace(job=job, _log_step=log_step, _cursor=SimpleNamespace(n=100, epoch=0, pos=24))
+    recs = [dict(rec(s, 0, 1), pos=12 * s, strategy="ssgd") for s in (1, 2, 3, 4)]
+    assert CollectivePlane._log_records(plane, recs) is True  # type: ignore[arg-type]
+    assert logged == [3, 4]
+    assert CollectivePlane._log_records(plane, recs) is False and logged == [3, 4]  # type: ignore[arg-type]

@@ -79,6 +79,11 @@ class Provider(ABC):
     def kill(self, slot: int, actor: Any) -> None:
         """Terminate ``slot``'s actor (revocation or release)."""
 
+    def expect_joins(self, n: int) -> None:
+        """``n`` :meth:`acquire` calls follow at once (slots that came back at one instant): start
+        their workers together where that is possible (nothing here: a real cluster's requested
+        workers start on their nodes as those arrive)."""
+
     def warm_up(self, slots: list[int]) -> list[Any]:
         """Workers for ``slots`` at the start of a run, one per slot (started together where possible)."""
         return [self.acquire(w) for w in slots]
@@ -467,6 +472,10 @@ class EmulatedProvider(Provider):
 
     def acquire(self, slot: int) -> Any:
         return self._workers().acquire()
+
+    def expect_joins(self, n: int) -> None:
+        if self.compute is not None:
+            self.compute.expect(n)
 
     def kill(self, slot: int, actor: Any) -> None:
         self._workers().kill(actor)

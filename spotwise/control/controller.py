@@ -338,9 +338,21 @@ class JobController:
                 self.drop_member(w, "market")
         elif ev.kind == "available":
             if w < self.provisioned and w not in self.members:
+                self.provider.expect_joins(1 + self._joins_later_in_instant(ev.t, w))
                 self.add_member(w, self.provider.acquire(w))
                 joined = w in self.members
         self.plane.on_market_event(ev, joined)
+
+    def _joins_later_in_instant(self, t: float, w: int) -> int:
+        """Slots other than ``w`` that come back later in instant ``t`` and will join (scheduled
+        ``available`` events of that instant not applied yet)."""
+        return sum(1 for e in self.provider.peek_instant() if e.t == t and e.kind == "available" and e.worker != w
+                   and e.worker < self.provisioned and e.worker not in self.members)
+
+    def _expect(self, slots: list[int]) -> None:
+        """Several workers join now (a restart, a resize, a rebid): start them together."""
+        if len(slots) > 1:
+            self.provider.expect_joins(len(slots))
 
     def drain_market(self, until: float) -> None:
         """Apply every scheduled market event up to ``until`` (advancing the clock to each)."""
@@ -539,6 +551,7 @@ class JobController:
         for w in sorted(self.members):
             if w not in avail:
                 self.drop_member(w, "market")
+        self._expect([w for w in avail if w < self.provisioned and w not in self.members])
         for w in sorted(avail):
             if w < self.provisioned and w not in self.members:
                 self.add_member(w, self.provider.acquire(w))
@@ -553,6 +566,7 @@ class JobController:
                 self.drop_member(w, "released")
         if self.provisioned > old:
             avail = self.provider.available_at_start()
+            self._expect([w for w in range(old, self.provisioned) if w in avail and w not in self.members])
             for w in range(old, self.provisioned):
                 if w in avail and w not in self.members:
                     self.add_member(w, self.provider.acquire(w))

@@ -180,6 +180,8 @@ class MarketActions:
                 job.log.emit("revoke", worker=w, reason="market", active=len(job.members), starting=True)
         job.clock.advance_to(t_end)
         acc.emit_prices()
+        if len(starting) > 1:
+            job.provider.expect_joins(len(starting))  # their start-ups overlap
         for w, since in sorted(starting.items()):
             job.add_member(w, job.provider.acquire(w), billed_from=since)
         job.counters.restarts += 1

@@ -89,6 +89,11 @@ class Compute(ABC):
     def acquire(self) -> Any:
         """One new, ready worker (a joiner)."""
 
+    def expect(self, n: int) -> None:
+        """``n`` joiners are about to be acquired one after another (several slots came back at one
+        instant): start what is missing for them now, all at once (nothing to do where starting a
+        worker costs nothing)."""
+
     @abstractmethod
     def kill(self, worker: Any) -> None:
         """Terminate ``worker`` (revocation or release); a result still pending on it is lost."""
@@ -174,6 +179,14 @@ class RayCompute(Compute):
         if self.low_priority_standby:
             ray.get([a.promote.remote() for a, _ in started])
         return [a for a, _ in started]
+
+    def expect(self, n: int) -> None:
+        """Start the actors ``n`` joiners of one instant need that the standby pool does not hold, all
+        at once: their start-ups overlap instead of each one's waiting for the one before (three slots
+        back at once cost one cold start, not three in a row).  What a later event of the instant no
+        longer needs stays in the pool for the next joiner and is stopped with it at the end."""
+        while len(self._standby) < int(n):
+            self._standby.append(self._start_actor())
 
     def acquire(self) -> Any:
         import ray
