@@ -310,9 +310,9 @@ PAYLOAD = textwrap.dedent(r'''
     started = []
     for cls in (RayCompute, CollectiveCompute):
         def wrap(orig, name=cls.__name__):
-            def start(self):
+            def start(self, low=False):
                 started.append([name, dict(self.actor_options), list(self.worker_args[4:5])])
-                return orig(self)
+                return orig(self, low)
             return start
         cls._start_actor = wrap(cls.__dict__["_start_actor"])
     spec = _spec("p3.2xlarge", "auto", workers=2)

@@ -75,3 +75,19 @@ def test_ray_compute_starts_the_expected_joiners_at_once_and_keeps_what_is_left(
         assert compute.spawned == 3, "the one left over serves the next joiner"
     finally:
         compute.shutdown()
+
+
+def test_workers_needed_now_start_at_normal_priority_and_only_spares_start_nice(ray_session: Any) -> None:
+    """A spare starts nice (it uses idle CPU); a worker needed now -- the initial fleet, a joiner with no
+    spare ready, the joiners of one instant -- starts at normal priority: on a busy machine a nice
+    start-up (importing torch) got almost no CPU and every join waited for it."""
+    from spotwise.planes.ps.compute import RayCompute
+
+    compute = RayCompute(worker_args_for(spec_with(BASE)), standby=1)
+    try:
+        assert [low for _, _, low in compute._standby] == [True]
+        compute.expect(3)
+        assert [low for _, _, low in compute._standby] == [True, False, False]
+        assert compute.acquire() is not None and [low for _, _, low in compute._standby] == [False, False]  # the spare went first
+    finally:
+        compute.shutdown()

@@ -38,9 +38,9 @@ from spotwise.planes.ps.compute import RayCompute
 class CollectiveCompute(RayCompute):
     """Member actors with a standby pool (module docstring); the per-call methods do not apply."""
 
-    def _start_actor(self) -> tuple[Any, Any]:
+    def _start_actor(self, low: bool = False) -> tuple[Any, Any]:
         opts = dict(self.actor_options)
-        if self.low_priority_standby:
+        if low:
             opts["runtime_env"] = {"worker_process_setup_hook": "spotwise.planes.ps.worker.low_priority"}
         workload, seed = self.worker_args[0], self.worker_args[1]
         device = self.worker_args[4] if len(self.worker_args) > 4 else "cpu"  # worker_args_for's device (issue 20 item 4)

@@ -140,7 +140,8 @@ class RayCompute(Compute):
         self.actor_options = {"num_cpus": 0, **(actor_options or {})}
         self.low_priority_standby = low_priority_standby
         self._standby_target = int(standby)
-        self._standby: deque[tuple[Any, Any]] = deque()
+        #: spares: (actor, its ready call, started at low priority)
+        self._standby: deque[tuple[Any, Any, bool]] = deque()
         self.spawned = 0
         self.killed = 0
         self._fill_standby()
@@ -157,27 +158,26 @@ class RayCompute(Compute):
         return cls(worker_args_for(spec, device=placement.device), standby=placement.standby(spec, standby),
                    actor_options=placement.actor_options())
 
-    def _start_actor(self) -> tuple[Any, Any]:
+    def _start_actor(self, low: bool = False) -> tuple[Any, Any]:
         from spotwise.planes.ps.worker import remote_worker_class
 
         opts = dict(self.actor_options)
-        if self.low_priority_standby:
+        if low:
             opts["runtime_env"] = {"worker_process_setup_hook": "spotwise.planes.ps.worker.low_priority"}
         actor = remote_worker_class().options(**opts).remote(*self.worker_args)
         self.spawned += 1
         return actor, actor.ready.remote()
 
     def _fill_standby(self) -> None:
+        """Spares start at low CPU priority (:func:`~spotwise.planes.ps.worker.low_priority`): they use idle CPU."""
         while len(self._standby) < self._standby_target:
-            self._standby.append(self._start_actor())
+            low = self.low_priority_standby
+            self._standby.append((*self._start_actor(low), low))
 
     def warm_up(self, n: int) -> list[Any]:
-        import ray
-
+        # needed now: normal priority (a nice start-up on a busy machine would get almost no CPU)
         started = [self._start_actor() for _ in range(n)]
         _get_ready([ready for _, ready in started])
-        if self.low_priority_standby:
-            ray.get([a.promote.remote() for a, _ in started])
         return [a for a, _ in started]
 
     def expect(self, n: int) -> None:
@@ -186,14 +186,14 @@ class RayCompute(Compute):
         back at once cost one cold start, not three in a row).  What a later event of the instant no
         longer needs stays in the pool for the next joiner and is stopped with it at the end."""
         while len(self._standby) < int(n):
-            self._standby.append(self._start_actor())
+            self._standby.append((*self._start_actor(), False))  # needed now: normal priority
 
     def acquire(self) -> Any:
         import ray
 
-        actor, ready = self._standby.popleft() if self._standby else self._start_actor()
+        actor, ready, low = self._standby.popleft() if self._standby else (*self._start_actor(), False)
         _get_ready(ready)
-        if self.low_priority_standby:
+        if low:
             ray.get(actor.promote.remote())
         self._fill_standby()
         return actor
@@ -210,7 +210,7 @@ class RayCompute(Compute):
         import ray
 
         while self._standby:
-            actor, _ = self._standby.popleft()
+            actor = self._standby.popleft()[0]
             try:
                 ray.kill(actor, no_restart=True)
             except Exception:  # pragma: no cover - best effort at shutdown
