@@ -102,17 +102,6 @@ def _need_redis(plane: str) -> None:
 
 
 # ---------------------------------------------------------------------------------- item 5
-def _live(procs: set[Any]) -> list[str]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(f"{p.pid} ppid={p.ppid()} {' '.join(p.cmdline())[:120]}")
-        except psutil.Error:
-            continue
-    return out
-
-
 def _holding(needle: str) -> list[str]:
     """Live processes whose command line mentions ``needle`` (the run's private folder)."""
     hits = []
@@ -161,9 +150,9 @@ def test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_i
         assert m, started
         private = m.group(1)
     end = time.monotonic() + 20
-    while (_live(seen) or (private and _holding(private))) and time.monotonic() < end:
+    while (_alive(list(seen)) or (private and _holding(private))) and time.monotonic() < end:
         time.sleep(0.2)
-    assert not _live(seen), _live(seen)
+    assert not _alive(list(seen)), _alive(list(seen))
     if private:
         assert not _holding(private), _holding(private)
         assert not os.path.exists(private), f"{private} was left behind"
