@@ -223,6 +223,12 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
             break
     proc.wait(timeout=30)
     assert killed_at is not None, f"run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
+    # the newest committed checkpoint is the manifest's newest entry: a kill -9 between the
+    # manifest's rename and the ``checkpoint`` event's append leaves one the event log does not name
+    from spotwise.control.checkpoint import CHECKPOINT_DIR, MANIFEST
+
+    manifest = json.loads((out / CHECKPOINT_DIR / MANIFEST).read_text())
+    newest_committed = max(e["step"] for e in manifest["checkpoints"])
     res = _spotwise("run", "--resume", str(out), "--json")
     stdout, stderr = res.communicate(timeout=200)
     assert res.returncode == 0, stderr
@@ -233,7 +239,8 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
     assert len(restore) == 1 and restore[0]["step"] <= killed_at
     i_restore = events.index(restore[0])
     ckpts = [e["step"] for e in events[:i_restore] if e["kind"] == "checkpoint"]
-    assert restore[0]["step"] == max(ckpts), "resumed from the newest checkpoint (periodic or on notice)"
+    assert restore[0]["step"] == newest_committed, "resumed from the newest checkpoint (periodic or on notice)"
+    assert max(ckpts) <= newest_committed, "every logged checkpoint was committed before its event"
     # the step counter only goes back once: to the checkpoint, at the restore
     seq = [e["step"] if e["kind"] == "step" else ("R", e["step"]) for e in events if e["kind"] in ("step", "restore")]
     i = seq.index(("R", restore[0]["step"]))

@@ -20,7 +20,8 @@ its ``self``):
   and migrations with their restart window;
 * ``outage`` -- :class:`~spotwise.control.outage.OutageWait`: waiting without workers, policies
   consulted meanwhile;
-* ``provider`` (capacity: :mod:`spotwise.capacity`) and ``compute`` (member processes), given by
+* ``provider`` (capacity with explicit capabilities: :mod:`spotwise.capacity`) and ``compute``
+  (member processes: Ray actors or in-process; the controller never calls Ray itself), given by
   the assembler (:func:`spotwise.assemble.build_controller`); ``clock`` (virtual or wall) and
   ``state`` (the model), injected or built from the spec.
 
@@ -40,10 +41,6 @@ is a new actor given the current parameters (Spotnik's in-place membership chang
 
 **Data.** :class:`~spotwise.control.sampler.EpochSampler` guarantees that within an epoch every
 sample contributes to exactly one committed step, whatever the revocations.
-
-**Member processes.** The controller never calls Ray itself: processes belong to a
-:class:`~spotwise.planes.ps.compute.Compute` (Ray actors, or in-process with ``LocalCompute``),
-capacity to a :class:`~spotwise.capacity.provider.Provider` with explicit capabilities.
 
 **Checkpoints** every ``outputs.checkpoint_every`` steps, on every revocation notice and on SIGTERM (of
 the last committed step, :mod:`spotwise.control.terminating`); a killed controller resumes from the newest
@@ -69,7 +66,7 @@ from spotwise.control.clock import Clock, VirtualClock
 from spotwise.control.dataplane import DataPlane
 from spotwise.control.market_actions import DEFAULT_RESTART_S, MarketActions
 from spotwise.control.outage import OutageWait
-from spotwise.control.progress import NoProgressError, diverged_error, progress_fix
+from spotwise.control.progress import NoProgressError, StallCounter, diverged_error, progress_fix
 from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
@@ -200,9 +197,7 @@ class JobController:
         self.last_switch_t: float | None = None
         self.last_eval: dict[str, float] = {}
         #: workers lost (market / node loss) since the last commit, in total, and commits (this session)
-        self.lost_since_commit = 0
-        self._losses_total = 0
-        self._commits = 0
+        self.stall = StallCounter()
         self.stop_message: str | None = None
         self.last_commit_T = 0.0
         #: wall time of the latest revocation while others survived (recovery latency), else None
@@ -302,21 +297,15 @@ class JobController:
             else:
                 self.provider.cancel(w)
 
-    def _no_progress_limit(self) -> int:
-        """Failed attempts without a commit that mark a run as stuck (see the class docstring)."""
-        settled = self._losses_total - self.lost_since_commit
-        per_commit = settled / self._commits if self._commits else 0.0
-        return max(int(self.no_progress_attempts), 5 * self.max_workers, int(math.ceil(10.0 * per_commit)))
-
     def _note_loss(self) -> None:
         """A worker was lost: if far too many were lost since the last commit, stop (``no-progress``)."""
-        self.lost_since_commit += 1
-        self._losses_total += 1
-        if self.status != "running" or self.lost_since_commit < self._no_progress_limit():
+        self.stall.lost()
+        lost = self.stall.lost_since_commit
+        if self.status != "running" or lost < self.stall.limit(self.no_progress_attempts, self.max_workers):
             return
         self.status = "no-progress"
         self.stop_message = (
-            f"no step committed in {self.lost_since_commit} worker losses since step {self.step} "
+            f"no step committed in {lost} worker losses since step {self.step} "
             f"(t={self.last_commit_T:.1f} s; now t={self.T:.1f} s, {self.counters.aborted_steps} aborted rounds in all): "
             f"workers are revoked before a mini-batch (about {self.mean_step_s:.3g} s of virtual time) completes, so "
             f"the market makes progress impossible; stopped with status no-progress")
@@ -433,8 +422,7 @@ class JobController:
     # ================================================================== steps
     def committed(self) -> None:
         """The plane committed a step (it advanced ``step`` and logged it): no longer stuck."""
-        self.lost_since_commit = 0
-        self._commits += 1
+        self.stall.committed()
 
     def after_commit(self) -> None:
         """The periodic checkpoint and the progress display after a committed step (every plane)."""

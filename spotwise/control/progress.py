@@ -9,6 +9,7 @@ how to fix the market (:func:`progress_fix`).  Issue 7 item 17.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -120,3 +121,34 @@ class NoProgressError(InfeasibleError):
     def __init__(self, what: str, fix: str, summary: RunSummary) -> None:
         super().__init__(what, fix, "spotwise run")
         self.summary = summary
+
+
+@dataclass
+class StallCounter:
+    """Workers lost (market, node loss) since the last commit, in all, and commits this session: when
+    a run is stuck (the job controller's *no progress*)."""
+
+    lost_since_commit: int = 0
+    losses_total: int = 0
+    commits: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("lost_since_commit", "losses_total", "commits"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {v!r}")
+
+    def committed(self) -> None:
+        self.lost_since_commit = 0
+        self.commits += 1
+
+    def lost(self) -> None:
+        self.lost_since_commit += 1
+        self.losses_total += 1
+
+    def limit(self, attempts: int, max_workers: int) -> int:
+        """Failed attempts without a commit that mark a run as stuck: ``max(attempts, 5 * max_workers,
+        10 * losses per commit so far)``."""
+        settled = self.losses_total - self.lost_since_commit
+        per_commit = settled / self.commits if self.commits else 0.0
+        return max(int(attempts), 5 * int(max_workers), int(math.ceil(10.0 * per_commit)))
