@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import psutil
+from _load import bound
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -73,9 +74,9 @@ def autoscaling_cluster(log_dir: Path, spot_units: int = 2, max_spot_nodes: int 
                             start_new_session=True)
     address = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240  # an event wait; the bound only ends a hang
+        deadline = time.monotonic() + bound(240)  # an event wait; the bound only ends a hang
         while subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True, env=ENV,
-                             timeout=60).returncode != 0:
+                             timeout=bound(60)).returncode != 0:
             if time.monotonic() > deadline or head.poll() is not None:
                 raise RuntimeError(f"the autoscaling head did not start (see {log_dir / 'head.log'})")
             time.sleep(1.0)

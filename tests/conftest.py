@@ -108,6 +108,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # longest first (a stable sort: the collection order otherwise); xdist hands out scopes in this
     # order when started with --no-loadscope-reorder (see pyproject.toml)
     items.sort(key=lambda it: -weight[scope[it.nodeid]])
+    _scale_hang_guards(config, items)
+
+
+def _scale_hang_guards(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test's pytest-timeout bound (its mark, else the configured default) times the machine's
+    slowdown now (tests/_load.py): a hang guard, never a speed assertion (issue 39 item 3)."""
+    from _load import SLOW
+
+    if SLOW <= 1.0:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        base = float(mark.args[0]) if mark is not None and mark.args else float(
+            mark.kwargs.get("timeout", default) if mark is not None else default)
+        if base > 0:
+            item.add_marker(pytest.mark.timeout(base * SLOW), append=False)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

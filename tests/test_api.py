@@ -12,6 +12,7 @@ import pytest
 
 import spotwise
 from spotwise.errors import InputError
+from _load import bound
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "user-policy.yaml"
@@ -41,7 +42,7 @@ def small(**over: Any) -> dict[str, Any]:
 def test_import_is_light_and_every_public_name_resolves() -> None:
     code = ("import sys, spotwise; assert 'torch' not in sys.modules and 'ray' not in sys.modules, 'heavy import'; "
             "[getattr(spotwise, n) for n in spotwise.__all__]; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=bound(120))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _load import bound
 
 pytestmark = [pytest.mark.timeout(400), pytest.mark.slow]
 
@@ -19,7 +20,7 @@ def test_quick_run_prints_the_table_and_the_guard_beats_the_old_default() -> Non
     if not TRACES.is_dir():
         pytest.skip(f"SkyPilot traces not at {TRACES}")
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "availability_sweep.py"), "--quick"],
-                          capture_output=True, text=True, timeout=380, cwd=REPO, check=False)
+                          capture_output=True, text=True, timeout=bound(380), cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows: dict = {}
     multi: dict = {}

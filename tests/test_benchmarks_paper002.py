@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _load import bound
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,7 +25,7 @@ def _row(out: str, config: str) -> list[str]:
 
 def test_fig8_quick_prints_the_table_and_cross_region_is_slower() -> None:
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "paper002_reproductions.py"), "--only", "fig8", "--quick"],
-                          capture_output=True, text=True, timeout=110, cwd=REPO, check=False)
+                          capture_output=True, text=True, timeout=bound(110), cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "Fig. 8 -- location" in out and "slowdown vs (4,0,0)" in out and "link model (catalog networks: gcp)" in out
@@ -39,7 +40,7 @@ def test_fig7_quick_the_parameter_server_limits_4_v100() -> None:
     mixes' slowdown against them shrinks (the paper's observation; without the model every mix is the sum of
     its catalog speeds)."""
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "paper002_reproductions.py"), "--only", "fig7", "--quick"],
-                          capture_output=True, text=True, timeout=110, cwd=REPO, check=False)
+                          capture_output=True, text=True, timeout=bound(110), cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "Fig. 7 -- heterogeneous hardware" in out and "no PS network model / 1 PS at ps_gbps 8" in out

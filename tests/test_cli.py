@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _load import bound
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -118,9 +119,9 @@ def test_console_script_runs_as_a_process(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("spotwise")
     if not exe.exists():
         pytest.skip("spotwise console script not installed in this environment (pip install -e .)")
-    res = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=bound(60))
     assert res.returncode == 0 and "spotwise" in res.stdout
-    res = subprocess.run([str(exe), "traces", "show", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([str(exe), "traces", "show", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=bound(60))
     assert res.returncode == 2 and "Traceback" not in res.stderr
 
 

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from spotwise.events import read_events
+from _load import bound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # each wait is an event wait; this ends a hang
 
@@ -51,7 +52,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _spot_units(address: str) -> float:
     out = subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True, text=True, env=ENV,
-                         timeout=60).stdout
+                         timeout=bound(60)).stdout
     for line in out.splitlines():
         if line.strip().endswith(" spot") and "/" in line:
             return float(line.split("/")[1].split()[0])
@@ -60,7 +61,7 @@ def _spot_units(address: str) -> float:
 
 #: bound on waits for a node to start and register (an event wait: the bound only ends a hang; a
 #: raylet took ~10 s quiet and ~40 s beside two busy processes on the 2-core machine)
-NODE_WAIT_S = 240.0
+NODE_WAIT_S = bound(240.0)
 
 
 def _wait(cond, timeout: float, what: str, every: float = 0.5) -> None:
@@ -90,7 +91,7 @@ def head(tmp_path: Path):
     nodes: list[subprocess.Popen] = []
     try:
         _wait(lambda: subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True,
-                                     env=ENV, timeout=60).returncode == 0, NODE_WAIT_S, "the head node", every=2.0)
+                                     env=ENV, timeout=bound(60)).returncode == 0, NODE_WAIT_S, "the head node", every=2.0)
         yield address, nodes
     finally:
         for n in nodes:
@@ -144,7 +145,7 @@ def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> No
 def test_unreachable_address_exits_2(tmp_path: Path) -> None:
     spec = Path(__file__).resolve().parents[1] / "examples" / "chaos.yaml"
     res = subprocess.run([str(BIN / "spotwise"), "run", str(spec), "--out", str(tmp_path / "o"), "--ray-address",
-                          f"127.0.0.1:{_free_port()}"], capture_output=True, text=True, env=ENV, timeout=120)
+                          f"127.0.0.1:{_free_port()}"], capture_output=True, text=True, env=ENV, timeout=bound(120))
     assert res.returncode == 2 and "cannot reach the Ray cluster" in res.stderr and "Traceback" not in res.stderr
 
 
@@ -152,5 +153,5 @@ def test_cluster_without_spot_nodes_exits_2(head, tmp_path: Path) -> None:
     address, _ = head
     spec = Path(__file__).resolve().parents[1] / "examples" / "chaos.yaml"
     res = subprocess.run([str(BIN / "spotwise"), "run", str(spec), "--out", str(tmp_path / "o"), "--ray-address", address],
-                         capture_output=True, text=True, env=ENV, timeout=120)
+                         capture_output=True, text=True, env=ENV, timeout=bound(120))
     assert res.returncode == 2 and "no node with a 'spot' resource" in res.stderr

@@ -24,6 +24,7 @@ import yaml
 from _autoscaling import BIN, ENV, autoscaling_cluster, kill_spot_node, spot_raylets
 
 from spotwise.events import read_events
+from _load import bound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # each wait is an event wait; this ends a hang
 
@@ -73,7 +74,7 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path:
                                 "--ray-address", address, "--autoscale", "--json"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
         try:
-            deadline = time.monotonic() + 300  # event waits: the bounds only end a hang
+            deadline = time.monotonic() + bound(300)  # event waits: the bounds only end a hang
             # past the first epoch, so the sampler checks below span an epoch boundary
             while (_steps(events) < 100 or not any(e["kind"] == "step" and e.get("epoch", 0) >= 1
                                                    for e in read_events(events))) and run.poll() is None:
@@ -83,14 +84,14 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path:
             first = spot_raylets(address)
             assert first, "the autoscaler launched spot nodes for the job"
             kill_spot_node(first[0])  # a spot node is reclaimed
-            deadline = time.monotonic() + 300
+            deadline = time.monotonic() + bound(300)
             while not replaced() and run.poll() is None:
                 assert time.monotonic() < deadline, "no replacement node's workers joined and stepped"
                 time.sleep(0.5)
             assert run.poll() is None, run.stderr.read() if run.stderr else ""
             assert any(r.pid not in {p.pid for p in first} for r in spot_raylets(address)), "a replacement node"
             run.send_signal(signal.SIGTERM)
-            _, stderr = run.communicate(timeout=120)
+            _, stderr = run.communicate(timeout=bound(120))
         finally:
             if run.poll() is None:
                 run.kill()

@@ -30,6 +30,7 @@ from test_cluster import BIN, ENV, NODE_WAIT_S, _free_port, _spot_units, _start,
 from test_collective_plane import assert_sampler_guarantee, committed_history
 
 from spotwise.events import read_events
+from _load import bound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # each wait is an event wait; this ends a hang
 
@@ -62,7 +63,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     state: dict[str, Any] = {"address": address, "nodes": [], "logs": logs, "n": 0}
     try:
         _wait(lambda: subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True,
-                                     env=ENV, timeout=60).returncode == 0, NODE_WAIT_S, "the head node", every=2.0)
+                                     env=ENV, timeout=bound(60)).returncode == 0, NODE_WAIT_S, "the head node", every=2.0)
         for k in (1, 2):  # one at a time: two raylets starting at once on one machine time out
             _add_node(state)
             _wait(lambda: _spot_units(address) >= 2 * k, NODE_WAIT_S, f"spot node {k}", every=2.0)
@@ -160,7 +161,7 @@ def test_collective_run_survives_a_spot_node_killed_mid_step(cluster: dict[str, 
         _wait(survived, NODE_WAIT_S, f"the survivors' regroup and {AFTER} steps after it")
         assert run.poll() is None, run.stderr.read() if run.stderr else ""
         run.send_signal(signal.SIGTERM)
-        _, stderr = run.communicate(timeout=120)
+        _, stderr = run.communicate(timeout=bound(120))
     finally:
         if run.poll() is None:
             run.kill()

@@ -14,6 +14,7 @@ import time
 
 from spotwise.planes.collective.group import GroupCoordinator
 from spotwise.planes.collective.probe import member_main
+from _load import bound
 
 CTX = mp.get_context("spawn")
 
@@ -29,7 +30,7 @@ def start(coord, q, members, common, special=None):
     return procs
 
 
-def collect(q, until, timeout=60.0):
+def collect(q, until, timeout=bound(60.0)):
     got = []
     deadline = time.monotonic() + timeout
     while not until(got):
@@ -65,7 +66,7 @@ def test_a_killed_member_is_seen_at_once_and_the_survivors_regroup_in_place():
     assert len(rec) == 3 and max(rec) < 2.0, rec  # measured ~50 ms on 2 cores; bounded loosely for CI load
 
 
-def supervise(coord, q, gen, members, until, timeout=120.0):
+def supervise(coord, q, gen, members, until, timeout=bound(120.0)):
     """The coordinator's loop while collecting results: whenever generation ``gen`` is flagged
     failed, wait for every expected member's alive report (an event wait: they are all alive), then
     announce the next generation.  A busy machine may fail a generation more than once (a 1 s gloo

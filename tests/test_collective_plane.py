@@ -30,6 +30,7 @@ from spotwise.control.controller import JobController
 from spotwise.assemble import build_controller
 from spotwise.planes.collective.data_plane import CollectivePlane
 from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
+from _load import bound
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -223,7 +224,7 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
     proc = subprocess.Popen([exe, "run", str(path), "--out", str(out), "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     killed_at = None
-    deadline = time.monotonic() + 150
+    deadline = time.monotonic() + bound(150)
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
         ev = out / "events.jsonl"
@@ -233,9 +234,9 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
                 proc.send_signal(signal.SIGKILL)
                 killed_at = time.monotonic()
                 break
-    proc.wait(timeout=30)
+    proc.wait(timeout=bound(30))
     assert killed_at is not None, f"the run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
-    res = subprocess.run([exe, "run", "--resume", str(out), "--json"], capture_output=True, text=True, env=env, timeout=200)
+    res = subprocess.run([exe, "run", "--resume", str(out), "--json"], capture_output=True, text=True, env=env, timeout=bound(200))
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)
     assert summary["steps"] == 200 and summary["status"] == "completed"

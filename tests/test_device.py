@@ -36,6 +36,7 @@ from spotwise.workloads.device import (
     to_device,
     to_host,
 )
+from _load import bound
 
 REPO = Path(__file__).resolve().parents[1]
 NO_CUDA = not torch.cuda.is_available()
@@ -347,7 +348,7 @@ def fake_gpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not NO_CUDA:
         pytest.skip("this machine has CUDA: the fake GPUs would be real")
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "SW_TESTS": str(Path(__file__).parent)}
-    res = subprocess.run([sys.executable, "-c", PAYLOAD], capture_output=True, text=True, timeout=540, env=env, check=False,
+    res = subprocess.run([sys.executable, "-c", PAYLOAD], capture_output=True, text=True, timeout=bound(540), env=env, check=False,
                          cwd=str(tmp_path_factory.mktemp("gpu")))
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     assert res.returncode == 0 and lines, f"rc {res.returncode}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _load import bound
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -153,13 +154,13 @@ def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_pa
     run = subprocess.Popen(["bash", "-c", task["run"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, start_new_session=True)
     try:
-        out, _ = run.communicate(timeout=400)
+        out, _ = run.communicate(timeout=bound(400))
         assert run.returncode == 0, out[-4000:]
         summary = json.loads((bucket / "summary.json").read_text())
         assert summary["status"] == "completed", summary.get("status")
         assert (bucket / "checkpoints" / "manifest.json").exists()
         # relaunched (SkyPilot's recovery after the job ended): the completed run is left alone
-        again = subprocess.run(["bash", "-c", task["run"]], env=env, capture_output=True, text=True, timeout=200)
+        again = subprocess.run(["bash", "-c", task["run"]], env=env, capture_output=True, text=True, timeout=bound(200))
         assert again.returncode == 0 and "has completed; nothing to do" in again.stdout, again.stdout + again.stderr
 
         # the Ray cluster file: its head setup writes run.sh; run it on a Ray cluster with spot slots (this head)

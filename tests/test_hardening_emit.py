@@ -36,6 +36,7 @@ from spotwise.config import load_spec, spec_from_dict
 from spotwise.errors import InputError
 from spotwise.planner import emit
 from spotwise.planner.emit import scripts
+from _load import bound
 
 #: values that hold no control character: accepted in names, and must never run
 HOSTILE = [
@@ -120,7 +121,7 @@ class Node:
         syntax = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
         assert syntax.returncode == 0, (syntax.stderr, script[-2000:])
         res = subprocess.run(["bash", "-c", script], cwd=self.root, env={**self.env, **env}, capture_output=True,
-                             timeout=30)  # bytes: text mode would turn a \r into \n
+                             timeout=bound(30))  # bytes: text mode would turn a \r into \n
         return subprocess.CompletedProcess(res.args, res.returncode, res.stdout.decode("utf-8", "surrogateescape"),
                                            res.stderr.decode("utf-8", "surrogateescape"))
 

@@ -38,6 +38,7 @@ import torch
 import yaml
 
 from spotwise.errors import InputError
+from _load import bound
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo.yaml"
@@ -223,7 +224,7 @@ def test_a_first_step_failure_on_a_collective_member_is_exit_2_not_a_lost_node(t
     out = tmp_path / "ray"
     proc = subprocess.run([sys.executable, "-c", "from spotwise.cli import main; main()", "run",
                            str(write(tmp_path, d)), "--out", str(out)],
-                          check=False, capture_output=True, text=True, timeout=540, env=env, cwd=tmp_path)
+                          check=False, capture_output=True, text=True, timeout=bound(540), env=env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "optimizer bad_optimizers:RaisesOnBigParams raised RuntimeError in its first step" in proc.stderr
     assert "bad_optimizers.py" in proc.stderr and "internal error" not in proc.stderr

@@ -30,6 +30,7 @@ from spotwise.errors import InputError
 from spotwise.remote.lease import LEASE, LeaseLost, RemoteLease
 from spotwise.remote.mirror import RunMirror
 from spotwise.remote.uri import connect
+from _load import bound
 
 DIGITS = {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000}
 CLUSTER = {"instance_type": "c5.xlarge", "workers": 1, "coordinator_instance": "c5.large", "standby": 0}
@@ -299,7 +300,7 @@ def test_the_cgroup_limit_is_read_from_v2_or_v1(monkeypatch: pytest.MonkeyPatch,
 def _import_torch_s(env: dict[str, str]) -> float:
     """Seconds a fresh interpreter takes to import PyTorch here and now (the step a refused run may take)."""
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch"], check=True, env=env, timeout=300)
+    subprocess.run([sys.executable, "-c", "import torch"], check=True, env=env, timeout=bound(300))
     return time.monotonic() - t0
 
 

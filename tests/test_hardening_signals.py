@@ -28,6 +28,7 @@ import yaml
 
 from spotwise import signals
 from spotwise.signals import Terminated, sigterm_as_interrupt
+from _load import bound
 
 psutil = pytest.importorskip("psutil")
 
@@ -129,7 +130,7 @@ def test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_i
     _need_redis(plane)
     proc, out = _start(SPECS[plane], tmp_path)
     seen: set[Any] = set()
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + bound(240)
     while len(_steps(out)) < 6:  # an event wait; the bound only ends a hang
         if proc.poll() is not None:
             raise AssertionError(proc.communicate()[1].decode(errors="replace")[-2000:])
@@ -149,7 +150,7 @@ def test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_i
         m = re.search(r"(/(?:[\w.-]+/)*spotwise-redis-\w+)/", json.dumps(started))
         assert m, started
         private = m.group(1)
-    end = time.monotonic() + 20
+    end = time.monotonic() + bound(20)
     while (_alive(list(seen)) or (private and _holding(private))) and time.monotonic() < end:
         time.sleep(0.2)
     assert not _alive(list(seen)), _alive(list(seen))
@@ -167,7 +168,7 @@ def test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_i
     found = load_latest_checkpoint(out)
     assert found is not None and int(found[0]["step"]) == last
     res = subprocess.run([sys.executable, "-m", "spotwise.cli", "run", "--resume", str(out), "--json"],
-                         capture_output=True, text=True, timeout=400, env=ENV)
+                         capture_output=True, text=True, timeout=bound(400), env=ENV)
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads(res.stdout)
     assert summary["status"] == "completed" and summary["steps"] == SPECS[plane]["target"]["iterations"]
@@ -295,7 +296,7 @@ def test_children_of_a_serverless_run_die_with_a_driver_killed_by_sigkill(tmp_pa
         names = " ".join(" ".join(k.cmdline()) for k in kids)
         assert "redis-server" in names and "lithops" in names, names
         os.kill(proc.pid, signal.SIGKILL)  # the driver only, not its group
-        proc.wait(timeout=30)
+        proc.wait(timeout=bound(30))
         end = time.monotonic() + 10
         while (_alive(kids) or os.path.exists(private)) and time.monotonic() < end:
             time.sleep(0.1)
@@ -363,7 +364,7 @@ def test_the_password_file_for_an_operators_redis_goes_with_a_killed_driver(tmp_
             assert path.stat().st_mode & 0o077 == 0 and path.parent.parent.name.startswith("spotwise-run-")
             time.sleep(1.0)  # the watchdog is up
             os.kill(driver.pid, signal.SIGKILL)
-            driver.wait(timeout=30)
+            driver.wait(timeout=bound(30))
             end = time.monotonic() + 10
             while path.parent.exists() and time.monotonic() < end:
                 time.sleep(0.1)

@@ -37,6 +37,7 @@ from spotwise.policies.base import (
     SwitchMarket,
     SwitchSync,
 )
+from _load import bound
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -197,7 +198,7 @@ def test_a_workload_calling_sys_exit_in_a_ray_worker_is_exit_2_not_a_lost_node(t
     out = tmp_path / "ray"
     proc = subprocess.run([sys.executable, "-c", "from spotwise.cli import main; main()", "run",
                            str(write(tmp_path, doc)), "--out", str(out)],
-                          check=False, capture_output=True, text=True, timeout=540, env=env, cwd=tmp_path)
+                          check=False, capture_output=True, text=True, timeout=bound(540), env=env, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "misbehaving:exits_in_loss called sys.exit(0) in its loss" in proc.stderr
     ev = events(out)
@@ -352,7 +353,7 @@ def test_a_diverged_serverless_step_exits_2_after_a_checkpoint_of_the_last_good_
     path, out = tmp_path / "s.yaml", tmp_path / "out"
     path.write_text(yaml.safe_dump(spec))
     res = subprocess.run([sys.executable, "-m", "spotwise.cli", "run", str(path), "--out", str(out)],
-                         capture_output=True, text=True, timeout=240, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                         capture_output=True, text=True, timeout=bound(240), env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert res.returncode == 2, res.stderr[-2000:]
     assert "training diverged" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]

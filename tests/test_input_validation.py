@@ -73,6 +73,7 @@ _RAY_PROBE = r'''
 import json, os, subprocess, shutil
 from spotwise.capacity.raystart import ensure_ray
 import ray
+from _load import bound
 ensure_ray(num_cpus=1)
 node = ray._private.worker.global_worker.node
 out = {"node_ip": node.node_ip_address, "gcs": node.gcs_address,
@@ -95,7 +96,7 @@ print(json.dumps(out))
 
 
 def test_item4_local_ray_listens_on_loopback_only(tmp_path: Path) -> None:
-    res = subprocess.run([PY, "-c", _RAY_PROBE], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    res = subprocess.run([PY, "-c", _RAY_PROBE], capture_output=True, text=True, timeout=bound(240), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     info = json.loads(res.stdout.strip().splitlines()[-1])
     assert info["node_ip"] == "127.0.0.1"
@@ -399,7 +400,7 @@ def test_item18_json_stdout_survives_driver_and_child_process_output(tmp_path: P
     d["workload"]["name"] = f"{mod}:build"
     spec = _write_spec(tmp_path, d)
     res = subprocess.run([PY, "-m", "spotwise.cli", "plan", str(spec), "--pilot", str(_fake_pilot_run(tmp_path / "p")),
-                          "--json"], capture_output=True, text=True, timeout=300, env=_env_with_path(tmp_path), cwd=tmp_path)
+                          "--json"], capture_output=True, text=True, timeout=bound(300), env=_env_with_path(tmp_path), cwd=tmp_path)
     assert res.returncode in (0, 2), res.stderr[-3000:]
     if res.returncode == 0:
         json.loads(res.stdout)
@@ -407,7 +408,7 @@ def test_item18_json_stdout_survives_driver_and_child_process_output(tmp_path: P
         assert res.stdout == ""
     # and through the in-process pilot, which builds (and so imports and calls) the workload
     res = subprocess.run([PY, "-m", "spotwise.cli", "plan", str(spec), "--pilot-steps", "20", "--json"],
-                         capture_output=True, text=True, timeout=300, env=_env_with_path(tmp_path), cwd=tmp_path)
+                         capture_output=True, text=True, timeout=bound(300), env=_env_with_path(tmp_path), cwd=tmp_path)
     assert "noise" in res.stderr, "the user code's output should still be visible, on stderr"
     if res.returncode == 0:
         doc = json.loads(res.stdout)  # the whole of stdout is one JSON object
@@ -428,7 +429,7 @@ def test_item18_run_json_with_16_workers_prints_only_json(tmp_path: Path) -> Non
     d["outputs"] = {"plots": False, "checkpoint_every": 0}
     spec = _write_spec(tmp_path, d)
     res = subprocess.run([str(SPOTWISE), "run", str(spec), "--out", str(tmp_path / "o"), "--json"],
-                         capture_output=True, text=True, timeout=580, cwd=tmp_path)
+                         capture_output=True, text=True, timeout=bound(580), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(res.stdout)  # the whole of stdout
     assert doc["steps"] >= 3

@@ -91,3 +91,80 @@ def test_workers_needed_now_start_at_normal_priority_and_only_spares_start_nice(
         assert compute.acquire() is not None and [low for _, _, low in compute._standby] == [False, False]  # the spare went first
     finally:
         compute.shutdown()
+
+
+def _thread_nice(pid: int) -> dict[int, int]:
+    """The nice value of every thread of process ``pid`` (field 19 of /proc/PID/task/TID/stat)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        out[int(task.name)] = int(stat[stat.rindex(")") + 2:].split()[16])
+    return out
+
+
+def _can_lower_niceness() -> bool:
+    import subprocess
+    import sys
+
+    code = "import os; os.nice(5); os.setpriority(os.PRIO_PROCESS, 0, 0)"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("plane", ["ps", "collective"])
+def test_a_promoted_spare_runs_every_thread_at_normal_priority(ray_session: Any, plane: str) -> None:
+    """Linux keeps a nice value per thread: promoting only the thread that ran ``promote`` left the
+    actor's main thread and torch's pool at nice 15, so a promoted spare trained at a sliver of a
+    normal process's CPU share beside other work.  Every thread of the promoted actor is at 0."""
+    import ray
+
+    from spotwise.planes.collective.plane import CollectiveCompute
+    from spotwise.planes.ps.compute import RayCompute
+
+    if not _can_lower_niceness():
+        pytest.skip("this user may not lower a nice value (needs root or CAP_SYS_NICE)")
+    cls = CollectiveCompute if plane == "collective" else RayCompute
+    compute = cls(worker_args_for(spec_with(BASE)), standby=1)
+    try:
+        spare, ready, low = compute._standby[0]
+        assert low
+        pid = int(ray.get(ready)["pid"])
+        assert max(_thread_nice(pid).values()) == 15, "a spare waits at low priority"
+        assert compute.acquire() is spare
+        nice = _thread_nice(pid)
+        assert len(nice) > 5 and set(nice.values()) == {0}, nice
+    finally:
+        compute.shutdown()
+
+
+def test_normal_priority_resets_threads_started_before_it(tmp_path: Path) -> None:
+    """Without Ray: a process started nice with threads of its own (torch's pool among them) is
+    entirely at nice 0 after ``normal_priority`` (and so are threads it starts afterwards)."""
+    import subprocess
+    import sys
+
+    if not _can_lower_niceness():
+        pytest.skip("this user may not lower a nice value (needs root or CAP_SYS_NICE)")
+    code = """
+import os, threading, time, torch
+from spotwise.planes.ps.worker import low_priority, normal_priority
+low_priority()
+torch.set_num_threads(2); torch.ones(512, 512) @ torch.ones(512, 512)
+stop = threading.Event()
+ts = [threading.Thread(target=stop.wait) for _ in range(3)]
+[t.start() for t in ts]
+def nice():
+    return {int(t): int(open(f"/proc/self/task/{t}/stat").read().rsplit(")", 1)[1].split()[16]) for t in os.listdir("/proc/self/task")}
+before = nice()
+left = normal_priority()
+late = threading.Thread(target=stop.wait); late.start()
+after = nice()
+stop.set()
+print(max(before.values()), left, sorted(set(after.values())), len(after))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, left, after, n = res.stdout.split(" ", 3)
+    assert (before, left, after) == ("15", "0", "[0]"), res.stdout
+    assert int(n) >= 5

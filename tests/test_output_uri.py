@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
+from _load import bound
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -167,7 +168,7 @@ def test_a_node_killed_mid_run_is_resumed_from_the_bucket_by_a_fresh_process(s3:
                 p.kill()
             except psutil.Error:
                 pass
-        proc.wait(timeout=30)
+        proc.wait(timeout=bound(30))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import spotwise
+from _load import bound
 
 BASE: dict[str, Any] = {"name": "cmp", "seed": 1,
                         "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 20},
@@ -77,7 +78,7 @@ def test_the_page_renders_in_a_real_headless_browser(runs: dict[str, Path], tmp_
     shot = tmp_path / "shot.png"
     res = subprocess.run([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                           f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1800", f"--screenshot={shot}",
-                          page.as_uri()], capture_output=True, text=True, timeout=120)
+                          page.as_uri()], capture_output=True, text=True, timeout=bound(120))
     assert res.returncode == 0 and shot.is_file() and shot.stat().st_size > 10_000, res.stderr[-2000:]
     import matplotlib.image as mpimg
 

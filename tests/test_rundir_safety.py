@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 import torch
+from _load import bound
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -259,7 +260,7 @@ def test_item3_second_resume_on_a_locked_run_dir_exits_2(run_copy: Path) -> None
     before = (run_copy / "events.jsonl").read_bytes()
     with lock_run_dir(run_copy):
         res = subprocess.run([*cmd, "run", "--resume", str(run_copy), "--json"], capture_output=True, text=True,
-                             timeout=120, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+                             timeout=bound(120), env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     assert res.returncode == 2, res.stderr
     assert "in use by another spotwise process" in res.stderr and f"pid {os.getpid()}" in res.stderr
     assert (run_copy / "events.jsonl").read_bytes() == before, "the locked run's log is untouched"

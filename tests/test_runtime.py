@@ -28,6 +28,7 @@ from spotwise.market.world import build_market
 from spotwise.assemble import build_controller
 from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
 from spotwise.control.sampler import EpochSampler
+from _load import bound
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -208,7 +209,7 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
     spec_path.write_text(yaml.safe_dump(d))
     out = tmp_path / "run"
     proc = _spotwise("run", str(spec_path), "--out", str(out), "--json")
-    deadline = time.monotonic() + 150
+    deadline = time.monotonic() + bound(150)
     killed_at = None
     while time.monotonic() < deadline:
         time.sleep(0.2)
@@ -221,7 +222,7 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
                 break
         if proc.poll() is not None:
             break
-    proc.wait(timeout=30)
+    proc.wait(timeout=bound(30))
     assert killed_at is not None, f"run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
     # the newest committed checkpoint is the manifest's newest entry: a kill -9 between the
     # manifest's rename and the ``checkpoint`` event's append leaves one the event log does not name
@@ -230,7 +231,7 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
     manifest = json.loads((out / CHECKPOINT_DIR / MANIFEST).read_text())
     newest_committed = max(e["step"] for e in manifest["checkpoints"])
     res = _spotwise("run", "--resume", str(out), "--json")
-    stdout, stderr = res.communicate(timeout=200)
+    stdout, stderr = res.communicate(timeout=bound(200))
     assert res.returncode == 0, stderr
     summary = json.loads(stdout)
     assert summary["steps"] == 60 and summary["status"] == "completed"

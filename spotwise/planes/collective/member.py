@@ -138,12 +138,11 @@ class CollectiveMember:
         return {"pid": self.pid, "n_params": self.replica.P, "n_train": self.cursor.n, "device": str(self.replica.device)}
 
     def promote(self) -> int:
-        """Leave standby: back to normal CPU priority (see :func:`spotwise.planes.ps.worker.low_priority`)."""
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, 0)
-        except OSError:
-            pass
-        return os.getpriority(os.PRIO_PROCESS, 0)
+        """Leave standby: every thread back to normal CPU priority (see
+        :func:`spotwise.planes.ps.worker.normal_priority`); the largest nice value left."""
+        from spotwise.planes.ps.worker import normal_priority
+
+        return normal_priority()
 
     def put_init(self, gen: int, head: dict[str, Any], vec: np.ndarray, extra: bytes = b"") -> bool:
         """The coordinator's state for generation ``gen`` (which has no source member): taken when it forms."""

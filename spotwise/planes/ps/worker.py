@@ -120,12 +120,9 @@ class GradientWorker:
         return self._notice
 
     def promote(self) -> int:
-        """Leave standby: back to normal CPU priority (see :func:`low_priority`); returns the nice value."""
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, 0)
-        except OSError:
-            pass  # lowering niceness needs privileges; then the worker just stays nicer
-        return os.getpriority(os.PRIO_PROCESS, 0)
+        """Leave standby: back to normal CPU priority (see :func:`low_priority`); returns the largest
+        nice value left on any of the process's threads (0 when promoted)."""
+        return normal_priority()
 
     def ready(self) -> dict[str, Any]:
         return {"pid": self.pid, "n_params": self.n_params, "n_train": len(self.workload.train), "device": str(self.device)}
@@ -226,6 +223,37 @@ def low_priority() -> None:
         os.nice(15)
     except OSError:
         pass
+
+
+def _thread_ids() -> list[int]:
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # pragma: no cover - no /proc: the calling thread only
+        return [0]
+
+
+def normal_priority() -> int:
+    """Every thread of this process back to nice 0; returns the largest nice value left.
+
+    Linux keeps a nice value per *thread* (``setpriority(PRIO_PROCESS, 0, ...)`` changes only the
+    calling one), and a standby actor started nice (:func:`low_priority`) has many: the main thread
+    that imported torch and runs a plain actor's methods, torch's intra-op pool, Ray's and a
+    concurrent actor's method threads.  Promoting only the thread that ran ``promote`` left the
+    training threads at nice 15, so a promoted spare trained at a twenty-eighth of a normal
+    process's CPU share beside other work.  Lowering niceness needs privileges (root or
+    CAP_SYS_NICE); without them the threads stay nicer and the value returned says so.
+    """
+    worst = 0
+    for tid in _thread_ids():
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, 0)
+        except OSError:
+            pass  # a thread that just ended, or no privilege to lower niceness
+        try:
+            worst = max(worst, os.getpriority(os.PRIO_PROCESS, tid))
+        except OSError:
+            pass
+    return worst
 
 
 _REMOTE: dict[str, Any] = {}
