@@ -38,7 +38,7 @@ def _steps(events: Path) -> int:
 def _spec(plane: str, steps: int) -> dict[str, Any]:
     cluster: dict[str, Any] = {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large"}
     if plane == "collective":
-        cluster.update(data_plane="collective", replica_every=5, group_timeout_s=5)
+        cluster.update(data_plane="collective", replica_every=5, group_timeout_s=bound(5))
     return {"name": f"autoscale-{plane}", "seed": 2,
             "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 100000},
             "target": {"iterations": steps}, "cluster": cluster,

@@ -117,7 +117,7 @@ def test_collective_run_survives_a_spot_node_killed_mid_step(cluster: dict[str, 
         "workload": {"name": "mlp-digits", "batch_size": 32, "lr": 0.05, "eval_every": 100000},
         "target": {"iterations": 10**7},  # stopped by the test
         "cluster": {"instance_type": "c5.xlarge", "workers": 3, "coordinator_instance": "c5.large",
-                    "data_plane": "collective", "replica_every": 5, "group_timeout_s": 5, **extra},
+                    "data_plane": "collective", "replica_every": 5, "group_timeout_s": bound(5), **extra},
         "market": {"synthetic": {"kind": "constant", "price": 0.07}},
         "outputs": {"checkpoint_every": 0, "plots": False},
         "policies": policies,

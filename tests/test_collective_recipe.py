@@ -26,6 +26,7 @@ from spotwise.assemble import build_controller
 from spotwise.events import read_events
 from spotwise.market.world import build_market
 from spotwise.planes.collective.data_plane import CollectivePlane
+from _load import bound
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,7 +36,7 @@ BASE: dict[str, Any] = {
     "workload": {"name": "mlp-digits", "batch_size": 8, "lr": 0.01, "eval_every": 1000},
     "target": {"iterations": 16},
     "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large",
-                "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": 5},
+                "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": bound(5)},
     "market": {"synthetic": {"kind": "constant", "price": 0.07}},
     "outputs": {"checkpoint_every": 0, "plots": False},
 }

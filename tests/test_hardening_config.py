@@ -17,6 +17,7 @@ from _specs import spec_with
 
 from spotwise.config import GROUP_TIMEOUT_RANGE_S, MAX_LOCAL_STEPS
 from spotwise.errors import InputError
+from _load import bound
 
 BASE: dict[str, Any] = {
     "name": "collective",
@@ -24,7 +25,7 @@ BASE: dict[str, Any] = {
     "workload": {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000},
     "target": {"iterations": 16},
     "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large",
-                "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": 2},
+                "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": bound(2)},
     "market": {"synthetic": {"kind": "constant", "price": 0.07}},
     "outputs": {"checkpoint_every": 0, "plots": False},
 }

@@ -217,7 +217,7 @@ def test_a_first_step_failure_on_a_collective_member_is_exit_2_not_a_lost_node(t
     """The member's optimizer raises at its first real step: the run ends with exit 2 naming the
     optimizer and showing its traceback -- not a lost node, a regroup, a stall or exit 1.  (A
     process of its own, so that its Ray workers get the PYTHONPATH a user's would; one member.)"""
-    d = doc({"name": "bad_optimizers:RaisesOnBigParams", "lr": 0.01}, **COLLECTIVE, group_timeout_s=5)
+    d = doc({"name": "bad_optimizers:RaisesOnBigParams", "lr": 0.01}, **COLLECTIVE, group_timeout_s=bound(5))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(USER_DIR), os.environ.get("PYTHONPATH")])),
            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)

@@ -16,6 +16,7 @@ from spotwise.planes.collective.member import CollectiveMember, Plan
 from spotwise.workloads.base import TensorIndexedDataset
 from spotwise.workloads.loading import BlockLoader, micro_batches
 from spotwise.workloads.user import GuardedDataset, MapDatasetAdapter, UserWorkloadError
+from _load import bound
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -196,7 +197,7 @@ def test_a_collective_job_with_loader_workers_in_ray_actors_equals_one_process(r
                      "loader": {"num_workers": 1, "prefetch": 2}},
         "target": {"iterations": 12},
         "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large",
-                    "data_plane": "collective", "standby": 0, "group_timeout_s": 5},
+                    "data_plane": "collective", "standby": 0, "group_timeout_s": bound(5)},
         "market": {"synthetic": {"kind": "constant", "price": 0.07}},
         "outputs": {"checkpoint_every": 0, "plots": False},
     })

@@ -33,6 +33,7 @@ from spotwise.capacity.provider import EmulatedProvider
 from spotwise.market.revocation.stochastic import ExponentialLifetime
 from spotwise.market.revocation.trace import BidRevocation
 from spotwise.market.series import SeriesMeta, StepSeries
+from _load import bound
 
 
 def _key(ev: Any) -> tuple[float, int, str]:
@@ -148,7 +149,7 @@ BASE: dict[str, Any] = {
     "workload": {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000},
     "target": {"iterations": 30},
     "cluster": {"instance_type": "c5.xlarge", "workers": 3, "coordinator_instance": "c5.large", "standby": 1,
-                "replica_every": 5, "group_timeout_s": 2},
+                "replica_every": 5, "group_timeout_s": bound(2)},
     "market": {"synthetic": {"kind": "constant", "price": 0.07},
                "revocation": {"model": "lifetime", "mttf_s": 15, "mttr_s": 5, "notice_s": 0}},
     "outputs": {"checkpoint_every": 4, "plots": False},  # and one at every notice
