@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _load import bound
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -73,7 +74,6 @@ _RAY_PROBE = r'''
 import json, os, subprocess, shutil
 from spotwise.capacity.raystart import ensure_ray
 import ray
-from _load import bound
 ensure_ray(num_cpus=1)
 node = ray._private.worker.global_worker.node
 out = {"node_ip": node.node_ip_address, "gcs": node.gcs_address,
