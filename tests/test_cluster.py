@@ -41,13 +41,49 @@ def _start(args: list[str], log: Path) -> subprocess.Popen:
                             env=ENV, start_new_session=True)
 
 
+def _session(sid: int) -> list[int]:
+    """Every live process of session ``sid``: a node's ``ray start`` (started in a session of its
+    own), its raylet and the worker processes the raylet started -- each of those in a process
+    group of its own, so signalling the node's group does not reach them."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if os.getsid(int(d.name)) == sid:
+                    pids.append(int(d.name))
+            except OSError:  # gone meanwhile
+                pass
+    return pids
+
+
+def _kill_session(sid: int) -> None:
+    for pid in _session(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _vanish(proc: subprocess.Popen) -> None:
+    """A spot VM disappears: SIGKILL to every process of the node at once (the raylet and every
+    actor on it), nothing shuts down gracefully -- the cluster learns of it as it would of a
+    revoked VM."""
+    _kill_session(proc.pid)
+    proc.wait(timeout=bound(30))
+
+
 def _stop(proc: subprocess.Popen) -> None:
+    """Stop a node at the end of a test: SIGTERM to its group, then SIGKILL to whatever of its
+    session is left (worker processes would otherwise outlive it)."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            pass
+    _kill_session(proc.pid)
+    if proc.poll() is None:
+        proc.wait(timeout=bound(30))
 
 
 def _spot_units(address: str) -> float:
@@ -73,6 +109,22 @@ def _wait(cond, timeout: float, what: str, every: float = 0.5) -> None:
             return
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def _diagnosis(run: subprocess.Popen, out: Path, tmp: Path) -> str:
+    """What a failed wait shows: whether the run ended (and its stderr), the last events, and the
+    Ray processes still alive (a node's worker that outlived its raylet keeps computing)."""
+    lines = [f"run exit code: {run.poll()}"]
+    if (tmp / "run.err").exists():
+        lines.append("run stderr (tail):\n" + (tmp / "run.err").read_text(errors="replace")[-4000:])
+    events = out / "events.jsonl"
+    if events.exists():
+        lines.append("events (tail):\n" + "\n".join(events.read_text().splitlines()[-15:]))
+    ps = subprocess.run(["ps", "-eo", "pid,pgid,stat,etimes,args"], capture_output=True, text=True).stdout
+    lines.append("ray processes:\n" + "\n".join(ln[:200] for ln in ps.splitlines() if "ray" in ln or "spotwise" in ln))
+    for log in sorted(tmp.glob("n*.log")):
+        lines.append(f"{log.name} (tail):\n" + "\n".join(log.read_text(errors="replace").splitlines()[-10:]))
+    return "\n".join(lines)
 
 
 def _steps(events: Path) -> int:
@@ -114,23 +166,31 @@ def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> No
     spec_path = tmp_path / "job.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
     out = tmp_path / "run"
+    # output to files, not pipes: nobody reads a pipe during the waits, and a run blocked on a full
+    # stderr pipe (Ray forwards its workers' logs there) would stop before the node-lost revocations
+    run_out, run_err = tmp_path / "run.out", tmp_path / "run.err"
     run = subprocess.Popen([str(BIN / "spotwise"), "run", str(spec_path), "--out", str(out), "--ray-address", address,
-                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+                            "--json"], stdout=open(run_out, "w"), stderr=open(run_err, "w"), text=True, env=ENV)
     try:
         _wait(lambda: _steps(out / "events.jsonl") >= 60 or run.poll() is not None, NODE_WAIT_S, "60 committed steps")
-        assert run.poll() is None, run.stderr.read() if run.stderr else ""
-        _stop(nodes[0])  # the spot node disappears with its four workers
-        _wait(lambda: sum(e["kind"] == "revoke" for e in read_events(out / "events.jsonl")) >= 4, NODE_WAIT_S, "node-lost revocations")
+        assert run.poll() is None, run_err.read_text()[-4000:]
+        _vanish(nodes[0])  # the spot node disappears with its four workers
+        revokes = lambda: sum(e["kind"] == "revoke" for e in read_events(out / "events.jsonl"))  # noqa: E731
+        try:
+            _wait(lambda: revokes() >= 4 or run.poll() is not None, NODE_WAIT_S, "node-lost revocations")
+            assert revokes() >= 4
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{_diagnosis(run, out, tmp_path)}") from None
         frozen = _steps(out / "events.jsonl")
         time.sleep(2)
         assert _steps(out / "events.jsonl") == frozen, "no worker left: no step can commit"
         nodes.append(_start(["--address", address, "--resources", '{"spot": 4}', "--num-cpus", "1"], tmp_path / "n2.log"))
-        stdout, stderr = run.communicate(timeout=2 * NODE_WAIT_S)
+        run.wait(timeout=2 * NODE_WAIT_S)
     finally:
         if run.poll() is None:
             run.kill()
-    assert run.returncode == 0, stderr
-    summary = json.loads(stdout)
+    assert run.returncode == 0, run_err.read_text()[-4000:]
+    summary = json.loads(run_out.read_text())
     assert summary["status"] == "completed" and summary["steps"] == 250 and summary["mode"] == "cluster"
     events = read_events(out / "events.jsonl")
     lost = [e for e in events if e["kind"] == "revoke"]

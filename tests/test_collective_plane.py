@@ -221,8 +221,9 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
     out = tmp_path / "run"
     exe = str(Path(sys.executable).with_name("spotwise"))
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen([exe, "run", str(path), "--out", str(out), "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    err = tmp_path / "run.err"  # a file, not a pipe nobody reads during the wait (a full pipe blocks the run)
+    proc = subprocess.Popen([exe, "run", str(path), "--out", str(out), "--json"], stdout=subprocess.DEVNULL,
+                            stderr=open(err, "w"), text=True, env=env)
     killed_at = None
     deadline = time.monotonic() + bound(150)
     while time.monotonic() < deadline and proc.poll() is None:
@@ -235,7 +236,7 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
                 killed_at = time.monotonic()
                 break
     proc.wait(timeout=bound(30))
-    assert killed_at is not None, f"the run ended before it could be killed: {proc.stderr.read() if proc.stderr else ''}"
+    assert killed_at is not None, f"the run ended before it could be killed: {err.read_text()[-4000:]}"
     res = subprocess.run([exe, "run", "--resume", str(out), "--json"], capture_output=True, text=True, env=env, timeout=bound(200))
     assert res.returncode == 0, res.stderr
     summary = json.loads(res.stdout)

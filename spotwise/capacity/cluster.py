@@ -136,7 +136,8 @@ class ClusterProvider(Provider):
     def poll(self, timeout: float = 0.0) -> list[int]:
         """Slots whose actor has started and waits to be acquired (they can join now)."""
         import ray
-        from ray.exceptions import RayActorError
+
+        from spotwise.planes.ps.compute import actor_input_error, lost_errors
 
         if not self._pending:
             return sorted(self._ready)
@@ -147,9 +148,7 @@ class ClusterProvider(Provider):
             actor, _ = self._pending.pop(slot)
             try:
                 ray.get(ref)
-            except RayActorError as e:
-                from spotwise.planes.ps.compute import actor_input_error
-
+            except lost_errors() as e:
                 if (err := actor_input_error(e)) is not None:
                     raise err from None  # e.g. device: cuda on a node without CUDA: asking again cannot help
                 self.request(slot)  # its node died while it started: ask again

@@ -9,7 +9,8 @@ The coordinator (the job's control logic) never calls Ray itself: it talks to on
   starting in the background at low CPU priority, so a joiner does not wait for a process to
   start (Spotnik's in-place membership change, ``papers/001_30a454edd897cf47.txt`` Sec. 3.2: a
   joiner is a new worker handed the current parameters).  A worker whose actor died (node lost)
-  shows up as :class:`WorkerLost` on its result.
+  shows up as :class:`WorkerLost` on its result -- so does a result that was computed but lost
+  with its node before the coordinator fetched it (:func:`lost_errors`).
 * :class:`LocalCompute` -- every worker is a :class:`~spotwise.planes.ps.worker.GradientWorker`
   object in this process, computed when its result is asked for.  Bit-for-bit the numerics of
   the Ray workers (the same class), no Ray, no processes: the data plane for unit tests of the
@@ -52,6 +53,22 @@ def actor_input_error(exc: BaseException) -> InputError | None:
                 "spotwise.workloads.user.UserWorkloadError: "]
     lines = [(ln.strip(), p) for ln in str(exc).splitlines() for p in prefixes if ln.strip().startswith(p)]
     return InputError(lines[-1][0][len(lines[-1][1]):]) if lines else None
+
+
+def lost_errors() -> tuple[type[BaseException], ...]:
+    """What ``ray.get`` of a worker's call raises when the worker or its node is gone.
+
+    The actor died (``RayActorError``, its ``ActorDiedError``/``ActorUnavailableError``), its node
+    died (``NodeDiedError``), its process crashed (``WorkerCrashedError``), or the result was
+    computed but lost with the node before it was fetched (``ObjectLostError`` and its subclasses:
+    a result over Ray's inline limit, 100 KiB -- any real model's gradient -- lives in the object
+    store of the worker's node until the coordinator pulls it; a node that vanishes in between
+    leaves ``ObjectReconstructionFailedError``, since an actor call is not re-executed).  Each is a
+    lost worker to the data plane, not a crash of the job.
+    """
+    from ray.exceptions import NodeDiedError, ObjectLostError, RayActorError, WorkerCrashedError
+
+    return (RayActorError, NodeDiedError, WorkerCrashedError, ObjectLostError)
 
 
 def _get_ready(refs: Any) -> Any:
@@ -225,21 +242,21 @@ class RayCompute(Compute):
         return worker.compute.remote(params, indices)
 
     def gather(self, pending: dict[int, Any]) -> dict[int, Result]:
+        """All results in one round trip; ``{}`` if one of them is lost (:func:`lost_errors`): the
+        caller then asks one by one (:meth:`result`)."""
         import ray
-        from ray.exceptions import ActorDiedError, RayActorError
 
         try:
             return dict(zip(pending, ray.get(list(pending.values()))))
-        except (ActorDiedError, RayActorError):
+        except lost_errors():
             return {}
 
     def result(self, slot: int, pending: Any) -> Result:
         import ray
-        from ray.exceptions import ActorDiedError, RayActorError
 
         try:
             return ray.get(pending)
-        except (ActorDiedError, RayActorError):
+        except lost_errors():
             raise WorkerLost(slot) from None
 
     def wait(self, pending: dict[int, Any], num_returns: int = 1, timeout: float | None = None) -> list[int]:
