@@ -154,3 +154,73 @@ def test_store_address_refuses_a_weak_secret() -> None:
         StoreAddress("127.0.0.1", 1234, "abc")
     with pytest.raises(ValueError, match="port"):
         StoreAddress("127.0.0.1", 0, "a" * 32)
+
+
+def test_flag_cadence_reads_at_once_then_at_doubling_gaps_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spotwise.planes.collective import group
+    from spotwise.planes.collective.group import FLAG_GAP_MAX_S, FlagCadence
+
+    now = [100.0]
+    monkeypatch.setattr(group.time, "monotonic", lambda: now[0])
+    c = FlagCadence(0.005)
+    reads = []
+    for i in range(2000):  # 2 s in 1 ms ticks
+        now[0] = 100.0 + i * 0.001
+        if c.due():
+            reads.append(round(now[0] - 100.0, 3))
+    assert reads[:4] == [0.005, 0.015, 0.035, 0.075], reads[:6]  # 5, 10, 20, 40 ms, then the cap
+    gaps = [b - a for a, b in zip(reads, reads[1:])]
+    assert max(gaps) == pytest.approx(FLAG_GAP_MAX_S, abs=0.0015)
+    assert len(reads) <= 2.0 / FLAG_GAP_MAX_S + 5  # ~44 reads in 2 s, not one per 5 ms slice (400)
+    with pytest.raises(ValueError):
+        FlagCadence(0.0)
+
+
+def test_a_member_waiting_for_a_straggler_reads_the_fail_flag_at_the_cadence_not_every_slice() -> None:
+    """Two members on a real gloo group; member 1 starts its all-reduce 1.5 s late.  Member 0 waits
+    in 5 ms slices; it must read the store's fail flag (one remote call each) at :class:`FlagCadence`'s gaps (the old code
+    read it after every slice: ~300 reads), and the all-reduce still completes."""
+    import time
+
+    from spotwise.planes.collective.group import FLAG_GAP_MAX_S, ElasticGroup, GroupCoordinator
+
+    coord = GroupCoordinator()
+    coord.announce(0, [0, 1])
+    groups: dict[int, Any] = {}
+    reads: list[float] = []
+    errors: list[BaseException] = []
+    formed = threading.Barrier(2)
+
+    def member(m: int) -> None:
+        try:
+            g = ElasticGroup(coord.address, member=m, timeout_s=30.0, poll_s=0.005)
+            g.form(0)
+            groups[m] = g
+            formed.wait(60)
+            if m == 0:
+                flag = g._failed_flag
+                g._failed_flag = lambda: (reads.append(time.monotonic()), flag())[1]  # type: ignore[method-assign]
+            else:
+                time.sleep(1.5)  # the straggler
+            t = torch.ones(4)
+            start = time.monotonic()
+            g.allreduce(t)
+            if m == 0:
+                reads.append(-(time.monotonic() - start))  # the wait's length, marked negative
+            assert t.tolist() == [2.0] * 4
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=member, args=(m,)) for m in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert not errors, errors
+        waited = -reads.pop()
+        assert waited > 0.5, "member 0 waited for the straggler"
+        assert len(reads) <= waited / FLAG_GAP_MAX_S + 8, (len(reads), waited)
+    finally:
+        for g in groups.values():
+            g.close()

@@ -6,9 +6,10 @@ Nothing is restarted on a revocation: the survivors abandon generation ``g`` and
 over the same store, in the same processes, keeping their parameters in memory.
 
 * **No hang.**  A collective is waited for in short slices (``poll_s``); between slices the member
-  checks the store's ``fail/<g>`` flag.  The first member whose collective fails (a peer's
-  connection closed: a killed process) raises the flag and every other member aborts its pending
-  collective at once, instead of waiting for gloo's own timeout.  A *frozen* peer (SIGSTOP) closes
+  checks the store's ``fail/<g>`` flag (at gaps that grow to 50 ms in a long wait,
+  :class:`FlagCadence`).  The first member whose collective fails (a peer's connection closed: a
+  killed process) raises the flag and every other member aborts its pending collective at once,
+  instead of waiting for gloo's own timeout.  A *frozen* peer (SIGSTOP) closes
   no connection: the collective then fails after ``timeout_s`` (the process group's timeout), and
   the flag spreads that too.  The coordinator can raise the flag itself (a revocation notice).
 * **Regroup.**  After a failure each survivor reports itself alive for ``g`` with its last
@@ -53,6 +54,37 @@ import torch.distributed as dist
 
 class GroupFailed(Exception):
     """The current generation failed (a member died, froze, or the coordinator flagged it)."""
+
+
+#: the longest gap between two reads of the fail flag while a collective is waited for
+FLAG_GAP_MAX_S = 0.05
+
+
+class FlagCadence:
+    """When a member waiting for a collective reads the store's fail flag: after the first slice,
+    then at gaps that double up to ``FLAG_GAP_MAX_S``.  A healthy step's collective ends within its
+    first slices and costs a read or two; a member waiting seconds for a straggler (or a frozen
+    peer) asks the store 20 times a second instead of once per 5 ms slice -- 200 remote calls a
+    second per waiting member, served by the coordinator's store thread, take CPU from the very
+    straggler they wait for on a shared machine.  A flag raised by another member is seen at most
+    ``FLAG_GAP_MAX_S`` late (a killed peer's closed connection is seen at once, by gloo itself)."""
+
+    __slots__ = ("gap", "next")
+
+    def __init__(self, first_s: float) -> None:
+        if not first_s > 0:
+            raise ValueError("first_s must be > 0")
+        self.gap = min(float(first_s), FLAG_GAP_MAX_S)
+        self.next = time.monotonic() + self.gap
+
+    def due(self) -> bool:
+        """Whether the flag is to be read now (then the next read is a doubled gap later)."""
+        now = time.monotonic()
+        if now < self.next:
+            return False
+        self.gap = min(2.0 * self.gap, FLAG_GAP_MAX_S)
+        self.next = now + self.gap
+        return True
 
 
 def is_loopback(host: str) -> bool:
@@ -306,9 +338,10 @@ class ElasticGroup:
         ``is_completed()`` and the fail flag, then ``wait()`` (which raises the collective's error)."""
         deadline = time.monotonic() + self.timeout_s + 1.0
         pause = self.poll.total_seconds()
+        cadence = FlagCadence(pause)
         try:
             while not work.is_completed():
-                if self._failed_flag():
+                if cadence.due() and self._failed_flag():
                     self.abandon(work)
                     raise GroupFailed(self.store.get(f"fail/{self.gen}").decode(errors="replace"))
                 if time.monotonic() > deadline:
@@ -331,6 +364,7 @@ class ElasticGroup:
         if self.backend == "nccl":
             return self._wait_nccl(work)
         deadline = time.monotonic() + self.timeout_s + 1.0  # gloo's own timeout, and a margin over it
+        cadence = FlagCadence(self.poll.total_seconds())
         while True:
             try:
                 work.wait(self.poll)
@@ -342,7 +376,7 @@ class ElasticGroup:
                     self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
                     self.abandon(work)
                     raise GroupFailed(str(e)) from None
-            if self._failed_flag():
+            if cadence.due() and self._failed_flag():
                 self.abandon(work)
                 raise GroupFailed(self.store.get(f"fail/{self.gen}").decode(errors="replace"))
 
