@@ -3,8 +3,8 @@
 A head (on-demand, no ``spot`` resource, where the controller and its rendezvous store run) and
 two spot nodes, started with ``ray start`` as in ``test_cluster.py`` (each node its own process
 group, stopped by signalling it -- never ``ray stop``, which would also stop the test session's
-own Ray).  Under every strategy (S-SGD, S-MA, AD-PSGD, and S-SGD with the strategy-switch policy)
-a spot node is killed mid-run (``SIGKILL`` to every process of the node at once: its members die at a
+own Ray).  Under S-MA, AD-PSGD and S-SGD with the strategy-switch policy (plain S-SGD: the
+collective run of ``test_cluster_autoscale.py``) a spot node is killed mid-run (``SIGKILL`` to every process of the node at once: its members die at a
 random point of a step, computing or inside the all-reduce), the survivors regroup in place and
 the lost slots are requested again (a new spot node is started; its members join if it is up
 before the run is stopped).  Asserted, once the survivors regrouped and committed steps (the
@@ -77,8 +77,9 @@ def _add_node(state: dict[str, Any]) -> subprocess.Popen:
     return node
 
 
+#: plain S-SGD through a real node loss is test_cluster_autoscale.py's collective run (and this
+#: module's switching run until it switches): one end-to-end run of that path, not two
 SPECS: dict[str, dict[str, Any]] = {
-    "ssgd": {"sync": "ssgd"},
     "sma": {"sync": "sma", "local_steps": 2},
     "adpsgd": {"sync": "adpsgd"},
     "ssgd+switch": {"sync": "ssgd", "policies": [{"name": "strategy-switch", "params": {

@@ -159,12 +159,12 @@ def test_the_heartbeat_thread_stops_at_once_when_another_holder_took_the_lease(t
     first.acquire()
     foreign = {"owner": "node-b:77:abcdef", "heartbeat": time.time(), "ttl_s": 0.6}
     (root / LEASE).write_text(json.dumps(foreign))  # another machine's takeover, landed between two beats
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + bound(5)
     while first.lost is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert isinstance(first.lost, LeaseLost) and "node-b:77 holds it now" in str(first.lost)
     assert first._thread is not None
-    first._thread.join(timeout=2)
+    first._thread.join(timeout=bound(2))
     assert not first._thread.is_alive()  # the heartbeat stopped with it
     time.sleep(0.5)
     assert json.loads((root / LEASE).read_text()) == foreign  # never written over

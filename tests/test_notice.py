@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from _load import bound
 from spotwise.errors import InputError
 from spotwise.capacity import notice as notice_mod
 from spotwise.capacity.notice import (
@@ -228,7 +229,7 @@ def test_fake_enforces_imdsv2_token_and_gcp_header(fake):
 
 
 def test_aws_no_notice_then_terminate(fake):
-    src = AwsNoticeSource(fake.url, timeout=1.0)
+    src = AwsNoticeSource(fake.url, timeout=bound(1.0))
     assert src.poll() is None
     assert src.poll() is None
     fake.instance_action = json.dumps(ACTION)
@@ -388,7 +389,7 @@ def test_gcp_long_poll_returns_on_change(fake):
 
 
 def test_gcp_long_poll_times_out_without_change(fake):
-    src = GcpNoticeSource(fake.url, wait_for_change=True, wait_timeout_s=0.3, timeout=1.0)
+    src = GcpNoticeSource(fake.url, wait_for_change=True, wait_timeout_s=0.3, timeout=bound(1.0))
     src.poll()
     t0 = time.monotonic()
     assert src.poll() is None
@@ -484,7 +485,7 @@ def test_watcher_end_to_end(fake, cloud):
         delivered_at.append(src.polls)  # the poll that found it (poll() counts on entry)
         called.set()
 
-    src = make_notice_source(cloud, base_url=fake.url, timeout=1.0)
+    src = make_notice_source(cloud, base_url=fake.url, timeout=bound(1.0))
     watcher = NoticeWatcher(src, on_notice, interval_s=0.02)
     with watcher:
         assert watcher.running
