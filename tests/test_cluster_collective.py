@@ -16,11 +16,10 @@ head's address only.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +58,32 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     try:
         _wait(lambda: subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True,
                                      env=ENV, timeout=bound(60)).returncode == 0, NODE_WAIT_S, "the head node", every=2.0)
-        for k in (1, 2):  # one at a time: two raylets starting at once on one machine time out
-            _add_node(state)
-            _wait(lambda: _spot_units(address) >= 2 * k, NODE_WAIT_S, f"spot node {k}", every=2.0)
+        _ensure_nodes(state)
         yield state
     finally:
         for n in state["nodes"]:
             _stop(n)
         _stop(head)
+
+
+def _ensure_nodes(state: dict[str, Any], want: int = 2) -> None:
+    """Bring the cluster to ``want`` live spot nodes of two units each, one start at a time (two
+    raylets starting at once on one machine time out).  A node whose ``ray start`` exited is started
+    again: Ray gives a raylet a fixed 30 s to register, which a loaded 2-core machine can exceed (a
+    replacement started during a test is the usual victim).  The wait is for exactly ``want`` nodes'
+    units: a node a test killed still counts in ``ray status`` until the GCS has declared it dead,
+    and a run started then would find fewer units than were counted."""
+    address = state["address"]
+    deadline = time.monotonic() + 2 * NODE_WAIT_S  # an event wait: the bound only ends a hang
+    while True:
+        state["nodes"] = [n for n in state["nodes"] if n.poll() is None]
+        live, units = len(state["nodes"]), _spot_units(address)
+        if live == want and units == 2 * want:
+            return
+        assert time.monotonic() < deadline, f"{live} live spot nodes, {units:g} spot units; want {want} nodes"
+        if live < want and units >= 2 * live:  # every live node registered: start the next one
+            _add_node(state)
+        time.sleep(2.0)
 
 
 def _add_node(state: dict[str, Any]) -> subprocess.Popen:
@@ -105,7 +122,7 @@ def test_collective_run_survives_a_spot_node_killed_mid_step(cluster: dict[str, 
     committed ``AFTER`` more steps: event waits, not a step count guessed from this machine's speed.
     That a cluster run completes is asserted by tests/test_cluster.py."""
     address = cluster["address"]
-    _wait(lambda: _spot_units(address) >= 4, NODE_WAIT_S, "two spot nodes", every=2.0)
+    _ensure_nodes(cluster)
     extra = dict(SPECS[strategy])
     policies = extra.pop("policies", [])
     spec = {
