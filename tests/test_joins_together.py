@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _load import bound
 from _specs import spec_with
 
 from spotwise.assemble import build_controller
@@ -88,9 +89,46 @@ def test_workers_needed_now_start_at_normal_priority_and_only_spares_start_nice(
         assert [low for _, _, low in compute._standby] == [True]
         compute.expect(3)
         assert [low for _, _, low in compute._standby] == [True, False, False]
+        ray_session.get(compute._standby[0][1])  # the spare is up (a spare still starting: the test below)
         assert compute.acquire() is not None and [low for _, _, low in compute._standby] == [False, False]  # the spare went first
     finally:
         compute.shutdown()
+
+
+def test_a_joiner_does_not_wait_for_a_spare_still_starting_at_low_priority(ray_session: Any) -> None:
+    """A spare that is still starting at nice 15 when a joiner needs it may take minutes on a busy
+    machine (beside two busy loops each join waited 60-100 s): an actor is started at normal
+    priority too, the joiner takes the first one up, and the spare stays in the pool."""
+    import time
+
+    from spotwise.planes.ps.compute import RayCompute
+
+    @ray_session.remote(num_cpus=0)
+    def starting_for_minutes() -> None:  # the spare's start-up on a busy machine
+        time.sleep(600)
+
+    slow: list[Any] = []
+
+    class Starved(RayCompute):
+        def _start_actor(self, low: bool = False) -> tuple[Any, Any]:
+            if low:
+                slow.append(starting_for_minutes.remote())
+                self.spawned += 1
+                return "starved-spare", slow[-1]
+            return super()._start_actor(low)
+
+    compute = Starved(worker_args_for(spec_with(BASE)), standby=1)
+    try:
+        actor = compute.acquire()
+        assert actor != "starved-spare"
+        assert ray_session.get(actor.ready.remote(), timeout=bound(120)) is not None  # a working worker
+        assert [(a, low) for a, _, low in compute._standby] == [("starved-spare", True)], "the spare stays a spare"
+        assert compute.spawned == 2, "one actor started for the joiner, none more"
+    finally:
+        compute._standby.clear()
+        compute.kill(actor)
+        for ref in slow:
+            ray_session.cancel(ref, force=True)
 
 
 def _thread_nice(pid: int) -> dict[int, int]:
