@@ -63,6 +63,15 @@ def _non_loopback_interface() -> str | None:
     return None
 
 
+def _in_threads(member: Any, members: tuple[int, ...] = (0, 1), timeout_s: float = 60.0) -> None:
+    """Run ``member(m)`` for every member in a thread of its own and wait for them all."""
+    threads = [threading.Thread(target=member, args=(m,)) for m in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+
+
 def test_a_members_gloo_group_listens_on_loopback_even_if_gloo_would_pick_another_interface(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``GLOO_SOCKET_IFNAME`` (or a hostname resolving to an external address) makes gloo's default
@@ -90,11 +99,7 @@ def test_a_members_gloo_group_listens_on_loopback_even_if_gloo_would_pick_anothe
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=member, args=(m,)) for m in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    _in_threads(member)
     assert not errors, errors
     try:
         listening = _listening() - before
@@ -211,11 +216,7 @@ def test_a_member_waiting_for_a_straggler_reads_the_fail_flag_at_the_cadence_not
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=member, args=(m,)) for m in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    _in_threads(member, timeout_s=120.0)
     try:
         assert not errors, errors
         waited = -reads.pop()
