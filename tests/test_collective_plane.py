@@ -130,14 +130,16 @@ def test_collective_ssgd_equals_single_process_sgd_and_resumes_exactly(ray_sessi
 @pytest.mark.parametrize("sync", ["ssgd", "sma", "adpsgd"])
 def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(ray_session: Any, tmp_path: Path,
                                                                                 sync: str) -> None:
-    spec = make_spec(cluster__workers=4, cluster__sync=sync, cluster__local_steps=2, cluster__standby=2, target__iterations=60, workload__eval_every=20)
-    rev = ScriptedRevocation((outage(4, 12, [0, 1, 2]),            # 75 % at once
-                              outage(20, 30, [0, 1, 2, 3]),        # the whole cluster
-                              ) + random_outages(4, horizon=60, count=2, seed=7, fraction=0.25, duration=(1, 6)))
+    # 3 members (2 at once, then all 3, then one at random): the paths of 4 with fewer process starts
+    spec = make_spec(cluster__workers=3, cluster__sync=sync, cluster__local_steps=2, cluster__standby=1, target__iterations=60,
+                     workload__eval_every=20, workload__batch_size=12)  # 3 x 12 samples a step: past one epoch
+    rev = ScriptedRevocation((outage(4, 12, [0, 1]),               # many at once, survivors go on
+                              outage(20, 30, [0, 1, 2]),           # the whole cluster
+                              ) + random_outages(3, horizon=60, count=1, seed=7, fraction=0.34, duration=(1, 6)))
     coord, summary = run(spec, tmp_path / "run", revocation=rev)
     out = tmp_path / "run"
     assert summary.status == "completed" and summary.steps == 60
-    assert summary.revocations >= 3 + 4 + 1
+    assert summary.revocations >= 2 + 3 + 1
     history = committed_history(out)
     assert [e["step"] for e in history] == list(range(1, 61)), "every step committed exactly once"
     assert_sampler_guarantee(history, coord.state.n_train)
@@ -148,7 +150,7 @@ def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(
     assert len(rollbacks) <= 1 and all(r["lost_steps"] <= 5 for r in rollbacks)
     assert summary.extra["rolled_back_steps"] == sum(r["lost_steps"] for r in rollbacks)
     regroups = list(read_events(out / "events.jsonl", kinds=["regroup"]))
-    assert any(r["survivors"] and len(r["members"]) < 4 for r in regroups), "survivors regrouped in place"
+    assert any(r["survivors"] and len(r["members"]) < 3 for r in regroups), "survivors regrouped in place"
     evals = [e["metric"] for e in read_events(out / "events.jsonl", kinds=["eval"])]
     assert summary.final_metric is not None and summary.final_metric > 0.6 and summary.final_loss < 1.5, evals
     assert summary.extra["recovery_ms"]["count"] >= 1

@@ -105,7 +105,8 @@ def test_full_sync_equals_single_process_sgd(ray_session, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(("sync", "n"), [("n-sync", 3), ("n-batch", 4), ("async", None)])
 def test_other_sync_modes_learn_through_revocations(ray_session, tmp_path: Path, sync: str, n: int | None) -> None:
-    over: dict[str, Any] = {"cluster__sync": sync, "target__iterations": 120, "cluster__workers": 4}
+    # no standby spares: the joiners start on demand (spares are test_many_at_once's and the chaos runs')
+    over: dict[str, Any] = {"cluster__sync": sync, "target__iterations": 120, "cluster__workers": 4, "cluster__standby": 0}
     if n is not None:
         over["cluster__sync_n"] = n
     spec = make_spec(**over)
@@ -122,31 +123,31 @@ def test_other_sync_modes_learn_through_revocations(ray_session, tmp_path: Path,
 # ---------------------------------------------------------------------------------- faults
 @pytest.mark.slow
 def test_many_at_once_then_all_workers(ray_session, tmp_path: Path) -> None:
-    """75% of workers at once, later the whole cluster: idle, then resume in place (4 workers: 3 at
-    once, then all 4 -- the same paths as 8, with half the actor starts)."""
-    spec = make_spec(**{"cluster__workers": 4, "target__iterations": 60})
-    rev = ScriptedRevocation((outage(10, 30, range(3)), outage(40, 70, range(4))))
+    """Most workers at once, later the whole cluster: idle, then resume in place (3 workers: 2 at
+    once, then all 3 -- the same paths as 8, with a third of the actor starts)."""
+    spec = make_spec(**{"cluster__workers": 3, "cluster__standby": 1, "target__iterations": 60})
+    rev = ScriptedRevocation((outage(10, 30, range(2)), outage(40, 70, range(3))))
     coord, summary = run(spec, tmp_path / "run", revocation=rev)
     out = tmp_path / "run"
     assert summary.steps == 60 and summary.status == "completed"
     assert_steps_monotone(out, 60)
     ev = read_events(out / "events.jsonl")
-    assert sum(e["kind"] == "revoke" for e in ev) == 3 + 4
+    assert sum(e["kind"] == "revoke" for e in ev) == 2 + 3
     idle = [e for e in ev if e["kind"] == "idle"]
     assert idle and idle[0]["start"] == pytest.approx(40, abs=3) and idle[0]["duration"] > 20
     assert idle[0]["t"] == pytest.approx(idle[0]["start"] + idle[0]["duration"])
     steps = [e for e in ev if e["kind"] == "step"]
-    assert any(e["lost"] > 0 and e["contributions"] < 4 for e in steps), \
+    assert any(e["lost"] > 0 and e["contributions"] < 3 for e in steps), \
         "a step whose workers were revoked mid-way completes with the survivors' whole gradients"
     assert summary.extra["aborted_steps"] >= 1, "a step none of whose workers survived is aborted and retried"
     # killed actors are really gone, joiners are new processes
-    assert coord.compute.killed >= 7  # type: ignore[attr-defined]
+    assert coord.compute.killed >= 5  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
 def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:
-    spec = make_spec(**{"cluster__workers": 4, "target__iterations": 50, "cluster__standby": 2})
-    rev = ScriptedRevocation(random_outages(4, horizon=75, count=4, seed=5, fraction=0.5, duration=(2, 20)))
+    spec = make_spec(**{"cluster__workers": 3, "target__iterations": 50, "cluster__standby": 1})
+    rev = ScriptedRevocation(random_outages(3, horizon=75, count=4, seed=5, fraction=0.5, duration=(2, 20)))  # 2 at once
     coord, summary = run(spec, tmp_path / "run", revocation=rev)  # a hang is pytest-timeout's
     assert summary.steps == 50
     assert_steps_monotone(tmp_path / "run", 50)
@@ -156,7 +157,7 @@ def test_random_revocations_chaos(ray_session, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_bernoulli_chaos_example(ray_session, tmp_path: Path) -> None:
     """examples/chaos.yaml semantics: Bernoulli revocations per iteration, several at once."""
-    spec = make_spec(**{"cluster__workers": 4, "target__iterations": 20, "cluster__standby": 2,
+    spec = make_spec(**{"cluster__workers": 4, "target__iterations": 20, "cluster__standby": 1,
                         "market__revocation": {"model": "bernoulli", "q": 0.1, "rejoin_p": 0.15, "notice_s": 0}})
     coord, summary = run(spec, tmp_path / "run")
     assert summary.steps == 20
@@ -201,9 +202,10 @@ def test_coordinator_kill_9_and_resume(tmp_path: Path) -> None:
     spec_path = tmp_path / "job.yaml"
     d = copy.deepcopy(BASE)
     d["target"] = {"iterations": 60}
+    d["cluster"].update({"workers": 2, "standby": 1})  # what is killed is the coordinator: two workers show it
     d["outputs"] = {"checkpoint_every": 10, "plots": False}
     d["market"] = {"synthetic": {"kind": "constant", "price": 0.07},
-                   "revocation": {"model": "bernoulli", "q": 0.02, "rejoin_p": 0.5, "notice_s": 0}}
+                   "revocation": {"model": "bernoulli", "q": 0.04, "rejoin_p": 0.5, "notice_s": 0}}
     import yaml
 
     spec_path.write_text(yaml.safe_dump(d))
