@@ -36,7 +36,8 @@ def _steps(events: Path) -> int:
 
 
 def _spec(plane: str, steps: int) -> dict[str, Any]:
-    cluster: dict[str, Any] = {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large"}
+    # no standby spares: the workers that join after the loss are the replacement node's
+    cluster: dict[str, Any] = {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0}
     if plane == "collective":
         cluster.update(data_plane="collective", replica_every=5, group_timeout_s=bound(5))
     return {"name": f"autoscale-{plane}", "seed": 2,

@@ -217,6 +217,7 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
 
     d = json.loads(json.dumps(BASE))
     d["target"]["iterations"] = 200
+    d["cluster"]["workers"] = 2  # what is killed is the controller: two members show it
     d["outputs"] = {"checkpoint_every": 20, "plots": False}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(d))
