@@ -181,8 +181,9 @@ class Updater:
         self._stepped = False
         #: steps the grad scaler skipped (an fp16 overflow: the scale is lowered, nothing is applied)
         self.skipped = 0
-        #: the gradient norm before clipping of the last step (None without clipping)
-        self.last_norm: float | None = None
+        #: the gradient norm before clipping of the last step, a 0-dim tensor on the model's device (None
+        #: without clipping); not read here: on a GPU a read waits for the step (issue 40 item 2)
+        self.last_norm: torch.Tensor | None = None
 
     @property
     def plain(self) -> bool:
@@ -214,7 +215,7 @@ class Updater:
             return False
         self._set_grads(grad)
         if self.recipe.grad_clip_norm is not None:
-            self.last_norm = float(torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm)))
+            self.last_norm = torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm))
         if self.optimizer is None:
             with torch.no_grad():
                 for p in fm.params:
@@ -228,24 +229,51 @@ class Updater:
             p.grad = None
         return True
 
+    def apply_grads(self, lr: float, scaled: bool = False) -> None:
+        """Apply the mean gradient already in ``p.grad`` (DDP's reduced buckets, :mod:`spotwise.planes.collective.bucketed`)
+        at rate ``lr``: clipping, the recipe's optimizer (or plain SGD, one fused update over every
+        trainable parameter), the grad scaler's unscale / step / update under fp16.  The caller has
+        checked that the gradient is finite (its norm came with the step's one read); a frozen
+        parameter has no gradient and is not touched."""
+        fm = self.fm
+        params = [p for p in fm.params if p.requires_grad and p.grad is not None]
+        if not params:
+            return
+        if scaled and self.scaler is not None:
+            self._step_scaled(lr)
+            return
+        if self.recipe.grad_clip_norm is not None:
+            self.last_norm = torch.nn.utils.clip_grad_norm_(params, float(self.recipe.grad_clip_norm))
+        if self.optimizer is None:
+            with torch.no_grad():
+                torch._foreach_add_(params, [p.grad for p in params], alpha=-float(lr))
+            return
+        for group in self.optimizer.param_groups:
+            group["lr"] = float(lr)
+        self._step(self.optimizer.step)
+
     def _apply_scaled(self, grad: torch.Tensor, lr: float) -> bool:
+        self._set_grads(grad)
+        self._step_scaled(lr)
+        for p in self.fm.params:
+            p.grad = None
+        return True
+
+    def _step_scaled(self, lr: float) -> None:
+        """torch's ``unscale_`` / clip / ``step`` / ``update`` on the gradients in ``p.grad``."""
         fm, opt, scaler = self.fm, self.optimizer, self.scaler
         assert opt is not None
-        self._set_grads(grad)
         for group in opt.param_groups:
             group["lr"] = float(lr)
         scaler.scale(torch.ones((), device=fm.device))  # the scaler's lazy init (the loss was scaled by loss_scale)
         scaler.unscale_(opt)
         if self.recipe.grad_clip_norm is not None:
-            self.last_norm = float(torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm)))
+            self.last_norm = torch.nn.utils.clip_grad_norm_(fm.params, float(self.recipe.grad_clip_norm))
         before = scaler.get_scale()
         self._step(lambda: scaler.step(opt))
         scaler.update()
         if scaler.get_scale() < before:
             self.skipped += 1
-        for p in fm.params:
-            p.grad = None
-        return True
 
     def _set_grads(self, grad: torch.Tensor) -> None:
         """``p.grad`` of every parameter that requires a gradient, as a view into the step's mean
@@ -351,4 +379,31 @@ def forward_backward(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module,
             total = lv
             continue
         total += lv * w
+    return total
+
+
+def forward_backward_on_device(model: torch.nn.Module, loss_fn: Callable[[torch.nn.Module, Any], torch.Tensor],
+                               batch_of: Callable[[np.ndarray], Any], indices: np.ndarray, recipe: Recipe,
+                               device: torch.device, scale: float = 1.0,
+                               no_sync: Callable[[], Any] | None = None) -> torch.Tensor:
+    """:func:`forward_backward` without a host read: the mean loss comes back as a 0-dim float32
+    tensor on ``device`` (issue 40 item 2: the step's one read happens later, with its sample count).
+
+    ``model`` may be a ``DistributedDataParallel`` wrapper: every micro-batch but the last runs
+    under ``no_sync()`` (its gradients accumulate locally), so the buckets are all-reduced once,
+    while the last backward pass runs.  A non-finite loss is back-propagated like any other (its
+    gradient is not finite either, which the step's read sees: the step is refused, nothing applied).
+    """
+    idx = np.asarray(indices)
+    n = len(idx)
+    parts = [p for p in np.array_split(idx, min(max(1, recipe.accumulate), n)) if len(p)] if recipe.accumulate > 1 else [idx]
+    total = torch.zeros((), dtype=torch.float32, device=device)
+    for j, part in enumerate(parts):
+        quiet = no_sync() if (no_sync is not None and j < len(parts) - 1) else contextlib.nullcontext()
+        with quiet:
+            with autocast_for(recipe.precision, device):
+                loss = check_loss(loss_fn(model, batch_of(part)))
+            w = len(part) / n
+            ((loss.float() * (w * scale)) if (w != 1.0 or scale != 1.0) else loss).backward()
+        total.add_(loss.detach().float(), alpha=w)
     return total

@@ -257,6 +257,9 @@ class ElasticGroup:
         self.gen: int | None = None
         self.members: list[int] = []
         self.pg: Any = None
+        #: the generation's backend as a ``torch.distributed.ProcessGroup`` (:meth:`process_group`)
+        self._wrapped: Any = None
+        self._prefix: Any = None
 
     @property
     def rank(self) -> int:
@@ -275,7 +278,7 @@ class ElasticGroup:
             raise ValueError(f"member {self.member} is not in generation {gen}: {members}")
         self.abandon()
         self.gen, self.members = gen, members
-        prefix = dist.PrefixStore(f"g{gen}/", self.store)
+        prefix = self._prefix = dist.PrefixStore(f"g{gen}/", self.store)
         if self.backend == "nccl":
             self.pg = self._form_nccl(prefix)
         elif self._device is None:
@@ -297,10 +300,13 @@ class ElasticGroup:
         process, once in ~10 runs of the joiner test).
         """
         pg, self.pg = self.pg, None
+        wrapped, self._wrapped = self._wrapped, None
         if pg is None:
             return
         holder: list[Any] = [pg, *pending]  # the abort thread holds the only references
-        del pg, pending
+        if wrapped is not None:
+            holder.append(wrapped)
+        del pg, pending, wrapped
         linger = self.timeout_s + 1.0
 
         def _abort() -> None:
@@ -424,6 +430,33 @@ class ElasticGroup:
         opts = dist.BroadcastOptions()
         opts.rootRank = self.members.index(int(root_member))
         self._wait(self.pg.broadcast([tensor], opts))
+
+    def process_group(self) -> Any:
+        """The current generation's backend as a ``torch.distributed.ProcessGroup`` -- what
+        ``DistributedDataParallel`` and its Reducer take (``process_group=``) -- built once per
+        generation, as ``torch.distributed``'s own ``new_group`` wraps a backend: the group object
+        over the generation's store, the backend registered as its default for the members' device
+        type.  No rendezvous happens here: the backend was formed by :meth:`form`.  Its collectives
+        are not waited for in poll slices: a dead peer fails them through its closed connection,
+        a frozen one through the backend's timeout (``timeout_s``), and the coordinator's abort
+        through a partner aborting its group (see :meth:`exchange`)."""
+        if self.pg is None:
+            raise GroupFailed("no group formed")
+        if self._wrapped is None:
+            kind = dist.ProcessGroup.BackendType.NCCL if self.backend == "nccl" else dist.ProcessGroup.BackendType.GLOO
+            pg = dist.ProcessGroup(self._prefix, self.rank, len(self.members))
+            pg._set_default_backend(kind)
+            device = torch.device("cuda" if self.backend == "nccl" else "cpu")
+            pg._register_backend(device, kind, self.pg)
+            self._wrapped = pg
+        return self._wrapped
+
+    def fail(self, why: str, *pending: Any) -> None:
+        """Raise this generation's fail flag (a collective failed on this member) and leave the group
+        (:meth:`abandon`; ``pending``: what still holds its work objects); the caller raises
+        :class:`GroupFailed`."""
+        self.store.set(f"fail/{self.gen}", f"member {self.member}: {why}"[:200])
+        self.abandon(*[p for p in pending if p is not None])
 
     def failed(self) -> bool:
         """Whether the current generation was flagged failed (read from the store now)."""

@@ -12,8 +12,17 @@ the leader pushes, and flags a generation failed to change it.
 
 **Strategies** (Sec. 3.3):
 
-* ``ssgd`` -- S-SGD: each member computes the gradient of its mini-batch; one all-reduce sums
-  ``(n_i g_i, n_i loss_i, n_i)``; every replica applies the same sample-weighted mean.
+* ``ssgd`` -- S-SGD: each member computes the gradient of its mini-batch; every replica applies
+  the same sample-weighted mean.  The step runs on PyTorch's own DDP machinery
+  (:mod:`spotwise.planes.collective.bucketed`, issue 40): the model is wrapped in
+  ``DistributedDataParallel`` over the generation's process group, whose Reducer all-reduces the
+  gradient buckets while the backward pass runs (a comm hook weights each member's bucket by its
+  share ``n_i / n`` of the step's samples); a second, small all-reduce sums ``(n_i buffers_i,
+  n_i loss_i, n_i)``, and the step's one host read takes the loss, the sample count and the
+  reduced gradient's norm (a non-finite one stops every member alike).  Only a step where some
+  member's block is empty (an epoch's end split over more members than it has samples left), a
+  sparse-gradient workload or a model without a trainable parameter takes the flat path: one
+  all-reduce of ``(n_i g_i, n_i buffers_i, n_i loss_i, n_i)`` after the backward pass.
 * ``sma`` -- synchronous model averaging: each member takes ``local_steps`` local SGD steps on
   its own mini-batches, then one all-reduce averages the replicas (weighted by samples).
 * ``adpsgd`` -- asynchronous decentralised SGD: each member averages its replica with one partner
@@ -58,6 +67,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from spotwise.planes.collective.bucketed import comm_failure
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
@@ -217,6 +227,7 @@ class CollectiveMember:
                     return {"member": self.member, "step": self.step, "gen": gen, "left": False, "regroups": regroups}
                 self._train(g, plan)
             except GroupFailed:
+                self.replica.unbind()  # the next generation's S-SGD steps wrap the model anew
                 self.replica.reset_loader()  # the next generation expects its own blocks
                 self._timing = {"failed": time.time()}
                 # S-SGD / S-MA: the last step this member committed (the coordinator rolls forward);
@@ -336,6 +347,8 @@ class CollectiveMember:
         next_flush = time.monotonic() + FLUSH_S
         next_ctl = time.monotonic() + CONTROL_S
         step_fn = {"ssgd": self._ssgd_step, "sma": self._sma_step, "adpsgd": self._adpsgd_step}[plan.strategy]
+        if plan.strategy != "ssgd":
+            self.replica.unbind()  # S-MA and AD-PSGD step on the flat buffers
         gossip = plan.strategy == "adpsgd"
         if gossip:
             self._sent = self.step  # the steps up to here were sent at their barriers
@@ -408,6 +421,9 @@ class CollectiveMember:
         k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
         rep = self.replica
         lr = self._lr(plan)
+        sizes = self.cursor.block_sizes(k, b)
+        if rep.can_bucket and min(sizes) > 0:  # every member has samples: DDP's bucketed all-reduce
+            return self._bucketed_step(g, plan, sizes, lr)
         rep.gradient(self.cursor.block(r, b), rep.updater.loss_scale)
         g.allreduce(rep.buf)  # GroupFailed: nothing was changed
         total = float(rep.buf[rep.N + 1])
@@ -416,6 +432,44 @@ class CollectiveMember:
             raise Diverged(f"the loss is {loss}")
         if not rep.sgd(rep.buf[: rep.N], total, lr):  # every member sees the same sum: all stop
             raise Diverged("the aggregated gradient holds NaN or infinite values")
+        samples = self.cursor.advance(k, b)
+        self.step += 1
+        return self._record(plan, loss, samples)
+
+    def _bucketed_step(self, g: ElasticGroup, plan: Plan, sizes: list[int], lr: float) -> dict[str, Any]:
+        """An S-SGD step on DDP's machinery (:mod:`spotwise.planes.collective.bucketed`): the gradient
+        buckets are all-reduced while the backward pass runs, then one small all-reduce combines the
+        buffers, loss and sample count, and the step's one host read takes the loss, the count and
+        the reduced gradient's norm (a non-finite one stops every member alike: they all hold it).
+        A failed collective fails the generation with nothing applied (the optimizer has not stepped)."""
+        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
+        rep = self.replica
+        total = float(sum(sizes))
+        block = self.cursor.block(r, b)
+        if not rep.bound_to(g.gen):  # the generation's first bucketed step: every member is here
+            # DDP's find_unused_parameters must be the same on every member (it adds a collective):
+            # any member whose probe found a parameter without a gradient turns it on for all
+            mine = rep.unused_params if rep.unused_params is not None else rep.probe_unused(block)
+            agreed = rep.tensor([1.0 if mine else 0.0])
+            g.allreduce(agreed)  # GroupFailed: nothing was changed
+            rep.unused_params = bool(agreed.item() > 0)
+        try:
+            rep.bind(g)
+            gsq = rep.reduced_gradient(block, sizes[r] / total, rep.updater.loss_scale)
+        except RuntimeError as e:
+            if not comm_failure(e):
+                raise
+            # the wrapper (its Reducer holds the failed works) goes with the group, released off this thread
+            g.fail(str(e), rep.unbind())
+            raise GroupFailed(str(e)) from None
+        g.allreduce(rep.tail)  # GroupFailed: nothing was changed
+        loss_sum, n, norm_sq = torch.stack([rep.tail[rep.B], rep.tail[rep.B + 1], gsq.to(rep.tail.dtype)]).tolist()
+        loss = loss_sum / n if n > 0 else float("nan")
+        if not math.isfinite(loss):
+            raise Diverged(f"the loss is {loss}")
+        if not math.isfinite(norm_sq) and rep.updater.scaler is None:  # fp16: the scaler skips the step itself
+            raise Diverged("the aggregated gradient holds NaN or infinite values")
+        rep.apply_reduced(lr, n)
         samples = self.cursor.advance(k, b)
         self.step += 1
         return self._record(plan, loss, samples)

@@ -41,7 +41,8 @@ from spotwise.control.permutation import EpochPermutation, epoch_permutation
 from spotwise.workloads.device import DeviceDataset, to_device, to_host
 from spotwise.workloads.loading import BlockLoader, micro_batches
 from spotwise.training.recipe import Recipe
-from spotwise.training.state import FlatModel, Updater, extra_state, forward_backward, load_extra_state
+from spotwise.training.state import (FlatModel, Updater, extra_state, forward_backward, forward_backward_on_device,
+                                     load_extra_state)
 from spotwise.workloads.params import flat_grad
 
 
@@ -70,18 +71,129 @@ class Replica:
         self.P, self.B = self.fm.P, self.fm.B
         self.N = self.P + self.B
         self.flat = self.fm.flat
-        #: ``n * grad`` (P), ``n * buffers`` (B), ``n * loss``, ``n``: one all-reduce combines them all
-        self.buf = self.zeros(self.N + 2)
         self.sparse = bool(getattr(workload, "sparse_grads", False))
         self.updater = Updater(self.fm, self.recipe, base_lr)
-        off = 0
-        with torch.no_grad():
-            for p in self.fm.params:
-                k = p.numel()
-                if not self.sparse:
-                    p.grad = self.buf[off:off + k].view_as(p)
-                off += k
         self._params = self.fm.params
+        #: the flat buffer behind :attr:`buf` (None while DDP's buckets hold the gradients: a member
+        #: keeps one gradient's worth of memory, as a DDP rank does)
+        self._buf: torch.Tensor | None = None
+        self._restore_grad_views()
+        #: S-SGD's gradients through DDP's Reducer over the current generation (:meth:`bind`); None: the flat buffer
+        self.reducer: Any = None
+        #: whether the model leaves trainable parameters without a gradient (DDP must then look for
+        #: them every step: ``find_unused_parameters``): :meth:`probe_unused`, agreed by the members
+        self.unused_params: bool | None = None
+        #: ``n * buffers`` (B), ``n * loss``, ``n``: what a bucketed step all-reduces after its gradients
+        self.tail = self.zeros(self.B + 2)
+
+    @property
+    def buf(self) -> torch.Tensor:
+        """``n * grad`` (P), ``n * buffers`` (B), ``n * loss``, ``n``: what a flat step's one all-reduce
+        combines (S-MA, AD-PSGD, sparse gradients, an epoch's short last step); allocated when first
+        needed after :meth:`release_buf`, every gradient a view into it again."""
+        if self._buf is None:
+            self._buf = self.zeros(self.N + 2)
+            self._point_grads(self._buf)
+        return self._buf
+
+    def release_buf(self) -> None:
+        """Free the flat buffer while DDP's buckets hold the gradients (:meth:`bind`)."""
+        self._buf = None
+        for p in self._params:
+            p.grad = None
+
+    @property
+    def can_bucket(self) -> bool:
+        """Whether S-SGD steps go through DDP's Reducer: dense gradients (a sparse embedding's are
+        densified into the flat buffer) and a trainable parameter -- the same answer on every member
+        (same workload), so every member of a step takes the same path."""
+        return not self.sparse and any(p.requires_grad for p in self._params)
+
+    def bound_to(self, gen: int | None) -> bool:
+        """Whether the DDP wrapper is built over generation ``gen``."""
+        return self.reducer is not None and self.reducer.gen == gen
+
+    def bind(self, group: Any) -> Any:
+        """The DDP wrapper over ``group``'s current generation (built at its first bucketed step, with
+        :attr:`unused_params` agreed by the members beforehand)."""
+        from spotwise.planes.collective.bucketed import BucketedReducer
+
+        if not self.bound_to(group.gen):
+            self.unbind()
+            self.release_buf()  # DDP's buckets hold the gradients now
+            self.reducer = BucketedReducer(self.model, group.process_group(), int(group.gen), self.device,
+                                           find_unused=bool(self.unused_params))
+        return self.reducer
+
+    def probe_unused(self, indices: np.ndarray) -> bool:
+        """Whether a forward and backward pass over ``indices`` leaves a trainable parameter without a
+        gradient (DDP must then look for such parameters every step: ``find_unused_parameters``).
+        Local, no collective; the float and integer buffers and the random number generators are put
+        back as they were, so the probe changes nothing the step computes."""
+        rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        bufs = self.fm.buffer_vec.clone() if self.B else None
+        ints = self.fm.int_buffers()  # copies
+        for p in self._params:
+            p.grad = None
+        try:
+            forward_backward(self.model, self.workload.loss, self._batch_of, np.asarray(indices), self.recipe, self.device)
+            return any(p.requires_grad and p.grad is None for p in self._params)
+        finally:
+            for p in self._params:
+                p.grad = None
+            if bufs is not None:
+                self.fm.buffer_vec.copy_(bufs)
+            if ints:
+                self.fm.load_int_buffers(ints)
+            torch.set_rng_state(rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state(cuda_rng, self.device)
+
+    def unbind(self) -> Any:
+        """Drop the DDP wrapper (a failed generation, another strategy): the gradients are views into
+        the flat buffer again.  Returns the dropped wrapper (None if there was none) for a caller
+        that must release it elsewhere (its Reducer may hold a failed collective's work objects)."""
+        red, self.reducer = self.reducer, None
+        if red is not None:
+            self._restore_grad_views()
+        return red
+
+    def reduced_gradient(self, indices: np.ndarray, weight: float, scale: float = 1.0) -> torch.Tensor:
+        """One bucketed S-SGD step's local work and its gradient all-reduce (:meth:`bind` first).
+
+        Back-propagates the mean loss over ``indices`` through the DDP wrapper, whose comm hook sums
+        ``weight * grad`` over the members bucket by bucket while the backward pass runs (``weight`` is
+        this member's share ``n_i / n`` of the step's samples): when this returns, ``p.grad`` of every
+        trainable parameter holds the step's sample-weighted mean gradient.  :attr:`tail` is filled
+        with ``n * buffers, n * loss, n`` for the step's second, small all-reduce.  Returns the
+        squared norm of the reduced gradient as a 0-dim device tensor (no host read).
+        """
+        red = self.reducer
+        assert red is not None, "bind() before a bucketed step"
+        red.state.weight = float(weight)
+        params = [p for p in self._params if p.requires_grad]
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            torch._foreach_zero_(grads)
+        n = len(indices)
+        lv = forward_backward_on_device(red.ddp, self.workload.loss, self._batch_of, np.asarray(indices), self.recipe,
+                                        self.device, scale, no_sync=red.no_sync)
+        tail = self.tail
+        if self.B:
+            tail[: self.B].copy_(self.fm.buffer_vec).mul_(float(n))
+        tail[self.B] = lv * n
+        tail[self.B + 1] = float(n)
+        grads = [p.grad for p in params if p.grad is not None]
+        norms = torch._foreach_norm(grads)
+        return torch.stack([x.float() for x in norms]).square().sum() if norms else self.zeros(1)[0]
+
+    def apply_reduced(self, lr: float, total: float) -> None:
+        """Apply a bucketed step: the reduced gradient in ``p.grad`` through the recipe's optimizer,
+        the mean buffers (``tail`` after its all-reduce, over ``total`` samples) adopted."""
+        self.updater.apply_grads(lr, scaled=self.updater.scaler is not None)
+        if self.B and total > 0:
+            self.fm.buffer_vec.copy_(self.tail[: self.B]).div_(float(total))
 
     def zeros(self, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A new zero tensor on the replica's device (what a collective on this replica's buffers takes)."""
@@ -119,6 +231,8 @@ class Replica:
         An empty block (the end of an epoch split over more members than it has mini-batches)
         contributes zeros.
         """
+        if self.reducer is not None:  # a flat step between bucketed ones (an epoch's short last step)
+            self._restore_grad_views()
         self.buf.zero_()
         n = len(indices)
         if n == 0:
@@ -189,16 +303,23 @@ class Replica:
                 return False
         if self.B and grad_sum.numel() >= self.N:
             self.fm.buffer_vec.copy_(grad_sum[self.P:self.N]).div_(float(total))
+        if self.reducer is not None:  # a flat step between bucketed ones: the buckets hold the gradients again
+            self.release_buf()
         return True
 
     def _restore_grad_views(self) -> None:
+        self._point_grads(self.buf)
+
+    def _point_grads(self, buf: torch.Tensor) -> None:
+        """Every parameter's ``.grad`` a view into ``buf`` (sparse gradients: left to autograd)."""
         if self.sparse:
             return
         off = 0
-        for p in self._params:
-            k = p.numel()
-            p.grad = self.buf[off:off + k].view_as(p)
-            off += k
+        with torch.no_grad():
+            for p in self._params:
+                k = p.numel()
+                p.grad = buf[off:off + k].view_as(p)
+                off += k
 
     def evaluate(self) -> dict[str, float]:
         if self.test is None:
@@ -262,6 +383,10 @@ class DataCursor:
         if self.ordered:
             state["ordered"] = True
         return state
+
+    def block_sizes(self, blocks: int, b: int) -> list[int]:
+        """The sizes of blocks ``0 .. blocks - 1`` (:meth:`block`), clipped at the epoch's end."""
+        return [max(0, min(self.n, self.pos + (i + 1) * b) - min(self.n, self.pos + i * b)) for i in range(int(blocks))]
 
     def copy(self) -> "DataCursor":
         """A cursor at the same place (sharing the epoch's order, which is never changed in place)."""

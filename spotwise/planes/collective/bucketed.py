@@ -1,0 +1,104 @@
+"""S-SGD's gradient all-reduce on PyTorch's own DDP machinery (issue 40 item 1).
+
+S-SGD (``papers/001_30a454edd897cf47.txt`` Sec. 3.3: replicas "updated using averaged
+gradients") needs, at every step, the members' sample-weighted mean gradient.  A member used to
+back-propagate into one flat buffer and all-reduce it after the backward pass; here the model is
+wrapped in ``torch.nn.parallel.DistributedDataParallel`` over the *generation's* process group
+(:meth:`~spotwise.planes.collective.group.ElasticGroup.process_group`), so DDP's Reducer buckets
+the gradients and all-reduces each bucket while the backward pass is still computing the next
+ones -- communication overlapped with computation, as DDP does it -- and only parameters that
+require a gradient are reduced (a frozen backbone or a LoRA model reduces its adapters only).
+
+* **Sample-weighted, not averaged by world size.**  DDP's default divides by the number of ranks;
+  a step's blocks differ in size at an epoch's end, so a comm hook (``register_comm_hook``, DDP's
+  own extension point) multiplies each member's bucket by its share ``n_i / n`` of the step's
+  samples and sums: ``sum_i (n_i / n) g_i``, the gradient of the mean loss over all ``n`` samples
+  (every member computes ``n`` and its ``n_i`` from the shared data cursor, so no extra collective).
+* **One wrapper per generation.**  A regroup forms a new process group; the wrapper is rebuilt on
+  it at the generation's first S-SGD step (``init_sync=False``: the members already hold the same
+  state, adopted or broadcast when the generation formed) and dropped with it.
+* **Attributes pass through.**  A workload's ``loss(model, batch)`` may read attributes of its model
+  (``model.config``); the wrapper answers them from the wrapped module.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+#: messages of a collective that failed because of a peer (a closed connection, a timeout, an
+#: aborted group), not because of the user's model: such a failure fails the generation
+COMM_FAILURE_MARKERS = ("gloo", "nccl", "connection", "timed out", "timeout", "closed", "broken pipe", "aborted",
+                        "peer", "socket", "processgroup", "collective", "unbound buffer")
+
+
+def comm_failure(e: BaseException) -> bool:
+    """Whether a ``RuntimeError`` raised by a backward pass through the wrapper is a failed collective."""
+    text = str(e).lower()
+    return isinstance(e, RuntimeError) and any(m in text for m in COMM_FAILURE_MARKERS)
+
+
+class AttributeForwardingDDP(DistributedDataParallel):
+    """``DistributedDataParallel`` that answers the wrapped module's own attributes too (module docstring)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "module":  # not set yet (inside DDP's own __init__): no recursion
+                raise
+            return getattr(self.module, name)
+
+
+@dataclass
+class WeightedSum:
+    """The comm hook's state: the process group and this member's share of the step's samples."""
+
+    pg: Any
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.pg is None:
+            raise ValueError("a weighted all-reduce needs a process group")
+
+
+def weighted_sum_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations: none, or its own classes
+    """DDP comm hook: ``bucket * weight`` summed over the members (in place, in the bucket's buffer)."""
+    buf = bucket.buffer()
+    if state.weight != 1.0:
+        buf.mul_(float(state.weight))
+    fut = state.pg.allreduce([buf]).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+#: buffers (BatchNorm statistics) are not broadcast before each forward pass: each member keeps its
+#: own, and the step averages them sample-weighted (spotwise.training.state).  torch >= 2.13 names
+#: this ``forward_sync_buffers`` (with ``init_sync=False`` nothing is synced at construction either)
+_NO_BUFFER_SYNC = ({"forward_sync_buffers": False}
+                   if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+                   else {"broadcast_buffers": False})
+
+
+class BucketedReducer:
+    """A model wrapped in DDP over one generation's process group, with the weighted-sum hook."""
+
+    def __init__(self, model: torch.nn.Module, process_group: Any, gen: int, device: torch.device,
+                 find_unused: bool = False, bucket_cap_mb: float = 25.0) -> None:
+        if not any(p.requires_grad for p in model.parameters()):
+            raise ValueError("no parameter of the model requires a gradient")
+        self.gen = int(gen)
+        self.state = WeightedSum(process_group)
+        device = torch.device(device)
+        ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
+        self.ddp = AttributeForwardingDDP(model, process_group=process_group, device_ids=ids, init_sync=False,
+                                          gradient_as_bucket_view=True, find_unused_parameters=bool(find_unused),
+                                          bucket_cap_mb=float(bucket_cap_mb), **_NO_BUFFER_SYNC)
+        self.ddp.register_comm_hook(self.state, weighted_sum_hook)
+
+    def no_sync(self) -> Any:
+        """DDP's ``no_sync``: gradients accumulate locally (every micro-batch but a step's last)."""
+        return self.ddp.no_sync()
