@@ -449,6 +449,7 @@ class CollectiveMember:
         if not rep.bound_to(g.gen):  # the generation's first bucketed step: every member is here
             # DDP's find_unused_parameters must be the same on every member (it adds a collective):
             # any member whose probe found a parameter without a gradient turns it on for all
+            rep.release_buf()  # before the probe's gradients: one gradient's worth of memory at a time
             mine = rep.unused_params if rep.unused_params is not None else rep.probe_unused(block)
             agreed = rep.tensor([1.0 if mine else 0.0])
             g.allreduce(agreed)  # GroupFailed: nothing was changed
