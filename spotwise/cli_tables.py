@@ -13,6 +13,7 @@ def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> A
     (Ray's start, the on-demand baseline and the report included), shown beside the training's own."""
     from rich.table import Table
 
+    from spotwise.control.phases import phase_line
     from spotwise.reports.units import human_duration
 
     ex = summary.extra
@@ -46,6 +47,9 @@ def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> A
     rec = ex.get("recovery_ms") or {}
     if rec.get("median") is not None and summary.mode != "simulate":  # no processes to recover in a simulation
         t.add_row("recovery (wall)", f"median {rec['median']:.0f} ms, p99 {rec['p99']:.0f} ms", "")
+    line = phase_line(ex.get("step_phases"))
+    if line:
+        t.add_row("step time", line, "")
     t.add_row("wall time (training)", human_duration(summary.wall_s), human_duration(od.get("wall_s")) if od.get("wall_s") else "")
     if elapsed_s is not None:
         t.add_row("command elapsed", human_duration(elapsed_s), "")
@@ -54,6 +58,8 @@ def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> A
 
 def _serverless_table(summary: Any) -> Any:
     from rich.table import Table
+
+    from spotwise.reports.units import human_duration
 
     ex = summary.extra
     t = Table(title=f"{summary.spec['name']}: {summary.status} (serverless, {ex.get('sync')}, {ex.get('backend')})")

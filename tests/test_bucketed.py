@@ -306,3 +306,47 @@ def test_the_wrapper_answers_the_models_own_attributes() -> None:
             ddp.no_such_attribute
 
     _members(body)
+
+
+def test_the_phase_clock_adds_up_by_phase_and_refuses_an_unknown_one() -> None:
+    from spotwise.control.phases import PhaseClock, PhaseTotals
+
+    clock = PhaseClock()
+    clock.add("compute", 0.010)
+    clock.add("compute", 0.005)
+    with clock.timed("optimizer"):
+        pass
+    clock.add("data", 0.0)
+    got = clock.take()
+    assert got["compute"] == 15.0 and "data" not in got and got.get("optimizer", 0.0) >= 0.0
+    assert clock.take() == {}
+    with pytest.raises(ValueError, match="unknown step phase"):
+        clock.add("gpu", 1.0)
+    totals = PhaseTotals()
+    totals.add({"compute": 30.0, "reduce": 10.0}, samples=16)
+    totals.add({"compute": 10.0, "reduce": 10.0}, samples=16)
+    totals.add(None)
+    s = totals.summary()
+    assert s == {"steps": 2, "ms_per_step": {"compute": 20.0, "reduce": 10.0},
+                 "share": {"compute": 0.6667, "reduce": 0.3333}, "samples_per_s": 533.333}
+    assert PhaseTotals().summary() is None
+
+
+def test_status_reads_the_phases_of_a_log_and_ignores_what_is_not_a_phase() -> None:
+    """An event log is untrusted input: unknown names, non-numbers, negative or non-finite values
+    and a generation's first step (it carries ``timing``) are left out."""
+    from spotwise.control.phases import phase_line, totals_of
+
+    events = [
+        {"kind": "step", "step": 1, "samples": 32, "timing": {"plan": 1.0}, "phases": {"compute": 900.0}},
+        {"kind": "step", "step": 2, "samples": 32, "phases": {"compute": 8.0, "reduce": 2.0, "evil": 1e9}},
+        {"kind": "step", "step": 3, "samples": 32, "phases": {"compute": 6.0, "reduce": float("nan"), "sync": -4,
+                                                              "optimizer": True, "data": "x"}},
+        {"kind": "step", "step": 4, "samples": "many", "phases": ["compute"]},
+        {"kind": "eval", "phases": {"compute": 1.0}},
+    ]
+    s = totals_of(events).summary()
+    assert s is not None and s["steps"] == 2 and s["ms_per_step"] == {"compute": 7.0, "reduce": 1.0}
+    line = phase_line(s)
+    assert line is not None and line.startswith("compute 88% · reduce 12%") and "mean step 8.0 ms" in line
+    assert phase_line(None) is None and totals_of([]).summary() is None

@@ -203,6 +203,14 @@ def test_cli_runs_a_collective_spec(ray_session: Any, tmp_path: Path, cli: Any) 
     assert code == 0, err
     summary = json.loads(out)
     assert summary["steps"] == 6 and summary["extra"]["data_plane"] == "collective"
+    # issue 40 item 5: where the steps' time went, by phase, from the members' own clocks
+    phases = summary["extra"]["step_phases"]
+    # the generation's first step (its wrapper, probe and allocations) is left out: 5 of 6 steps timed
+    assert phases["steps"] == 5 and phases["ms_per_step"]["compute"] > 0 and phases["ms_per_step"]["data"] > 0
+    assert {"reduce", "sync", "optimizer"} <= set(phases["ms_per_step"]) and phases["samples_per_s"] > 0
+    assert sum(phases["share"].values()) == pytest.approx(1.0, abs=1e-3)
+    steps = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["step"]))
+    assert all(set(e["phases"]) <= {"data", "compute", "reduce", "sync", "optimizer", "state", "wait"} for e in steps)
 
 
 @pytest.mark.slow

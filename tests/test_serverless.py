@@ -376,3 +376,23 @@ def test_a_supervisor_that_cannot_start_leaves_no_redis_server_behind(tmp_path):
     with pytest.raises(InputError):  # resume of a directory without a checkpoint
         serverless_controller(sl_spec(steps=3), tmp_path / "empty", resume=True)
     assert set(glob.glob(f"{tempfile.gettempdir()}/spotwise-redis-*")) == before
+
+
+def test_the_serverless_summary_table_renders():
+    """``spotwise run`` of a serverless spec without ``--json`` prints this table (it named a
+    function it had not imported: a NameError after the run had finished)."""
+    import types
+
+    from rich.console import Console
+
+    from spotwise.cli_tables import _serverless_table
+
+    summary = types.SimpleNamespace(
+        spec={"name": "sl"}, status="completed", metric_name="rmse", steps=5, final_metric=0.9, final_loss=0.8,
+        wall_s=12.5, cost_usd=0.000123, cost_breakdown={"by_category": {"function": 0.0001, "service": 0.000023}},
+        extra={"sync": "bsp", "backend": "localhost", "invocations": 10, "lost": 0, "errors": 0,
+               "pushed_fraction": None, "workers_at_end": 2})
+    console = Console(record=True, width=100)
+    console.print(_serverless_table(summary))
+    text = console.export_text()
+    assert "wall time" in text and "12 s" in text and "10 / 0 / 0" in text

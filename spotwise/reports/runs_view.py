@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spotwise.control.phases import phase_line, totals_of
 from spotwise.errors import InputError
 from spotwise.rundir_files import read_run_file, read_run_tail
 from spotwise.safeparse import loads_json
@@ -74,6 +75,8 @@ class RunState:
     revocations: int | None = None
     joins: int | None = None
     last_decision: str | None = None
+    #: where the timed steps' time went, by phase (spotwise.control.phases; collective runs)
+    step_phases: dict[str, Any] | None = None
     updated_age_s: float | None = None
     lock_pid: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -238,6 +241,7 @@ def _from_events(st: RunState, events: list[dict[str, Any]], cut: bool, holder: 
         st.revocations = sum(1 for e in events if e["kind"] == "revoke")
     if st.joins is None and not cut:
         st.joins = sum(1 for e in events if e["kind"] == "join")
+    st.step_phases = totals_of(events).summary()
     dec = [e for e in events if e["kind"] == "decision"]
     if dec:
         st.last_decision = humanize_seconds(f"{dec[-1].get('policy')}: {dec[-1].get('decision')} ({dec[-1].get('reason')})")[:200]
@@ -419,6 +423,9 @@ def status_table(s: RunState) -> Any:
         rows.append(("revocations / joins", f"{rev} / {joins}"))
     if s.last_decision:
         rows.append(("last decision", s.last_decision))
+    line = phase_line(s.step_phases)
+    if line:
+        rows.append(("step time", line))
     rows.append(("wall time (training)", human_duration(s.wall_s)))
     if s.updated_age_s is not None:
         rows.append(("last event", f"{human_duration(s.updated_age_s)} ago"))

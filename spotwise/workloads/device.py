@@ -114,3 +114,24 @@ class DeviceDataset:
         if name == "inner":  # not set yet (unpickling): no recursion
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def ddp_device_ids(device: torch.device) -> list[int] | None:
+    """``DistributedDataParallel``'s ``device_ids`` for a model on ``device``: its GPU's index, or None on the CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    return [device.index if device.index is not None else torch.cuda.current_device()]
+
+
+def rng_state(device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The CPU generator's state and, for a model on a GPU, that GPU's (what :func:`set_rng_state` puts back)."""
+    device = torch.device(device)
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch.device) -> None:
+    cpu, gpu = state
+    torch.set_rng_state(cpu)
+    if gpu is not None:
+        torch.cuda.set_rng_state(gpu, torch.device(device))

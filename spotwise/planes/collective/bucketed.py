@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from spotwise.workloads.device import ddp_device_ids
+
 #: messages of a collective that failed because of a peer (a closed connection, a timeout, an
 #: aborted group), not because of the user's model: such a failure fails the generation
 COMM_FAILURE_MARKERS = ("gloo", "nccl", "connection", "timed out", "timeout", "closed", "broken pipe", "aborted",
@@ -93,7 +95,7 @@ class BucketedReducer:
         self.gen = int(gen)
         self.state = WeightedSum(process_group)
         device = torch.device(device)
-        ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None
+        ids = ddp_device_ids(device)
         self.ddp = AttributeForwardingDDP(model, process_group=process_group, device_ids=ids, init_sync=False,
                                           gradient_as_bucket_view=True, find_unused_parameters=bool(find_unused),
                                           bucket_cap_mb=float(bucket_cap_mb), **_NO_BUFFER_SYNC)

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.control.phases import PhaseTotals
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.dataplane import PlaneHost
@@ -101,6 +102,8 @@ class CollectivePlane:
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
         self._join_ms: list[float] = []
+        #: the committed steps' per-phase timing, from the members' records (issue 40 item 5)
+        self.phases = PhaseTotals()
         self._gossip, self._stall = GossipRecords(), StallWatch()  # AD-PSGD's partial steps; progress
         self.rolled_back_steps, self.regroups = 0, 0
         self._regroup_ms: list[float] = []
@@ -224,7 +227,9 @@ class CollectivePlane:
                 "regroup_ms_median": float(np.median(self._regroup_ms)) if self._regroup_ms else None,
                 # capacity available -> the first step the joiner contributed to (wall, members' clock)
                 "join_ms": {"count": len(j), "median": float(np.median(j)) if j else None,
-                            "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None}}
+                            "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None},
+                # where a step's time went, by phase (the leader's timing: spotwise.control.phases)
+                "step_phases": self.phases.summary()}
 
     # ================================================================== round time
     def _draw_round(self, k: int, strategy: str) -> float:
@@ -428,7 +433,10 @@ class CollectivePlane:
                       epoch=self._cursor.epoch, pos=self._cursor.pos, retries=0, contributions=k, lost=0, staleness=0,
                       recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
                       **({"timing": rec["timing"]} if rec.get("timing") else {}),
+                      **({"phases": rec["phases"]} if rec.get("phases") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
+        if not rec.get("first_of_gen"):  # a generation's first step (wrapper, probe, allocations): recovery_ms/join_ms
+            self.phases.add(rec.get("phases"), samples)
         job.committed()
         ev = rec.get("eval")
         if ev:

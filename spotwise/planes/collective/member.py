@@ -355,8 +355,10 @@ class CollectiveMember:
         first = True
         if self.replica.loader is not None:
             self.replica.expect(self._planned_blocks(plan))
+        clock = self.replica.clock
         while True:
             if self.step >= lease or self.step >= plan.max_step:
+                t_wait = time.perf_counter()
                 if gossip:
                     self._barrier(g)  # every member sends its own records, after the barrier
                 else:
@@ -364,6 +366,7 @@ class CollectiveMember:
                     if leader:
                         self._send_records(g, self._sent, self.step)
                 lease = self._wait_lease(g, plan, leader)
+                clock.add("wait", time.perf_counter() - t_wait)
                 continue
             if self._fault and self.step == int(self._fault["step"]):
                 self._inject(self._fault)
@@ -372,19 +375,24 @@ class CollectiveMember:
                 self._serve_want(g)
             if first:
                 self._timing["step_start"] = time.time()
+            t_step, timed = time.perf_counter(), sum(clock.spent.values())
             try:
                 rec = step_fn(g, plan)
             except Diverged as e:
                 self._halt(g, plan, leader, str(e))
+            # what the step did not time itself (S-MA's and AD-PSGD's local steps) is compute
+            clock.add("compute", time.perf_counter() - t_step - (sum(clock.spent.values()) - timed))
+            rec["phases"] = clock.take()
             if first:
                 rec["first_of_gen"] = True
                 rec["timing"] = dict(self._timing)
                 first = False
             if leader:
-                if plan.replica_every and self.step % plan.replica_every == 0:
-                    self._push_replica(g, "periodic")
-                if plan.eval_every and self.step % plan.eval_every == 0:
-                    rec["eval"] = self.replica.evaluate()
+                with clock.timed("state"):  # counted in the next step's phases
+                    if plan.replica_every and self.step % plan.replica_every == 0:
+                        self._push_replica(g, "periodic")
+                    if plan.eval_every and self.step % plan.eval_every == 0:
+                        rec["eval"] = self.replica.evaluate()
             self._records.append(rec)
             if gossip:
                 if self.step % BARRIER_EVERY == 0:
@@ -424,13 +432,18 @@ class CollectiveMember:
         sizes = self.cursor.block_sizes(k, b)
         if rep.can_bucket and min(sizes) > 0:  # every member has samples: DDP's bucketed all-reduce
             return self._bucketed_step(g, plan, sizes, lr)
+        clock = rep.clock
         rep.gradient(self.cursor.block(r, b), rep.updater.loss_scale)
-        g.allreduce(rep.buf)  # GroupFailed: nothing was changed
-        total = float(rep.buf[rep.N + 1])
-        loss = float(rep.buf[rep.N]) / total if total > 0 else float("nan")
+        with clock.timed("reduce"):
+            g.allreduce(rep.buf)  # GroupFailed: nothing was changed
+        with clock.timed("sync"):
+            loss_sum, total = rep.buf[rep.N:rep.N + 2].tolist()
+        loss = loss_sum / total if total > 0 else float("nan")
         if total > 0 and not math.isfinite(loss):
             raise Diverged(f"the loss is {loss}")
-        if not rep.sgd(rep.buf[: rep.N], total, lr):  # every member sees the same sum: all stop
+        with clock.timed("optimizer"):
+            ok = rep.sgd(rep.buf[: rep.N], total, lr)
+        if not ok:  # every member sees the same sum: all stop
             raise Diverged("the aggregated gradient holds NaN or infinite values")
         samples = self.cursor.advance(k, b)
         self.step += 1
@@ -463,14 +476,18 @@ class CollectiveMember:
             # the wrapper (its Reducer holds the failed works) goes with the group, released off this thread
             g.fail(str(e), rep.unbind())
             raise GroupFailed(str(e)) from None
-        g.allreduce(rep.tail)  # GroupFailed: nothing was changed
-        loss_sum, n, norm_sq = torch.stack([rep.tail[rep.B], rep.tail[rep.B + 1], gsq.to(rep.tail.dtype)]).tolist()
+        clock = rep.clock
+        with clock.timed("reduce"):
+            g.allreduce(rep.tail)  # GroupFailed: nothing was changed
+        with clock.timed("sync"):
+            loss_sum, n, norm_sq = torch.stack([rep.tail[rep.B], rep.tail[rep.B + 1], gsq.to(rep.tail.dtype)]).tolist()
         loss = loss_sum / n if n > 0 else float("nan")
         if not math.isfinite(loss):
             raise Diverged(f"the loss is {loss}")
         if not math.isfinite(norm_sq) and rep.updater.scaler is None:  # fp16: the scaler skips the step itself
             raise Diverged("the aggregated gradient holds NaN or infinite values")
-        rep.apply_reduced(lr, n)
+        with clock.timed("optimizer"):
+            rep.apply_reduced(lr, n)
         samples = self.cursor.advance(k, b)
         self.step += 1
         return self._record(plan, loss, samples)

@@ -31,6 +31,7 @@ computed on a copy of the cursor, and they are built ahead while the replica com
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,8 @@ import numpy as np
 import torch
 
 from spotwise.control.permutation import EpochPermutation, epoch_permutation
-from spotwise.workloads.device import DeviceDataset, to_device, to_host
+from spotwise.control.phases import PhaseClock
+from spotwise.workloads.device import DeviceDataset, rng_state, set_rng_state, to_device, to_host
 from spotwise.workloads.loading import BlockLoader, micro_batches
 from spotwise.training.recipe import Recipe
 from spotwise.training.state import (FlatModel, Updater, extra_state, forward_backward, forward_backward_on_device,
@@ -62,11 +64,13 @@ class Replica:
         #: ``loader`` (a :class:`~spotwise.training.recipe.LoaderSpec`) with ``num_workers > 0``: batches
         #: from DataLoader worker processes, built ahead (:meth:`expect`); else straight from the dataset
         self.loader: BlockLoader | None = None
-        self._batch_of = self.train.batch
+        self._build_batch = self.train.batch
         if loader is not None and int(loader.num_workers) > 0:
             self.loader = BlockLoader(self.train.inner, int(loader.num_workers), int(loader.prefetch),
                                       bool(loader.pin_memory))
-            self._batch_of = self._loaded_batch
+            self._build_batch = self._loaded_batch
+        #: per-phase step timing (issue 40 item 5): the member's clock, which batch building reports to
+        self.clock = PhaseClock()
         #: parameters, and float buffers (BatchNorm statistics) behind them
         self.P, self.B = self.fm.P, self.fm.B
         self.N = self.P + self.B
@@ -130,8 +134,7 @@ class Replica:
         gradient (DDP must then look for such parameters every step: ``find_unused_parameters``).
         Local, no collective; the float and integer buffers and the random number generators are put
         back as they were, so the probe changes nothing the step computes."""
-        rng = torch.get_rng_state()
-        cuda_rng = torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None
+        rng = rng_state(self.device)
         bufs = self.fm.buffer_vec.clone() if self.B else None
         ints = self.fm.int_buffers()  # copies
         for p in self._params:
@@ -146,9 +149,7 @@ class Replica:
                 self.fm.buffer_vec.copy_(bufs)
             if ints:
                 self.fm.load_int_buffers(ints)
-            torch.set_rng_state(rng)
-            if cuda_rng is not None:
-                torch.cuda.set_rng_state(cuda_rng, self.device)
+            set_rng_state(rng, self.device)
 
     def unbind(self) -> Any:
         """Drop the DDP wrapper (a failed generation, another strategy): the gradients are views into
@@ -252,6 +253,14 @@ class Replica:
         self.buf[self.N] = lv * n
         self.buf[self.N + 1] = float(n)
         return lv, n
+
+    def _batch_of(self, indices: np.ndarray) -> Any:
+        """A batch of the training set (from the loader when there is one), its time on the clock's ``data``."""
+        t0 = time.perf_counter()
+        try:
+            return self._build_batch(indices)
+        finally:
+            self.clock.add("data", time.perf_counter() - t0)
 
     def _loaded_batch(self, indices: np.ndarray) -> tuple[torch.Tensor, ...]:
         return to_device(self.loader.batch(indices), self.device)  # type: ignore[union-attr]

@@ -1,0 +1,136 @@
+"""Where a step's time goes (issue 40 item 5): per-phase step timing, from the member to the summary.
+
+A collective member times its steps by phase with :class:`PhaseClock` and sends the step's phases
+(milliseconds) with the step's record; the data plane adds them up in :class:`PhaseTotals`, whose
+:meth:`~PhaseTotals.summary` is ``summary.json``'s ``extra["step_phases"]``: the mean milliseconds
+per committed step of each phase, its share of the timed total, and samples per second over the
+timed steps.  A generation's first step is left out (it builds the DDP wrapper, probes the model
+and allocates: its cost is in ``recovery_ms`` / ``join_ms``); ``spotwise status`` and the run's
+summary table show the same figures as one line.
+
+Phases (:data:`PHASES`):
+
+* ``data`` -- building the step's batches (the dataset's ``batch``, or a DataLoader's prefetched one);
+* ``compute`` -- forward and backward passes; on the S-SGD path the gradient buckets' all-reduces
+  run inside the backward pass (DDP overlaps them), so their wait is in here too;
+* ``reduce`` -- waiting for the step's other collectives: the flat all-reduce (S-MA, AD-PSGD, an
+  epoch's short last step) or the small one of buffers, loss and count;
+* ``sync`` -- the step's one host read (on a GPU: waiting for the device to finish the step);
+* ``optimizer`` -- clipping and the optimizer's step;
+* ``state`` -- the leader's replica offers to the coordinator and its evaluations;
+* ``wait`` -- waiting at the lease (the coordinator's next market event) or for peers at a barrier.
+
+Times are the member's host clock (``time.perf_counter``).  On a GPU the host runs ahead of the
+device, so a phase's host time is when the host was busy with it, and the device's remaining work
+shows in ``sync``.  (The GPU's busy share is not measured yet: it needs a GPU to test on.)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+#: the phases of a step, in the order a step goes through them (module docstring)
+PHASES: tuple[str, ...] = ("data", "compute", "reduce", "sync", "optimizer", "state", "wait")
+
+
+@dataclass
+class PhaseClock:
+    """A member's accumulator: seconds per phase since the last :meth:`take`."""
+
+    spent: dict[str, float] = field(default_factory=dict)
+
+    def add(self, phase: str, seconds: float) -> None:
+        if phase not in PHASES:
+            raise ValueError(f"unknown step phase {phase!r}: one of {', '.join(PHASES)}")
+        self.spent[phase] = self.spent.get(phase, 0.0) + max(0.0, float(seconds))
+
+    def timed(self, phase: str) -> "_Span":
+        """``with clock.timed("optimizer"): ...`` adds the block's wall time to ``phase``."""
+        return _Span(self, phase)
+
+    def take(self) -> dict[str, float]:
+        """The milliseconds per phase since the last take (rounded to 0.01 ms), and start anew."""
+        out = {k: round(1000.0 * v, 2) for k, v in self.spent.items() if v > 0}
+        self.spent = {}
+        return out
+
+
+class _Span:
+    __slots__ = ("clock", "phase", "t0")
+
+    def __init__(self, clock: PhaseClock, phase: str) -> None:
+        self.clock, self.phase, self.t0 = clock, phase, 0.0
+
+    def __enter__(self) -> "_Span":
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.clock.add(self.phase, time.perf_counter() - self.t0)
+
+
+@dataclass
+class PhaseTotals:
+    """The data plane's sum of its committed steps' phases (module docstring)."""
+
+    ms: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    samples: int = 0
+
+    def add(self, phases: dict[str, Any] | None, samples: int = 0) -> None:
+        """One committed step's phases (a record without any is not counted)."""
+        if not phases:
+            return
+        for k, v in phases.items():
+            if k in PHASES:
+                self.ms[k] = self.ms.get(k, 0.0) + float(v)
+        self.steps += 1
+        self.samples += int(samples)
+
+    def summary(self) -> dict[str, Any] | None:
+        """``{"steps", "ms_per_step": {phase: mean}, "share": {phase: fraction}, "samples_per_s"}``
+        over the timed steps (None when no step was timed)."""
+        if self.steps == 0:
+            return None
+        total = sum(self.ms.values())
+        per = {k: round(self.ms[k] / self.steps, 3) for k in PHASES if k in self.ms}
+        out: dict[str, Any] = {
+            "steps": self.steps,
+            "ms_per_step": per,
+            "share": {k: round(self.ms[k] / total, 4) for k in per} if total > 0 else {},
+            "samples_per_s": round(self.samples / (total / 1000.0), 3) if total > 0 else None,
+        }
+        return out
+
+
+def totals_of(events: list[dict[str, Any]]) -> PhaseTotals:
+    """The phases of the step events of a run's log (untrusted input: a phase that is not a known
+    name with a finite, non-negative number of milliseconds is ignored)."""
+    import math
+
+    totals = PhaseTotals()
+    for e in events:
+        # a generation's first step (it carries its "timing") builds the wrapper and allocates: not a
+        # steady step, and the data plane's own totals leave it out too
+        ph = e.get("phases") if e.get("kind") == "step" and "timing" not in e else None
+        if not isinstance(ph, dict):
+            continue
+        clean = {k: float(v) for k, v in ph.items() if k in PHASES and isinstance(v, (int, float))
+                 and not isinstance(v, bool) and math.isfinite(float(v)) and float(v) >= 0}
+        samples = e.get("samples")
+        totals.add(clean, int(samples) if isinstance(samples, int) and not isinstance(samples, bool) and samples >= 0 else 0)
+    return totals
+
+
+def phase_line(summary: dict[str, Any] | None) -> str | None:
+    """``compute 71% · reduce 9% · ... · 412 samples/s`` (the phases taking 1% or more, largest
+    first, and the mean step), or None without timed steps."""
+    if not summary or not summary.get("share"):
+        return None
+    share = summary["share"]
+    parts = [f"{k} {100 * v:.0f}%" for k, v in sorted(share.items(), key=lambda kv: -kv[1]) if v >= 0.01]
+    step_ms = sum(summary.get("ms_per_step", {}).values())
+    tail = f"mean step {step_ms:.1f} ms" + (f", {summary['samples_per_s']:.4g} samples/s" if summary.get("samples_per_s") else "")
+    return " · ".join(parts) + f" ({tail})"
