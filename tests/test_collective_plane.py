@@ -211,6 +211,12 @@ def test_cli_runs_a_collective_spec(ray_session: Any, tmp_path: Path, cli: Any) 
     assert sum(phases["share"].values()) == pytest.approx(1.0, abs=1e-3)
     steps = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["step"]))
     assert all(set(e["phases"]) <= {"data", "compute", "reduce", "sync", "optimizer", "state", "wait"} for e in steps)
+    from spotwise.reports.run.data import load_run
+    from spotwise.reports.run.report import report_json, summary_rows
+
+    run = load_run(tmp_path / "run")  # the report reads the same figures from the step events
+    assert report_json(run)["step_phases"] == phases
+    assert any(label == "step time" and "compute" in value for label, value in summary_rows(run))
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.control.phases import totals_of
 from spotwise.errors import InputError
 from spotwise.events import EVENTS_FILE, SUMMARY_FILE, RunSummary, read_events, read_summary
 from spotwise.reports import fmt_duration
@@ -99,6 +100,8 @@ class RunData:
     t_end: float
     mismatches: list[str] = field(default_factory=list)
 
+    #: where the steps' time went, by phase (spotwise.control.phases; collective runs), from the step events
+    step_phases: dict[str, Any] | None = None
     member_t: np.ndarray = field(default_factory=lambda: np.empty(0))  # join/revoke times ...
     member_active: np.ndarray = field(default_factory=lambda: np.empty(0))  # ... and the active count after each
 
@@ -171,6 +174,7 @@ def load_run(out_dir: str | Path) -> RunData:
     t_end = max([summary.virtual_s, *t_all]) if t_all else summary.virtual_s
 
     run = RunData(
+        step_phases=totals_of(events).summary(),
         out_dir=d,
         summary=summary,
         header=dict(by["header"][0]) if by.get("header") else {},

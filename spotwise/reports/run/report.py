@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.control.phases import phase_line
 from spotwise.reports.run.data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _clean, _fmt_s, _num, load_run  # noqa: F401
 from spotwise.reports.run.plots import _dest, plot_run
 from spotwise.reports.units import humanize_seconds
@@ -107,6 +108,7 @@ def report_json(run: RunData) -> dict[str, Any]:
         "decisions_by_kind": dict(sorted(by_kind.items())),
         "decision_log": [{**d, "t": _clean(d.get("t"))} for d in run.decisions],
         "evals": evals,
+        "step_phases": run.step_phases,
         "events": run.n_events,
         "mismatches": list(run.mismatches),
     }
@@ -183,6 +185,9 @@ def summary_rows(run: RunData) -> list[tuple[str, str]]:
         rows.append((f"final {j['metric_name'] or 'metric'}", _fmt_num(j["final_metric"])))
     rows.append(("virtual time", _fmt_s(j["virtual_s"])))
     rows.append(("wall time (training)", _fmt_s(j["wall_s"])))
+    line = phase_line(j["step_phases"])
+    if line:
+        rows.append(("step time", line))
     rows.append(("cost", _fmt_usd(j["cost_usd"])))
     rows.extend(cost_rows(j["cost_breakdown"]))
     if j["workers_provisioned"] is not None or j["workers_active_mean"] is not None:
