@@ -92,6 +92,39 @@ def _reference_grads(wl: Any, frozen: int | None = None) -> dict[str, torch.Tens
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def _bucketed_steps(reps: list[Replica], start: DataCursor, steps: int, lr: float) -> Callable[[int, ElasticGroup], None]:
+    """A member's body: probe, bind, then ``steps`` bucketed steps of 8 samples a member from ``start``."""
+    def body(m: int, g: ElasticGroup) -> None:
+        rep, cur = reps[m], start.copy()
+        rep.unused_params = rep.probe_unused(cur.block(m, 8))
+        rep.bind(g)
+        for _ in range(steps):
+            sizes = cur.block_sizes(2, 8)
+            rep.reduced_gradient(cur.block(m, 8), sizes[m] / sum(sizes))
+            g.allreduce(rep.tail)
+            rep.apply_reduced(lr, float(rep.tail[-1]))
+            cur.advance(2, 8)
+    return body
+
+
+def _assert_plain_sgd(wl: Any, model: torch.nn.Module, start: DataCursor, steps: int, reps: list[Replica],
+                      atol: float) -> None:
+    """``steps`` plain SGD steps (lr 0.1) of one process on the union of both members' blocks from
+    ``start`` end where both replicas ended."""
+    cur = start.copy()
+    for _ in range(steps):
+        idx = np.concatenate([cur.block(0, 8), cur.block(1, 8)])
+        model.zero_grad()
+        wl.loss(model, wl.train.batch(idx)).backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+        cur.advance(2, 8)
+    for p, q in zip(reps[0].model.parameters(), model.parameters()):
+        assert torch.allclose(p.detach(), q.detach(), atol=atol), float((p - q).abs().max())
+    assert torch.equal(reps[0].flat, reps[1].flat)
+
+
 def test_the_bucketed_gradient_is_the_sample_weighted_mean_and_a_frozen_parameter_gets_none() -> None:
     wl = _workload()
     reps = [Replica(wl, "cpu") for _ in range(2)]
@@ -163,19 +196,7 @@ def test_three_bucketed_steps_with_adamw_equal_one_process_on_the_union() -> Non
     reps = [Replica(wl, "cpu", recipe, base_lr=0.01) for _ in range(2)]
     cursor = DataCursor(len(wl.train), 3)
 
-    def body(m: int, g: ElasticGroup) -> None:
-        rep = reps[m]
-        cur = cursor.copy()
-        rep.unused_params = False
-        rep.bind(g)
-        for _ in range(3):
-            sizes = cur.block_sizes(2, 8)
-            rep.reduced_gradient(cur.block(m, 8), sizes[m] / sum(sizes))
-            g.allreduce(rep.tail)
-            rep.apply_reduced(0.01, float(rep.tail[-1]))
-            cur.advance(2, 8)
-
-    _members(body)
+    _members(_bucketed_steps(reps, cursor, 3, lr=0.01))
     model = wl.build_model()
     optim = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.01)
     cur = cursor.copy()
@@ -236,19 +257,7 @@ def test_an_epochs_short_last_step_goes_flat_and_the_next_one_bucketed_again() -
 
     _members(body)
     assert paths[0] == paths[1] == ["bucketed", "flat", "bucketed"]
-    model = wl.build_model()
-    cur = start.copy()
-    for _ in range(3):
-        idx = np.concatenate([cur.block(0, 8), cur.block(1, 8)])
-        model.zero_grad()
-        wl.loss(model, wl.train.batch(idx)).backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= 0.1 * p.grad
-        cur.advance(2, 8)
-    for p, q in zip(reps[0].model.parameters(), model.parameters()):
-        assert torch.allclose(p.detach(), q.detach(), atol=1e-6), float((p - q).abs().max())
-    assert torch.equal(reps[0].flat, reps[1].flat)
+    _assert_plain_sgd(wl, wl.build_model(), start, 3, reps, atol=1e-6)
     assert reps[0]._buf is None, "the flat buffer is freed again while the buckets hold the gradients"
 
 
@@ -263,31 +272,8 @@ def test_a_compiled_model_steps_the_same_through_the_buckets() -> None:
     reps = [Replica(compiled, "cpu", Recipe(), base_lr=0.1) for _ in range(2)]
     cursor = DataCursor(len(wl.train), 3)
 
-    def body(m: int, g: ElasticGroup) -> None:
-        rep, cur = reps[m], cursor.copy()
-        rep.unused_params = rep.probe_unused(cur.block(m, 8))
-        rep.bind(g)
-        for _ in range(2):
-            sizes = cur.block_sizes(2, 8)
-            rep.reduced_gradient(cur.block(m, 8), sizes[m] / sum(sizes))
-            g.allreduce(rep.tail)
-            rep.apply_reduced(0.1, float(rep.tail[-1]))
-            cur.advance(2, 8)
-
-    _members(body)
-    model = eager()
-    cur = cursor.copy()
-    for _ in range(2):
-        idx = np.concatenate([cur.block(0, 8), cur.block(1, 8)])
-        model.zero_grad()
-        wl.loss(model, wl.train.batch(idx)).backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                p -= 0.1 * p.grad
-        cur.advance(2, 8)
-    for p, q in zip(reps[0].model.parameters(), model.parameters()):
-        assert torch.allclose(p.detach(), q.detach(), atol=1e-5), float((p - q).abs().max())
-    assert torch.equal(reps[0].flat, reps[1].flat)
+    _members(_bucketed_steps(reps, cursor, 2, lr=0.1))
+    _assert_plain_sgd(wl, eager(), cursor, 2, reps, atol=1e-5)
 
 
 def test_the_wrapper_answers_the_models_own_attributes() -> None:
