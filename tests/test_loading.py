@@ -134,9 +134,27 @@ class _Store:
 
 class _Group:
     """A generation that always 'completes' its collectives locally (each member sums only itself),
-    and fails at the lease: enough to drive :meth:`CollectiveMember._train` in-process."""
+    and fails at the lease: enough to drive :meth:`CollectiveMember._train` in-process.  S-SGD's
+    DDP wrapper gets a real one-member gloo group (its all-reduce is the identity too)."""
 
     store = _Store()
+    gen = 0
+    _pg: Any = None
+
+    def process_group(self) -> Any:
+        if self._pg is None:
+            from datetime import timedelta
+
+            import torch.distributed as dist
+
+            from spotwise.planes.collective.group import as_process_group, gloo_device
+
+            store = dist.HashStore()
+            opts = dist.ProcessGroupGloo._Options()
+            opts._timeout = timedelta(seconds=30)
+            opts._devices = [gloo_device("127.0.0.1")]
+            self._pg = as_process_group(dist.ProcessGroupGloo(store, 0, 1, opts), store, 0, 1)
+        return self._pg
 
     def allreduce(self, t: torch.Tensor) -> None:
         pass

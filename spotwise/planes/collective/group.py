@@ -227,6 +227,19 @@ def _settled(works: list[Any], patience_s: float, pause_s: float = 0.05) -> bool
         time.sleep(pause_s)
 
 
+def as_process_group(backend: Any, store: Any, rank: int, size: int, kind: str = "gloo") -> Any:
+    """A formed gloo or NCCL ``backend`` as a ``torch.distributed.ProcessGroup`` over ``store`` -- what
+    ``DistributedDataParallel`` takes -- the way ``torch.distributed.new_group`` wraps one: the
+    backend registered as the group's default for its device type (CPU for gloo, CUDA for NCCL)."""
+    if kind not in ("gloo", "nccl"):
+        raise ValueError(f"unknown collective backend {kind!r}: gloo or nccl")
+    bt = dist.ProcessGroup.BackendType.NCCL if kind == "nccl" else dist.ProcessGroup.BackendType.GLOO
+    pg = dist.ProcessGroup(store, int(rank), int(size))
+    pg._set_default_backend(bt)
+    pg._register_backend(torch.device("cuda" if kind == "nccl" else "cpu"), bt, backend)
+    return pg
+
+
 class ElasticGroup:
     """One member's handle on the regroupable group; see the module docstring."""
 
@@ -443,12 +456,7 @@ class ElasticGroup:
         if self.pg is None:
             raise GroupFailed("no group formed")
         if self._wrapped is None:
-            kind = dist.ProcessGroup.BackendType.NCCL if self.backend == "nccl" else dist.ProcessGroup.BackendType.GLOO
-            pg = dist.ProcessGroup(self._prefix, self.rank, len(self.members))
-            pg._set_default_backend(kind)
-            device = torch.device("cuda" if self.backend == "nccl" else "cpu")
-            pg._register_backend(device, kind, self.pg)
-            self._wrapped = pg
+            self._wrapped = as_process_group(self.pg, self._prefix, self.rank, len(self.members), self.backend)
         return self._wrapped
 
     def fail(self, why: str, *pending: Any) -> None:

@@ -140,7 +140,8 @@ class Replica:
         for p in self._params:
             p.grad = None
         try:
-            forward_backward(self.model, self.workload.loss, self._batch_of, np.asarray(indices), self.recipe, self.device)
+            # the batch straight from the dataset: a loader's prefetched batches are the steps'
+            forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe, self.device)
             return any(p.requires_grad and p.grad is None for p in self._params)
         finally:
             for p in self._params:
