@@ -435,8 +435,7 @@ class CollectivePlane:
                       **({"timing": rec["timing"]} if rec.get("timing") else {}),
                       **({"phases": rec["phases"]} if rec.get("phases") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
-        if not rec.get("first_of_gen"):  # a generation's first step (wrapper, probe, allocations): recovery_ms/join_ms
-            self.phases.add(rec.get("phases"), samples)
+        self.phases.add(None if rec.get("first_of_gen") else rec.get("phases"), samples)  # first: recovery_ms
         job.committed()
         ev = rec.get("eval")
         if ev:

@@ -67,10 +67,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from spotwise.planes.collective.bucketed import comm_failure
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
+from spotwise.planes.collective.steps import Diverged, sma_step, ssgd_step  # noqa: F401  (Diverged re-exported)
 from spotwise.training.recipe import LrSchedule, Recipe
 from spotwise.training.state import check_precision_device, decode_extra, encode_extra
 from spotwise.workloads.base import is_ordered
@@ -80,9 +80,6 @@ from spotwise.workloads.device import collective_backend, resolve_device, to_hos
 #: a replica moves to the coordinator in chunks of this many bytes (:meth:`CollectiveMember.take_replica`)
 REPLICA_CHUNK_BYTES = 32 << 20
 
-
-class Diverged(ArithmeticError):
-    """A step's all-reduced loss or gradient is not finite (every member sees it at the same step)."""
 
 #: AD-PSGD: steps between two barriers (a one-element all-reduce): the commit points of its steps
 BARRIER_EVERY = 8
@@ -426,108 +423,14 @@ class CollectiveMember:
         return self._schedule.lr(plan.lr, self.cursor.epoch * self.cursor.n + self.cursor.pos)
 
     def _ssgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
-        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
-        rep = self.replica
-        lr = self._lr(plan)
-        sizes = self.cursor.block_sizes(k, b)
-        if rep.can_bucket and min(sizes) > 0:  # every member has samples: DDP's bucketed all-reduce
-            return self._bucketed_step(g, plan, sizes, lr)
-        clock = rep.clock
-        rep.gradient(self.cursor.block(r, b), rep.updater.loss_scale)
-        with clock.timed("reduce"):
-            g.allreduce(rep.buf)  # GroupFailed: nothing was changed
-        with clock.timed("sync"):
-            loss_sum, total = rep.buf[rep.N:rep.N + 2].tolist()
-        loss = loss_sum / total if total > 0 else float("nan")
-        if total > 0 and not math.isfinite(loss):
-            raise Diverged(f"the loss is {loss}")
-        with clock.timed("optimizer"):
-            ok = rep.sgd(rep.buf[: rep.N], total, lr)
-        if not ok:  # every member sees the same sum: all stop
-            raise Diverged("the aggregated gradient holds NaN or infinite values")
-        samples = self.cursor.advance(k, b)
-        self.step += 1
-        return self._record(plan, loss, samples)
-
-    def _bucketed_step(self, g: ElasticGroup, plan: Plan, sizes: list[int], lr: float) -> dict[str, Any]:
-        """An S-SGD step on DDP's machinery (:mod:`spotwise.planes.collective.bucketed`): the gradient
-        buckets are all-reduced while the backward pass runs, then one small all-reduce combines the
-        buffers, loss and sample count, and the step's one host read takes the loss, the count and
-        the reduced gradient's norm (a non-finite one stops every member alike: they all hold it).
-        A failed collective fails the generation with nothing applied (the optimizer has not stepped)."""
-        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
-        rep = self.replica
-        total = float(sum(sizes))
-        block = self.cursor.block(r, b)
-        if not rep.bound_to(g.gen):  # the generation's first bucketed step: every member is here
-            # DDP's find_unused_parameters must be the same on every member (it adds a collective):
-            # any member whose probe found a parameter without a gradient turns it on for all
-            rep.release_buf()  # before the probe's gradients: one gradient's worth of memory at a time
-            mine = rep.unused_params if rep.unused_params is not None else rep.probe_unused(block)
-            agreed = rep.tensor([1.0 if mine else 0.0])
-            g.allreduce(agreed)  # GroupFailed: nothing was changed
-            rep.unused_params = bool(agreed.item() > 0)
-        try:
-            rep.bind(g)
-            gsq = rep.reduced_gradient(block, sizes[r] / total, rep.updater.loss_scale)
-        except RuntimeError as e:
-            if not comm_failure(e):
-                raise
-            # the wrapper (its Reducer holds the failed works) goes with the group, released off this thread
-            g.fail(str(e), rep.unbind())
-            raise GroupFailed(str(e)) from None
-        clock = rep.clock
-        with clock.timed("reduce"):
-            g.allreduce(rep.tail)  # GroupFailed: nothing was changed
-        with clock.timed("sync"):
-            loss_sum, n, norm_sq = torch.stack([rep.tail[rep.B], rep.tail[rep.B + 1], gsq.to(rep.tail.dtype)]).tolist()
-        loss = loss_sum / n if n > 0 else float("nan")
-        if not math.isfinite(loss):
-            raise Diverged(f"the loss is {loss}")
-        if not math.isfinite(norm_sq) and rep.updater.scaler is None:  # fp16: the scaler skips the step itself
-            raise Diverged("the aggregated gradient holds NaN or infinite values")
-        with clock.timed("optimizer"):
-            rep.apply_reduced(lr, n)
-        samples = self.cursor.advance(k, b)
+        loss, samples = ssgd_step(g, self.replica, self.cursor, len(plan.members), plan.members.index(self.member),
+                                  plan.batch, self._lr(plan))
         self.step += 1
         return self._record(plan, loss, samples)
 
     def _sma_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
-        """S-MA: ``local_steps`` local optimizer steps, then the replicas (parameters and float buffers)
-        are averaged.  Each member keeps its own optimizer state (momentum, Adam moments) across
-        rounds -- it is not averaged; a joiner takes its source's."""
-        k, r, b, H = len(plan.members), plan.members.index(self.member), plan.batch, plan.local_steps
-        rep = self.replica
-        start = rep.flat.clone()
-        opt_start = rep.extra_state() if rep.updater.optimizer is not None else None
-        lr = self._lr(plan)
-        loss_sum, n_sum = 0.0, 0
-        diverged = False
-        for h in range(H):
-            loss, n = rep.gradient(self.cursor.block(h * k + r, b), rep.updater.loss_scale)
-            if n:
-                if not math.isfinite(loss) or not rep.sgd(rep.buf[: rep.N], n, lr):  # buf holds n * grad
-                    diverged = True
-                loss_sum += loss * n
-                n_sum += n
-        rep.buf[: rep.N].copy_(rep.flat).mul_(float(n_sum))
-        rep.buf[rep.N] = loss_sum if not diverged else float("nan")
-        rep.buf[rep.N + 1] = float(n_sum)
-        try:
-            g.allreduce(rep.buf)
-        except GroupFailed:
-            rep.flat.copy_(start)  # the round is retried from where it began
-            rep.load_extra_state(opt_start)
-            raise
-        total = float(rep.buf[rep.N + 1])
-        loss = float(rep.buf[rep.N]) / total if total > 0 else float("nan")
-        if total > 0 and not math.isfinite(loss):
-            rep.flat.copy_(start)
-            rep.load_extra_state(opt_start)
-            raise Diverged(f"the loss is {loss}")
-        if total > 0:
-            rep.flat.copy_(rep.buf[: rep.N]).div_(total)
-        samples = self.cursor.advance(H * k, b)
+        loss, samples = sma_step(g, self.replica, self.cursor, len(plan.members), plan.members.index(self.member),
+                                 plan.batch, plan.local_steps, self._lr(plan))
         self.step += 1
         return self._record(plan, loss, samples)
 
