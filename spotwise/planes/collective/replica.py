@@ -153,12 +153,14 @@ class Replica:
             set_rng_state(rng, self.device)
 
     def unbind(self) -> Any:
-        """Drop the DDP wrapper (a failed generation, another strategy): the gradients are views into
-        the flat buffer again.  Returns the dropped wrapper (None if there was none) for a caller
-        that must release it elsewhere (its Reducer may hold a failed collective's work objects)."""
+        """Drop the DDP wrapper (a failed generation, another strategy).  The gradients are let go;
+        the flat buffer is allocated again only when a flat step needs it (:attr:`buf`), not at every
+        regroup, where the next generation's wrapper would free it at once.  Returns the dropped
+        wrapper (None if there was none) for a caller that must release it elsewhere (its Reducer may
+        hold a failed collective's work objects)."""
         red, self.reducer = self.reducer, None
         if red is not None:
-            self._restore_grad_views()
+            self.release_buf()
         return red
 
     def reduced_gradient(self, indices: np.ndarray, weight: float, scale: float = 1.0) -> torch.Tensor:
