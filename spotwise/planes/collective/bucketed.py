@@ -32,6 +32,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from spotwise.workloads.device import ddp_device_ids
 
+def load_ddp_machinery() -> None:
+    """Import what DDP's constructor imports on its first use: TorchDynamo (``torch._dynamo``, ~800
+    modules; 1.5 CPU-s here).  A member does it when it starts, not inside its first generation's
+    first step, where on a loaded machine it took over a minute and the controller's stall watch
+    declared every member of the generation lost."""
+    import torch._dynamo  # noqa: F401
+
+
 #: messages of a collective that failed because of a peer (a closed connection, a timeout, an
 #: aborted group), not because of the user's model: such a failure fails the generation
 COMM_FAILURE_MARKERS = ("gloo", "nccl", "connection", "timed out", "timeout", "closed", "broken pipe", "aborted",

@@ -340,10 +340,10 @@ class CollectivePlane:
             if now >= next_dead_check:
                 next_dead_check = now + 0.02
                 self._check_membership()
-                idle = self._stall.stalled(self.ctl.timeout_s)
+                idle = self._stall.stalled(self.ctl.timeout_s, lambda: self.ctl.working(self.gen_members))
                 if idle is not None:
-                    self._mark(f"generation {self.gen} stalled: no step record for {idle:.0f} s "
-                               f"(steps {job.step + 1}..{until} leased)")
+                    self._mark(f"generation {self.gen} stalled: no step record and no member at work for "
+                               f"{idle:.0f} s (steps {job.step + 1}..{until} leased)")
                     return
             time.sleep(pause)
             pause = min(POLL_MAX_S, pause * 1.5)  # no record: look less often (a big model's step is seconds)

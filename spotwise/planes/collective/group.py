@@ -51,6 +51,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from spotwise.planes.collective.heartbeat import BEAT_S
+
 
 class GroupFailed(Exception):
     """The current generation failed (a member died, froze, or the coordinator flagged it)."""
@@ -189,22 +191,34 @@ class GroupCoordinator:
         self.store.set(f"fail/{gen}", why)
 
     def alive(self, gen: int, members: list[int], timeout_s: float, poll_s: float = 0.002,
-              gone: Callable[[], set[int]] | None = None) -> dict[int, int]:
+              gone: Callable[[], set[int]] | None = None, working: Callable[[list[int]], bool] | None = None,
+              most_s: float = 900.0) -> dict[int, int]:
         """Members of ``gen`` that reported alive (``member -> last committed step``) within ``timeout_s``.
 
         ``gone`` (optional) names members known dead (their process or node is gone): the wait
         ends as soon as every member has answered or is known dead, instead of at the timeout.
+        ``working`` (optional) tells whether any of the members yet to answer is at work (its training
+        thread using CPU, :mod:`~spotwise.planes.collective.heartbeat`: inside a long step, e.g. a
+        compile, it sees the failure only at its next collective); the wait is then extended, one
+        ``timeout_s`` (at least three beats) at a time, up to ``most_s`` in all.
         """
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        deadline = start + timeout_s
         keys = {m: f"alive/{gen}/{m}" for m in members}
-        next_gone = 0.0
+        next_gone = next_work = 0.0
         dead: set[int] = set()
         while True:
             have = {m: int(self.store.get(k)) for m, k in keys.items() if self.store.check([k])}
             now = time.monotonic()
             if gone is not None and now >= next_gone:
                 dead, next_gone = set(gone()), now + 0.05
-            if len(have) == len(keys) or set(keys) <= set(have) | dead or now >= deadline:
+            if len(have) == len(keys) or set(keys) <= set(have) | dead:
+                return have
+            if working is not None and now >= next_work:
+                next_work = now + 1.0
+                if working([m for m in keys if m not in have and m not in dead]):
+                    deadline = min(start + most_s, max(deadline, now + timeout_s, now + 3 * BEAT_S))
+            if now >= deadline:
                 return have
             time.sleep(poll_s)
 

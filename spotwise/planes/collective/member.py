@@ -67,6 +67,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from spotwise.planes.collective.bucketed import load_ddp_machinery
+from spotwise.planes.collective.heartbeat import WorkBeat
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
@@ -119,6 +121,7 @@ class CollectiveMember:
         check_precision_device(recipe.precision, dev)
         #: ``workload.loader.num_workers > 0``: batches built ahead by DataLoader workers (:meth:`_train`)
         self.replica = Replica(self.workload, dev, recipe, float(self.spec.lr), self.spec.loader)
+        load_ddp_machinery()  # S-SGD wraps the model in DDP at a generation's first step
         #: a stream (``is_ordered``): the identity order, member r reads positions [pos + r*b, pos + (r+1)*b)
         self.cursor = DataCursor(len(self.workload.train), int(seed), ordered=is_ordered(self.workload))
         #: issue 28 item 3: state the coordinator hands over (a generation with no source: the run's
@@ -189,6 +192,14 @@ class CollectiveMember:
                          backend=collective_backend(self.replica.device))
         self.member = int(member)
         self._fault = dict(fault) if fault else None
+        beat = WorkBeat(lambda: address.connect(timeout_s), self.member)
+        beat.start()  # the controller sees this member at work through a long step (a compile)
+        try:
+            return self._run(g, gen)
+        finally:
+            beat.stop()
+
+    def _run(self, g: ElasticGroup, gen: int) -> dict[str, Any]:
         regroups = 0
         self._timing: dict[str, float] = {}
         #: whether this process holds a generation's state (a joiner that never formed one does not:

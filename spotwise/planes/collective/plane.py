@@ -29,6 +29,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
+from spotwise.planes.collective.heartbeat import BeatReader
 from spotwise.planes.collective.calls import call_member, wait_calls
 from spotwise.planes.collective.member import REPLICA_CHUNK_BYTES, Plan, remote_member_class
 from spotwise.planes.collective.plan import encode_lease
@@ -71,6 +72,8 @@ class PlaneControl:
         self.store.set("lease", "0")
         self.store.set("want", "0")  # a counter (store.add)
         self._lease = 0
+        #: the members' beats (:mod:`~spotwise.planes.collective.heartbeat`): a long step is no hang
+        self.beats = BeatReader()
 
     # ------------------------------------------------------------------ members
     def start(self, actor: Any, member: int, gen: int, fault: dict[str, Any] | None = None) -> Any:
@@ -130,7 +133,12 @@ class PlaneControl:
 
     def alive(self, gen: int, members: list[int], timeout_s: float,
               gone: Callable[[], set[int]] | None = None) -> dict[int, int]:
-        return self.coord.alive(gen, members, timeout_s, gone=gone)
+        """The members of ``gen`` that answered (a member still at work is waited for)."""
+        return self.coord.alive(gen, members, timeout_s, gone=gone, working=self.working)
+
+    def working(self, members: list[int]) -> bool:
+        """Whether some member in ``members`` did work since it was last looked at (its beat)."""
+        return self.beats.working(self.store, members)
 
     def formed(self, gen: int, n: int, timeout_s: float) -> bool:
         """Whether all ``n`` members of ``gen`` formed the group and took their state in ``timeout_s``."""

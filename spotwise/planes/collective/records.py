@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+
+from spotwise.planes.collective.heartbeat import BEAT_S
 
 
 def combine(parts: dict[int, dict[str, Any]], partial: bool = False) -> dict[str, Any]:
@@ -79,16 +81,20 @@ class StallWatch:
     A generation whose leased steps bring no record for ``max(min_s, 10 group timeouts, 20 times
     the usual gap between two arrivals)`` is failed and regrouped (its members report or are
     declared lost).  Members' own waits are bounded by the group's timeout; this bounds the
-    controller's, whatever the cause (a record lost, a member stuck where no timeout reaches)."""
+    controller's, whatever the cause (a record lost, a member stuck where no timeout reaches).
+    A member at work (its training thread using CPU: compiling, importing, a long step; see
+    :mod:`~spotwise.planes.collective.heartbeat`) is no stall: the idle time counts from the later
+    of the last record and the last work seen."""
 
-    def __init__(self, min_s: float = 60.0, clock: Any = time.monotonic) -> None:
-        self.min_s, self.clock = float(min_s), clock
+    def __init__(self, min_s: float = 60.0, clock: Any = time.monotonic, look_every_s: float = BEAT_S) -> None:
+        self.min_s, self.clock, self.look_every_s = float(min_s), clock, float(look_every_s)
         self.since = clock()
+        self.worked = self.looked = self.since
         self.gap: float | None = None
 
     def start(self) -> None:
         """Steps were leased: progress is expected from now."""
-        self.since = self.clock()
+        self.since = self.worked = self.looked = self.clock()
 
     def progressed(self) -> None:
         now = self.clock()
@@ -96,9 +102,16 @@ class StallWatch:
         self.gap = gap if self.gap is None else 0.9 * self.gap + 0.1 * gap
         self.since = now
 
-    def stalled(self, timeout_s: float) -> float | None:
-        """Seconds without progress if that is a stall, else ``None``."""
-        idle = self.clock() - self.since
+    def stalled(self, timeout_s: float, working: Callable[[], bool] | None = None) -> float | None:
+        """Seconds without progress if that is a stall, else ``None``.  ``working()`` (asked at most
+        every ``look_every_s`` while no record comes) tells whether a member was at work since it
+        was last asked: that is progress too (the gap between records is not changed)."""
+        now = self.clock()
+        if working is not None and now - self.since >= self.look_every_s and now - self.looked >= self.look_every_s:
+            self.looked = now
+            if working():
+                self.worked = now
+        idle = now - max(self.since, self.worked)
         return idle if idle > max(self.min_s, 10.0 * timeout_s, 20.0 * (self.gap or 0.0)) else None
 
 
