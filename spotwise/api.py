@@ -137,6 +137,7 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
     and time, P(deadline), the alternatives compared.  ``plot`` writes expected cost against the deadline
     (PNG), ``write_spec`` the spec with the plan applied, ``emit`` ``KIND=FILE`` cluster files
     (``ray-cluster=...``, ``skypilot=...``); a line per file written is appended to ``notes``."""
+    from spotwise.config import data_plane_why
     from spotwise.outputfiles import check_output_file
     from spotwise.planner.emit import prepare_emits, write_emits
     from spotwise.planner.plan import gather_inputs, make_plan, plot_cost_vs_deadline, write_planned_spec
@@ -173,6 +174,7 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
     pilot_dir = str(pilot) if pilot else None
     result = make_plan(job, traces=trace_list, objective=objective, pilot_dir=pilot_dir,  # type: ignore[arg-type]
                        pilot_steps=pilot_steps, types=type_list)
+    result.extra["data_plane"] = {"plane": job.cluster.data_plane, "why": data_plane_why(job).split(": ", 1)[1]}
     written: list[str] = []
     if plot is not None:
         plot_cost_vs_deadline(job, result, gather_inputs(job, trace_list, pilot_dir, pilot_steps), str(plot))

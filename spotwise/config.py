@@ -30,12 +30,13 @@ from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive
 from spotwise.spec.market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
 from spotwise.spec.pools import Balance, check_pool_markets, check_pools
 from spotwise.spec.hardware import resolve_hardware
+from spotwise.spec.plane_choice import choose_data_plane
 from spotwise.spec.load import Duration, build, to_plain
 from spotwise.training.recipe import BUILTIN_RECIPES, LoaderSpec, OptimizerSpec, Precision, ScheduleSpec
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
 ClusterKind = Literal["vm", "serverless"]
-DataPlane = Literal["ps", "collective"]
+DataPlane = Literal["auto", "ps", "collective"]
 #: where a worker trains (issue 20 item 4): ``auto`` -- a GPU when the worker has one, else the CPU
 Device = Literal["auto", "cpu", "cuda"]
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
@@ -219,7 +220,8 @@ class ClusterSpec:
     staleness: int = 0
     significance: float = 0.7
     function_timeout_s: Duration = 600.0
-    data_plane: DataPlane = "ps"
+    #: issue 40 item 4: ``auto`` is collective where the workers have GPUs (:mod:`spotwise.spec.plane_choice`)
+    data_plane: DataPlane = "auto"
     local_steps: int = 4
     group_timeout_s: Duration = 5.0
     replica_every: int = 20
@@ -290,9 +292,10 @@ class ClusterSpec:
 
     def _check_data_plane(self) -> None:
         """``data_plane: collective`` (issue 10): workers all-reduce among themselves (Spotnik)."""
-        if self.data_plane not in ("ps", "collective"):
-            raise InputError(f"unknown data plane {self.data_plane!r}", "use ps (a parameter server: the coordinator "
-                             "combines every step) or collective (workers all-reduce among themselves)", "data_plane")
+        if self.data_plane not in ("auto", "ps", "collective"):
+            raise InputError(f"unknown data plane {self.data_plane!r}", "use auto (collective on GPUs, else ps), ps (a "
+                             "parameter server: the coordinator combines every step) or collective (workers all-reduce "
+                             "among themselves)", "data_plane")
         if self.data_plane == "collective":
             if self.kind != "vm":
                 raise InputError("the collective data plane runs on VMs", "remove cluster.data_plane or set cluster.kind: vm",
@@ -305,7 +308,7 @@ class ClusterSpec:
                                  "(ssgd: all-reduced gradients; sma: model averaging every local_steps; adpsgd: pairwise "
                                  "gossip averaging)", "sync")
             _positive(self.replica_every, "replica_every", "steps between parameter copies sent to the coordinator, e.g. 20")
-        elif self.sync in COLLECTIVE_SYNC_MODES:
+        elif self.sync in COLLECTIVE_SYNC_MODES and self.data_plane == "ps":
             raise InputError(f"sync {self.sync!r} is a collective mode", "set cluster.data_plane: collective, or use "
                              "full, n-sync, n-batch or async with the parameter server", "sync")
         if int(self.local_steps) != self.local_steps or not 1 <= self.local_steps <= MAX_LOCAL_STEPS:
@@ -487,6 +490,25 @@ class JobSpec:
         return to_plain(self)
 
 
+def settle_data_plane(spec: JobSpec) -> None:
+    """``cluster.data_plane: auto`` becomes the plane the job's workers get, and the checks that depend
+    on the plane run again (:mod:`spotwise.spec.plane_choice`); why is kept for ``plan`` and ``run``
+    (:func:`data_plane_why`)."""
+    c = spec.cluster
+    plane, why = choose_data_plane(c, [str(p) for p in spec.market.catalog])
+    c.__dict__["_plane_why"] = why  # not a spec field: never written to spec.json
+    if plane != c.data_plane:
+        c.data_plane = plane  # type: ignore[assignment]
+        c._check_data_plane()
+        spec._check_recipe()
+
+
+def data_plane_why(spec: JobSpec) -> str:
+    """The plane the job trains on and why (``collective: the workers have GPUs ...``)."""
+    c = spec.cluster
+    return f"{c.data_plane}: {c.__dict__.get('_plane_why') or choose_data_plane(c)[1]}"
+
+
 def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> JobSpec:
     """Build a :class:`JobSpec` from parsed YAML/JSON; errors name ``source`` and the field.  ``resolve``:
     also turn ``cluster.accelerators`` / ``target.hours`` into the concrete fields (:mod:`spotwise.spec.hardware`)."""
@@ -499,6 +521,7 @@ def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> 
     try:
         spec = build(JobSpec, data)
         if resolve:
+            settle_data_plane(spec)
             resolve_hardware(spec)
         return spec
     except InputError as e:
@@ -527,7 +550,8 @@ def load_spec(path: str | Path) -> JobSpec:
     spec = spec_from_dict(data, str(p), resolve=False)
     _resolve_paths(spec, p.parent)
     try:
-        resolve_hardware(spec)  # after the paths: a market.catalog file is relative to the spec
+        settle_data_plane(spec)  # after the paths (a market.catalog file is relative to the spec)
+        resolve_hardware(spec)
     except InputError as e:
         e.where = f"{p}: {e.where}" if e.where else str(p)
         raise

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.progress import Progress
 
-from spotwise.config import JobSpec
+from spotwise.config import JobSpec, data_plane_why
 from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
@@ -150,6 +150,8 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
     if not ray_address:  # the emulated market decides capacity: refuse a hopeless one before Ray starts
         check_progress_possible(spec, market)
         placement_for(spec)  # the workers' device and GPUs (issue 20 item 4): device: cuda without a GPU exits 2
+    if progress:  # which plane trains the job, and why (issue 40 item 4)
+        Console(stderr=True).print(f"data plane: {data_plane_why(spec)}", highlight=False, soft_wrap=True)
     ensure_ray(ray_address)
     with RunProgress(spec.target.iterations, progress) as bar:
         callback = bar.update if progress else None

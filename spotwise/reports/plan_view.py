@@ -194,6 +194,9 @@ def print_plan(plan: Any, console: Any, *, explain: bool = False) -> None:
     elif placement:
         console.print(f"placement: {placement.get('error') or placement.get('note')}", highlight=False)
     console.print(f"why: {humanize_seconds(plan.why)}", highlight=False)
+    plane = (getattr(plan, "extra", None) or {}).get("data_plane")
+    if plane:
+        console.print(f"data plane: {plane['plane']} ({plane['why']})", highlight=False)
     console.print(f"prices: {plan.price_source}", highlight=False)
     for m in plan.measured:
         console.print(f"measured: {m}", highlight=False)

@@ -35,7 +35,7 @@ def check_pools(cl: Any) -> None:
         raise InputError("ps_shards splits the parameter server's network load, but cluster.ps_gbps is not set",
                          "set cluster.ps_gbps (the server's Gbit/s, e.g. 8) so the bottleneck the shards relieve is "
                          "modelled, or remove ps_shards", "ps_shards")
-    if shards > 1 and (cl.kind != "vm" or cl.data_plane != "ps"):
+    if shards > 1 and (cl.kind != "vm" or cl.data_plane == "collective"):
         raise InputError("ps_shards applies to the parameter-server data plane", "remove cluster.ps_shards, or use "
                          "cluster.data_plane: ps on VMs", "ps_shards")
     if cl.pools is None:
@@ -46,7 +46,7 @@ def check_pools(cl: Any) -> None:
                          "cluster.instance_type and cluster.workers", "pools")
     if cl.kind != "vm":
         raise InputError("pools are instance pools: a serverless cluster has none", "remove cluster.pools, or set cluster.kind: vm", "pools")
-    if cl.data_plane != "ps":
+    if cl.data_plane == "collective":
         raise InputError("pools of several types run on the parameter-server plane", "set cluster.data_plane: ps "
                          "(the collective plane's barrier would run every member at the slowest pool's speed)", "pools")
     names = [p.name for p in pools]
