@@ -225,6 +225,9 @@ class ClusterSpec:
     local_steps: int = 4
     group_timeout_s: Duration = 5.0
     replica_every: int = 20
+    #: issue 40 item 3: the share of training time periodic replica offers may take (they are spaced
+    #: out beyond replica_every when they would take more); null: exactly every replica_every steps
+    replica_budget: float | None = 0.02
     device: Device = "auto"
     #: issue 21: heterogeneous pools (several types / places in one job; the single-type form is one pool)
     pools: list[PoolSpec] | None = None
@@ -308,6 +311,10 @@ class ClusterSpec:
                                  "(ssgd: all-reduced gradients; sma: model averaging every local_steps; adpsgd: pairwise "
                                  "gossip averaging)", "sync")
             _positive(self.replica_every, "replica_every", "steps between parameter copies sent to the coordinator, e.g. 20")
+            if self.replica_budget is not None and not 0 < self.replica_budget < 1:  # NaN fails too
+                raise InputError(f"must lie in (0, 1), got {self.replica_budget!r}", "the share of training time "
+                                 "replica offers may take, e.g. 0.02; null offers exactly every replica_every steps",
+                                 "replica_budget")
         elif self.sync in COLLECTIVE_SYNC_MODES and self.data_plane == "ps":
             raise InputError(f"sync {self.sync!r} is a collective mode", "set cluster.data_plane: collective, or use "
                              "full, n-sync, n-batch or async with the parameter server", "sync")

@@ -40,7 +40,8 @@ BASE: dict[str, Any] = {
     "workload": {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000},
     "target": {"iterations": 16},
     "cluster": {"instance_type": "c5.xlarge", "workers": 3, "coordinator_instance": "c5.large",
-                "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": bound(2)},
+                "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": bound(2),
+                "replica_budget": None},  # a fixed schedule: a total loss rolls back <= replica_every steps
     "market": {"synthetic": {"kind": "constant", "price": 0.07}},
     "outputs": {"checkpoint_every": 0, "plots": False},
 }

@@ -149,7 +149,8 @@ BASE: dict[str, Any] = {
     "workload": {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000},
     "target": {"iterations": 30},
     "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 1,
-                "replica_every": 5, "group_timeout_s": bound(2)},
+                "replica_every": 5, "group_timeout_s": bound(2),
+                "replica_budget": None},  # replicas at fixed steps (not at their measured cost): the same run every time
     "market": {"synthetic": {"kind": "constant", "price": 0.07},
                "revocation": {"model": "lifetime", "mttf_s": 15, "mttr_s": 5, "notice_s": 0}},
     "outputs": {"checkpoint_every": 4, "plots": False},  # and one at every notice

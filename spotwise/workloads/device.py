@@ -135,3 +135,52 @@ def set_rng_state(state: tuple[torch.Tensor, torch.Tensor | None], device: torch
     torch.set_rng_state(cpu)
     if gpu is not None:
         torch.cuda.set_rng_state(gpu, torch.device(device))
+
+
+class HostCopier:
+    """Copies of a device's tensors in host memory, taken off the training thread's critical path
+    (issue 40 item 3: replica offers and checkpoints).
+
+    :meth:`copy` returns the host tensors and a ``wait()`` that returns once they hold the values the
+    tensors had when :meth:`copy` was called.  On a CUDA device the tensors are first copied on the
+    device (on the training stream: microseconds, so the next step may change them at once), then
+    to pinned host buffers on a side stream that runs while training goes on; ``wait()`` is that
+    stream's event.  On the CPU the copy is made at once (a memcpy between two steps) and ``wait()``
+    has nothing to wait for.  The device and host buffers are kept and reused by the next copy of
+    tensors of the same shapes: a caller waits for one copy's use to end before the next.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self._dev: list[torch.Tensor] = []
+        self._host: list[torch.Tensor] = []
+        self._stream: Any = None
+
+    def _buffers(self, tensors: list[torch.Tensor]) -> None:
+        same = len(self._host) == len(tensors) and all(
+            h.shape == t.shape and h.dtype == t.dtype for h, t in zip(self._host, tensors))
+        if same:
+            return
+        cuda = self.device.type == "cuda"
+        self._dev = [torch.empty_like(t) for t in tensors] if cuda else []
+        self._host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda) for t in tensors]
+
+    def copy(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], Any]:
+        """Host copies of ``tensors`` (class docstring); CPU tensors among CUDA ones are copied at once."""
+        tensors = [t.detach() for t in tensors]
+        self._buffers(tensors)
+        if self.device.type != "cuda":
+            for h, t in zip(self._host, tensors):
+                h.copy_(t)
+            return list(self._host), lambda: None
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        for d, t in zip(self._dev, tensors):
+            d.copy_(t, non_blocking=True)  # on the training stream, in device memory
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._stream):
+            for h, d in zip(self._host, self._dev):
+                h.copy_(d, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self._stream)
+        return list(self._host), done.synchronize

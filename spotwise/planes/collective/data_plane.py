@@ -105,8 +105,7 @@ class CollectivePlane:
         #: the committed steps' per-phase timing, from the members' records (issue 40 item 5)
         self.phases = PhaseTotals()
         self._gossip, self._stall = GossipRecords(), StallWatch()  # AD-PSGD's partial steps; progress
-        self.rolled_back_steps, self.regroups = 0, 0
-        self._regroup_ms: list[float] = []
+        self.rolled_back_steps, self.regroups, self._regroup_ms = 0, 0, list[float]()
         self._fault_rng = random.Random(int(spec.seed))
         self.cursor: DataCursor | None = None
         self._nonfinite: dict[str, Any] | None = None  # issue 28: the first record of a diverged step
@@ -516,7 +515,8 @@ class CollectivePlane:
         gossip = self._held == "adpsgd" and source >= 0
         plan = Plan(gen=self.gen, members=tuple(members), source=source, strategy=job.sync,
                     local_steps=self.local_steps, lr=float(job.lr), batch=job.batch, logged=job.step,
-                    eval_every=int(job.spec.workload.eval_every), replica_every=rep, max_step=self._target_step(),
+                    eval_every=int(job.spec.workload.eval_every), replica_every=rep, checkpoint_every=ck,
+                    replica_budget=float(job.spec.cluster.replica_budget or 0.0), max_step=self._target_step(),
                     lease=lease, transfer=transfer, reconcile="snapshot" if gossip else "roll-forward",
                     rollback_to=committed if gossip else 0, schedule=self._schedule)
         self.ctl.reset_lease(lease)

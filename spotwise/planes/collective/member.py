@@ -53,7 +53,6 @@ regroup could take back.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -69,6 +68,7 @@ import torch
 
 from spotwise.planes.collective.bucketed import load_ddp_machinery
 from spotwise.planes.collective.heartbeat import WorkBeat
+from spotwise.planes.collective.offers import OfferSchedule, ReplicaOffers
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
@@ -128,8 +128,10 @@ class CollectiveMember:
         #: start, a resume, every member lost) and replicas it collects -- through Ray's object store
         #: by actor calls (this actor is threaded), never through the rendezvous store
         self._inbox: dict[int, tuple[dict[str, Any], np.ndarray, bytes]] = {}
-        self._outbox: dict[int, tuple[dict[str, Any], np.ndarray, io.BytesIO]] = {}
-        self._next_token = 0
+        #: the leader's replica offers, copied between steps and serialised off the training thread
+        #: (:mod:`~spotwise.planes.collective.offers`; made when the member loop starts)
+        self.offers: ReplicaOffers | None = None
+        self._offer_schedule = OfferSchedule(0)
         self._box_lock = threading.Lock()
         self._schedule: LrSchedule | None = None
         self.step = 0
@@ -166,18 +168,8 @@ class CollectiveMember:
         vector, then its encoded extra state -- or None once a newer offer replaced it.  The coordinator
         fetches it in chunks, so neither side ever puts the whole state into Ray's object store at
         once (a transfer costs one chunk of memory); the last chunk drops the offer."""
-        with self._box_lock:
-            got = self._outbox.get(int(token))
-            if got is None:
-                return None
-            head, vec, extra = got
-            vb, eb = memoryview(vec).cast("B"), extra.getbuffer()
-            total = len(vb) + len(eb)
-            lo, hi = int(offset), min(total, int(offset) + int(size))
-            out = bytes(vb[lo:min(hi, len(vb))]) + bytes(eb[max(0, lo - len(vb)):max(0, hi - len(vb))])
-            if hi >= total:
-                self._outbox.pop(int(token), None)
-            return out
+        offers = self.offers
+        return None if offers is None else offers.take(token, offset, size)
 
     # ------------------------------------------------------------------ the member's life
     def run(self, address: StoreAddress, member: int, gen: int, timeout_s: float = 5.0,
@@ -193,6 +185,8 @@ class CollectiveMember:
         self.member = int(member)
         self._fault = dict(fault) if fault else None
         beat = WorkBeat(lambda: address.connect(timeout_s), self.member)
+        if self.offers is None:
+            self.offers = ReplicaOffers(self.replica.device, lambda: address.connect(timeout_s))
         beat.start()  # the controller sees this member at work through a long step (a compile)
         try:
             return self._run(g, gen)
@@ -364,6 +358,8 @@ class CollectiveMember:
         if self.replica.loader is not None:
             self.replica.expect(self._planned_blocks(plan))
         clock = self.replica.clock
+        self._offer_schedule.every = int(plan.replica_every or 0)
+        self._offer_schedule.budget = float(plan.replica_budget)
         while True:
             if self.step >= lease or self.step >= plan.max_step:
                 t_wait = time.perf_counter()
@@ -391,13 +387,15 @@ class CollectiveMember:
             # what the step did not time itself (S-MA's and AD-PSGD's local steps) is compute
             clock.add("compute", time.perf_counter() - t_step - (sum(clock.spent.values()) - timed))
             rec["phases"] = clock.take()
+            self._offer_schedule.observe_step(time.perf_counter() - t_step)
             if first:
                 rec["first_of_gen"] = True
                 rec["timing"] = dict(self._timing)
                 first = False
             if leader:
                 with clock.timed("state"):  # counted in the next step's phases
-                    if plan.replica_every and self.step % plan.replica_every == 0:
+                    ck = plan.checkpoint_every
+                    if self._offer_schedule.due(self.step) or (ck and self.step % ck == 0):
                         self._push_replica(g, "periodic")
                     if plan.eval_every and self.step % plan.eval_every == 0:
                         rec["eval"] = self.replica.evaluate()
@@ -532,26 +530,22 @@ class CollectiveMember:
             self._push_replica(g, "requested")
 
     def _push_replica(self, g: ElasticGroup, why: str) -> None:
-        """Offer the coordinator this replica (the whole training state): it is kept here under a
-        token and only its header goes through the store; the coordinator fetches the state in chunks
-        with actor calls (:meth:`take_replica`, Ray's object store) -- any model size.  A periodic or
-        requested offer is a copy (the member trains on); the final one is the live state (the member
-        trains no more), so it costs no copy."""
-        rep = self.replica
-        with self._box_lock:
-            self._next_token += 1
-            token = self._next_token
-            self._outbox.clear()  # only the newest offer is kept: one copy of the state at most
-            vec = rep.host_params()
-            vec = np.ascontiguousarray(vec if why == "final" else vec.copy(), dtype=np.float32)
-            extra = io.BytesIO()
-            if rep.has_extra:
-                torch.save(rep.extra_state(), extra)
-            head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
-                    "member": self.member, "want": self._want_served, "token": token,
-                    "vec_bytes": int(vec.nbytes), "extra_bytes": int(extra.getbuffer().nbytes)}
-            self._outbox[token] = (head, vec, extra)
-        g.store.queue_push("replicas", json.dumps(head).encode())
+        """Offer the coordinator this replica (the whole training state): a copy taken now, between two
+        steps, serialised off the training thread and kept here under a token; only its header goes
+        through the store, once its bytes are ready, and the coordinator fetches the state in chunks
+        with actor calls (:meth:`take_replica`, Ray's object store) -- any model size
+        (:mod:`~spotwise.planes.collective.offers`).  The final offer is ready when this returns."""
+        rep, offers = self.replica, self.offers
+        assert offers is not None, "the member loop makes the offers"
+        head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
+                "member": self.member, "want": self._want_served}
+        spent = offers.offer(head, rep.flat, rep.extra_state() if rep.has_extra else None, wait=why == "final")
+        if why == "periodic":
+            self._offer_schedule.offered(self.step)
+            # the cost of an offer: the previous one's, now complete (this thread's seconds and the
+            # background thread's CPU seconds); the first one's time here until then
+            done = offers.last_cost
+            self._offer_schedule.observe_offer(sum(done) if any(done) else spent)
 
     def _send_records(self, g: ElasticGroup, after: int, upto: int) -> None:
         recs = [r for r in self._records if after < r["step"] <= upto]

@@ -30,7 +30,12 @@ class Plan:
     #: the coordinator's highest logged step: the leader sends the records after it
     logged: int = 0
     eval_every: int = 0
+    #: the leader's periodic offers: at most every ``replica_every`` steps, spaced out to keep their
+    #: cost within ``replica_budget`` of the training time (0: exactly every ``replica_every`` steps);
+    #: and always at the multiples of ``checkpoint_every`` (the checkpoints' steps)
     replica_every: int = 0
+    replica_budget: float = 0.0
+    checkpoint_every: int = 0
     max_step: int = NO_LIMIT
     #: the lease every member starts the generation with (then read from the store at the lease,
     #: which the coordinator raises only while every member waits there: all see the same value)
