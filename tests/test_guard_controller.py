@@ -53,7 +53,7 @@ def _controller(tmp: Path, trace: Path, policies: list, loss_model) -> object:
         "name": "guard", "seed": 0, "workload": {"name": "mlp-digits", "family": "resnet50", "step_time_s": 9.6 * 10},
         "target": {"iterations": 360}, "deadline": "6h",  # 1 h of compute (10 s steps) due in 6 h
         "cluster": {"instance_type": "p3.2xlarge", "workers": 1, "region": "us-east-1a", "coordinator_instance": "c5.large",
-                    "straggler": 0, "sync_overhead_s": 0, "bids": BID},
+                    "straggler": 0, "sync_overhead_s": 0, "bids": BID, "data_plane": "ps"},  # modelled PS workers
         "market": {"traces": [str(trace)], "start": iso8601(T0), "revocation": {"model": "bid", "notice_s": 0}},
         "policies": policies})
     market = build_market(spec)

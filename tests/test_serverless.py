@@ -366,16 +366,23 @@ def test_functions_that_reach_their_lease_are_reinvoked_and_lose_nothing(redis_s
     assert leases and all(e["steps"] >= 1 for e in leases)
 
 
-def test_a_supervisor_that_cannot_start_leaves_no_redis_server_behind(tmp_path):
+def test_a_supervisor_that_cannot_start_leaves_no_redis_server_behind(tmp_path, monkeypatch):
     import glob
+    import shutil
     import tempfile
 
     from spotwise.planes.serverless.runner import serverless_controller
 
-    before = set(glob.glob(f"{tempfile.gettempdir()}/spotwise-redis-*"))
-    with pytest.raises(InputError):  # resume of a directory without a checkpoint
-        serverless_controller(sl_spec(steps=3), tmp_path / "empty", resume=True)
-    assert set(glob.glob(f"{tempfile.gettempdir()}/spotwise-redis-*")) == before
+    # a temp folder of this test's own (short: a unix socket path lives there): other tests' stores,
+    # started or reaped meanwhile in /tmp by a parallel worker, are not this test's business
+    private = tempfile.mkdtemp(prefix="swt-", dir="/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", private)
+    try:
+        with pytest.raises(InputError):  # resume of a directory without a checkpoint
+            serverless_controller(sl_spec(steps=3), tmp_path / "empty", resume=True)
+        assert glob.glob(f"{private}/spotwise-redis-*") == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def test_the_serverless_summary_table_renders():

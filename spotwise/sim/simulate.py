@@ -16,6 +16,8 @@ simulator needs to know about it.
 
 from __future__ import annotations
 
+import copy
+
 from pathlib import Path
 from typing import Any, Callable
 
@@ -61,6 +63,18 @@ def check_simulable(spec: JobSpec, pilot_dir: str | None = None) -> None:
                          "pass --pilot DIR (a run directory of this job) and --train-size N", "workload.name")
 
 
+def round_spec(spec: JobSpec) -> JobSpec:
+    """The spec the round simulator runs: an S-SGD job of the collective plane is timed as fully
+    synchronous SGD rounds (paper 000 eq. 14 -- the slowest of the members' mini-batches plus the
+    commit overhead, as :func:`~spotwise.planes.collective.round_time.draw_round` draws an S-SGD step)
+    on the parameter server's machinery, whose workers the simulator models without processes."""
+    if spec.cluster.data_plane != "collective":
+        return spec
+    out = copy.deepcopy(spec)
+    out.cluster.data_plane, out.cluster.sync = "ps", "full"
+    return out
+
+
 def simulate_job(
     spec: JobSpec,
     out_dir: str | Path,
@@ -74,6 +88,7 @@ def simulate_job(
     from spotwise.planner.plan import error_model_for
 
     check_simulable(spec, pilot_dir)
+    spec = round_spec(spec)
     market = build_market(spec)
     check_progress_possible(spec, market)  # as `spotwise run` does: a market that cannot progress exits 2 (issue 30 item 11)
     n_train = train_size_of(spec, train_size)

@@ -53,8 +53,11 @@ def gpus_of(instance_type: str, catalog_files: Sequence[str] = (), cloud: str | 
         except InputError:
             if attempt or not catalog_files:
                 return None
-            for path in catalog_files:
-                catalog = catalog.extend(path)
+            try:
+                for path in catalog_files:
+                    catalog = catalog.extend(path)
+            except InputError:  # a catalog file not readable from here: the market's build reports it
+                return None
     return None
 
 
