@@ -145,8 +145,9 @@ class HostCopier:
     tensors had when :meth:`copy` was called.  On a CUDA device the tensors are first copied on the
     device (on the training stream: microseconds, so the next step may change them at once), then
     to pinned host buffers on a side stream that runs while training goes on; ``wait()`` is that
-    stream's event.  On the CPU the copy is made at once (a memcpy between two steps) and ``wait()``
-    has nothing to wait for.  The device and host buffers are kept and reused by the next copy of
+    stream's event.  On the CPU the copy is made at once (a memcpy between two steps, into fresh
+    memory the caller drops once it is serialised) and ``wait()`` has nothing to wait for.  On a GPU
+    the device and pinned host buffers (slow to allocate) are kept and reused by the next copy of
     tensors of the same shapes: a caller waits for one copy's use to end before the next.
     """
 
@@ -161,18 +162,15 @@ class HostCopier:
             h.shape == t.shape and h.dtype == t.dtype for h, t in zip(self._host, tensors))
         if same:
             return
-        cuda = self.device.type == "cuda"
-        self._dev = [torch.empty_like(t) for t in tensors] if cuda else []
-        self._host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=cuda) for t in tensors]
+        self._dev = [torch.empty_like(t) for t in tensors]
+        self._host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda) for t in tensors]
 
     def copy(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], Any]:
         """Host copies of ``tensors`` (class docstring); CPU tensors among CUDA ones are copied at once."""
         tensors = [t.detach() for t in tensors]
-        self._buffers(tensors)
         if self.device.type != "cuda":
-            for h, t in zip(self._host, tensors):
-                h.copy_(t)
-            return list(self._host), lambda: None
+            return [t.clone() for t in tensors], lambda: None
+        self._buffers(tensors)
         if self._stream is None:
             self._stream = torch.cuda.Stream(self.device)
         for d, t in zip(self._dev, tensors):
