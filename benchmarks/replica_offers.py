@@ -70,7 +70,7 @@ def run(rep: Any, cursor: Any, mode: str, steps: int, every: int, b: int) -> lis
             vec = np.ascontiguousarray(rep.host_params().copy(), dtype=np.float32)
             bio = io.BytesIO()
             torch.save(rep.extra_state(), bio)
-            del vec, bio
+            assert vec.nbytes and bio.getbuffer().nbytes  # (then dropped, as a fetched offer is)
         elif mode == "offers":
             sched.observe_step(time.perf_counter() - t0)
             if sched.due(step):
@@ -87,32 +87,36 @@ def run(rep: Any, cursor: Any, mode: str, steps: int, every: int, b: int) -> lis
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--embd", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=120)
-    ap.add_argument("--every", type=int, default=20, help="replica_every")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--embd", type=int, default=192)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--every", type=int, nargs="+", default=[20, 1],
+                    help="replica_every values (1: a replica every step, e.g. gcd(replica_every, checkpoint_every) = 1)")
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
     rep, cursor = build(args)
     n_params = int(rep.N)
-    run(rep, cursor, "none", 10, args.every, args.batch)  # warm-up
-    per: dict[str, list[float]] = {"none": [], "inline": [], "offers": []}
+    run(rep, cursor, "none", 10, 20, args.batch)  # warm-up
+    per: dict[str, list[float]] = {"none": []}
+    modes = [("none", 0)] + [(f"{m} every {e}", e) for e in args.every for m in ("inline", "offers")]
+    for name, _ in modes:
+        per[name] = []
     for r in range(args.reps):
-        order = ["none", "inline", "offers"] if r % 2 == 0 else ["offers", "inline", "none"]
-        for mode in order:
-            t = run(rep, cursor, mode, args.steps, args.every, args.batch)
-            per[mode].append(sum(t) / len(t))
-            print(f"rep {r + 1} {mode:7s} {1000 * per[mode][-1]:.2f} ms/step", flush=True)
+        order = modes if r % 2 == 0 else modes[::-1]
+        for name, every in order:
+            t = run(rep, cursor, name.split()[0], args.steps, max(1, every), args.batch)
+            per[name].append(sum(t) / len(t))
+            print(f"rep {r + 1} {name:16s} {1000 * per[name][-1]:.2f} ms/step", flush=True)
     base = med(per["none"])
-    rows = [[mode, f"{1000 * med(v):.2f}", f"{med(v) / base:.3f}", f"{100 * (med(v) / base - 1):+.1f} %"]
-            for mode, v in per.items()]
-    print(f"gpt-bytes {args.layers}x{args.embd}, {n_params / 1e6:.1f}M values, AdamW, batch {args.batch}x128, "
-          f"replica_every {args.every}, {args.steps} steps x {args.reps} reps (medians of the mean step time)")
-    print(table(["offers", "ms/step", "vs none", "overhead"], rows))
+    rows = [[name, f"{1000 * med(v):.2f}", f"{base / med(v):.3f}", f"{100 * (med(v) / base - 1):+.1f} %"]
+            for name, v in per.items()]
+    print(f"gpt-bytes {args.layers}x{args.embd}, {n_params / 1e6:.2f}M values, AdamW, batch {args.batch}x128, "
+          f"{args.steps} steps x {args.reps} interleaved reps (medians of the mean step time)")
+    print(table(["offers", "ms/step", "speed vs none", "step time"], rows))
     write_result("replica_offers", {"args": vars(args), "n_values": n_params, "mean_step_s": per,
-                                    "ratio_inline": med(per["inline"]) / base, "ratio_offers": med(per["offers"]) / base})
+                                    "speed_vs_none": {k: base / med(v) for k, v in per.items()}})
 
 
 if __name__ == "__main__":
