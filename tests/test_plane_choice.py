@@ -32,6 +32,7 @@ def _spec(**cluster: Any) -> Any:
     ({"instance_type": "c5.xlarge", "device": "cuda"}, "collective", "ssgd", "cluster.device: cuda"),
     ({"instance_type": "c5.xlarge"}, "ps", "full", "c5.xlarge has no GPU"),
     ({"instance_type": "p3.2xlarge", "device": "cpu"}, "ps", "full", "cluster.device: cpu"),
+    ({"accelerators": "V100:1", "device": "cpu"}, "ps", "full", "cluster.device: cpu"),
     ({"instance_type": "p3.2xlarge", "sync": "async"}, "ps", "async", "parameter-server mode"),
     ({"instance_type": "p3.2xlarge", "workers": 4, "sync": "n-sync", "sync_n": 2}, "ps", "n-sync", "parameter-server mode"),
     ({"instance_type": "c5.xlarge", "sync": "sma"}, "collective", "sma", "collective mode"),

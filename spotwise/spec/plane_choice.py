@@ -12,8 +12,8 @@ the spot discount is gone.  So, in this order:
 1. a serverless job, pools of several types, parameter-server shards or network, or a sync mode
    only the parameter server has (``n-sync``, ``n-batch``, ``async``) -> ``ps`` (what asks for it);
 2. a collective sync mode (``ssgd``, ``sma``, ``adpsgd``) -> ``collective``;
-3. workers with GPUs -- ``cluster.device: cuda``, ``cluster.accelerators``, or an instance type
-   the catalog lists with accelerators -> ``collective``;
+3. ``cluster.device: cpu`` -> ``ps``; workers with GPUs -- ``cluster.device: cuda``,
+   ``cluster.accelerators``, or an instance type the catalog lists with accelerators -> ``collective``;
 4. otherwise (CPU workers) -> ``ps``, the plane the papers' CPU experiments use.
 
 :func:`choose_data_plane` is pure: it returns the plane and a sentence saying why, which ``plan``
@@ -77,16 +77,18 @@ def choose_data_plane(cluster: Any, catalog_files: Sequence[str] = ()) -> tuple[
         return "ps", f"sync {c.sync} is a parameter-server mode"
     if c.sync in COLLECTIVE_SYNC:
         return "collective", f"sync {c.sync} is a collective mode"
+    if c.device == "cpu":
+        return "ps", ("the workers train on CPUs (cluster.device: cpu): the parameter server combines their steps; "
+                      "set cluster.data_plane: collective to all-reduce among them")
     if c.device == "cuda":
         return "collective", ("the workers train on GPUs (cluster.device: cuda): they all-reduce among themselves "
                               "on PyTorch's DDP; set cluster.data_plane: ps for a parameter server")
     if c.accelerators:
         return "collective", (f"the workers have GPUs (cluster.accelerators: {c.accelerators}): they all-reduce among "
                               "themselves on PyTorch's DDP; set cluster.data_plane: ps for a parameter server")
-    gpus = None if c.device == "cpu" else gpus_of(c.instance_type, catalog_files, c.cloud)
+    gpus = gpus_of(c.instance_type, catalog_files, c.cloud)
     if gpus is not None and gpus[1] > 0:
         return "collective", (f"the workers have GPUs ({c.instance_type}: {gpus[1]} x {gpus[0]}): they all-reduce among "
                               "themselves on PyTorch's DDP; set cluster.data_plane: ps for a parameter server")
-    what = "cluster.device: cpu" if c.device == "cpu" else f"{c.instance_type or 'the instance type'} has no GPU"
-    return "ps", (f"the workers train on CPUs ({what}): the parameter server combines their steps; set "
-                  "cluster.data_plane: collective to all-reduce among them")
+    return "ps", (f"the workers train on CPUs ({c.instance_type or 'the instance type'} has no GPU): the parameter "
+                  "server combines their steps; set cluster.data_plane: collective to all-reduce among them")
