@@ -174,7 +174,7 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
     pilot_dir = str(pilot) if pilot else None
     result = make_plan(job, traces=trace_list, objective=objective, pilot_dir=pilot_dir,  # type: ignore[arg-type]
                        pilot_steps=pilot_steps, types=type_list)
-    result.extra["data_plane"] = {"plane": job.cluster.data_plane, "why": data_plane_why(job).split(": ", 1)[1]}
+    result.extra["data_plane"] = {"plane": job.cluster.data_plane, "why": data_plane_why(job)}
     written: list[str] = []
     if plot is not None:
         plot_cost_vs_deadline(job, result, gather_inputs(job, trace_list, pilot_dir, pilot_steps), str(plot))

@@ -511,9 +511,9 @@ def settle_data_plane(spec: JobSpec) -> None:
 
 
 def data_plane_why(spec: JobSpec) -> str:
-    """The plane the job trains on and why (``collective: the workers have GPUs ...``)."""
+    """Why the job trains on ``cluster.data_plane`` (``the workers have GPUs (p3.2xlarge: 1 x V100) ...``)."""
     c = spec.cluster
-    return f"{c.data_plane}: {c.__dict__.get('_plane_why') or choose_data_plane(c)[1]}"
+    return str(c.__dict__.get("_plane_why") or choose_data_plane(c)[1])
 
 
 def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> JobSpec:

@@ -151,7 +151,8 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
         check_progress_possible(spec, market)
         placement_for(spec)  # the workers' device and GPUs (issue 20 item 4): device: cuda without a GPU exits 2
     if progress:  # which plane trains the job, and why (issue 40 item 4)
-        Console(stderr=True).print(f"data plane: {data_plane_why(spec)}", highlight=False, soft_wrap=True)
+        Console(stderr=True).print(f"data plane: {spec.cluster.data_plane} ({data_plane_why(spec)})", highlight=False,
+                                   soft_wrap=True)
     ensure_ray(ray_address)
     with RunProgress(spec.target.iterations, progress) as bar:
         callback = bar.update if progress else None
