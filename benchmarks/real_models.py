@@ -108,7 +108,7 @@ def proc_status(pid: int | str = "self") -> dict[str, float]:
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
-                if line.startswith(("VmHWM:", "VmRSS:")):
+                if line.startswith(("VmHWM:", "VmRSS:", "RssAnon:", "RssShmem:", "RssFile:")):
                     out[line.split(":")[0]] = float(line.split()[1]) / 1024.0
     except OSError:
         pass
@@ -583,6 +583,11 @@ def section_memory(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
               f"{r['baseline'].get('VmHWM', 0):.0f} MiB"
               + (f"; worker memory(): {[round(m['peak_rss_mib']) for m in r['memory_method']]} MiB peak"
                  if r.get("memory_method") else ""))
+    for plane, r in res["planes"].items():
+        shm = [round(m.get("RssShmem", 0)) for m in r["members"] if m["role"] == "member"]
+        anon = [round(m.get("RssAnon", 0)) for m in r["members"] if m["role"] == "member"]
+        print(f"  - {plane} members at the end: RssAnon {anon} MiB, RssShmem {shm} MiB (pages of Ray's object store the "
+              f"process wrote or read: shared, allocated once per node)")
     print("(coordinator: a fresh driver process running the JobController, connected to this run's Ray; members: "
           "/proc/<pid>/status VmHWM of the actors' pids, read just before they are killed at the run's end)")
     return res

@@ -10,6 +10,7 @@ revocation-free run's.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,24 @@ def test_frozen_parameters_are_not_trained_by_the_members(ray_session: Any, tmp_
     before = {k: v.detach().clone() for k, v in job.state.model.named_parameters()}
     assert job.run().status == "completed"
     assert_only_trainable_moved(before, job.state.model)
+
+
+def test_members_whose_initial_parameters_differ_start_from_the_coordinators(ray_session: Any, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh run's first generation hands the members a digest of the coordinator's parameters instead
+    of the vector (they built the same model from the same seed); a member whose own differ (a model
+    initialised without the seed) fails that generation and the next one hands the vector over.  With a
+    learning rate of 1e-30 the run ends on the coordinator's initial parameters."""
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    spec = spec_with(BASE, workload={"name": "tests.user_workloads.bn_models:unseeded_init", "batch_size": 16,
+                                     "eval_every": 1000, "optimizer": {"name": "SGD", "lr": 1e-30}},
+                     cluster__workers=2, cluster__standby=0, target__iterations=4, cluster__replica_every=2)
+    market = build_market(spec, horizon_s=7 * 24 * 3600.0)
+    job = build_controller(spec, tmp_path / "run", market=market)
+    before = job.params.copy()
+    summary = job.run()
+    assert summary.status == "completed" and summary.steps == 4
+    marks = [e for e in read_events(tmp_path / "run" / "events.jsonl") if "did not form" in json.dumps(e)]
+    assert marks and "initial parameters differ" in json.dumps(marks), "the first generation failed on the digest, and says why"
+    n = sum(p.numel() for p in job.state.model.parameters())  # then BatchNorm's running statistics
+    np.testing.assert_allclose(job.params[:n], before[:n], rtol=0, atol=1e-20)  # a member's own init differs by ~0.1

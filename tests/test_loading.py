@@ -229,3 +229,32 @@ def test_a_collective_job_with_loader_workers_in_ray_actors_equals_one_process(r
     summary = job.run()
     assert summary.status == "completed" and summary.steps == 12
     assert np.max(np.abs(job.params - single_process_sgd(spec, 12, 16))) < 1e-5
+
+
+class _FailingGroup(_Group):
+    """A generation whose all-reduce fails (a peer was lost mid-round)."""
+
+    def allreduce(self, t: torch.Tensor) -> None:
+        raise GroupFailed("a peer was lost")
+
+
+def test_a_failed_sma_round_restores_the_optimizer_state_it_began_with() -> None:
+    """S-MA retries a failed round from where it began: parameters *and* optimizer moments (the
+    optimizer's state_dict holds its live tensors: a snapshot of it must be a copy, else the retry
+    starts from moments the failed round already moved)."""
+    from spotwise.planes.collective.steps import sma_step
+
+    wl = {"name": "mlp-digits", "batch_size": 8, "lr": 0.01, "optimizer": {"name": "AdamW", "lr": 0.01}}
+    m = CollectiveMember(wl, seed=1)
+    rep = m.replica
+    sma_step(_Group(), rep, m.cursor, k=1, r=0, b=8, H=2, lr=0.01)  # moments exist
+    flat0 = rep.flat.clone()
+    moments0 = {i: {n: t.clone() for n, t in s.items()} for i, s in rep.updater.optimizer.state_dict()["state"].items()}
+    with pytest.raises(GroupFailed):
+        sma_step(_FailingGroup(), rep, m.cursor, k=1, r=0, b=8, H=3, lr=0.01)
+    assert torch.equal(rep.flat, flat0)
+    now = rep.updater.optimizer.state_dict()["state"]
+    for i, s in moments0.items():
+        for n, t in s.items():
+            assert torch.equal(now[i][n], t), (i, n)
+    m.replica.close()

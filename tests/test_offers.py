@@ -37,7 +37,7 @@ def _fetch(offers: ReplicaOffers, head: dict, chunk: int = 7) -> bytes:
     while off < total:
         part = offers.take(head["token"], off, chunk)
         assert part is not None
-        out += part
+        out += part.tobytes()
         off += len(part)
     return out
 
@@ -75,8 +75,36 @@ def test_only_the_newest_offer_is_served_and_the_final_one_is_ready_on_return() 
     heads = [json.loads(store.queue_pop("replicas")) for _ in range(store.queue_len("replicas"))]
     assert [h["step"] for h in heads] == [1, 2] and heads[1]["extra_bytes"] == 0
     assert offers.take(heads[0]["token"], 0, 100) is None
-    assert torch.equal(torch.frombuffer(bytearray(offers.take(heads[1]["token"], 0, 100) or b""), dtype=torch.float32),
+    assert torch.equal(torch.frombuffer(bytearray(offers.take(heads[1]["token"], 0, 100)), dtype=torch.float32),
                        torch.full((5,), 2.0))
+
+
+def test_the_final_offer_serves_the_live_state_and_no_offer_holds_a_serialised_copy() -> None:
+    """Memory (issue 40: a member's peak 1.5x a DDP rank's): an offer's extra state is served from the
+    tensors it was copied into (a packed tree), and the final offer -- nothing trains after it --
+    from the state itself, without a copy."""
+    model, opt = _adamw_state()
+    vec = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    store = dist.HashStore()
+    offers = ReplicaOffers(torch.device("cpu"), lambda: store)
+    state = opt.state_dict()
+    offers.offer({"step": 9}, vec, {"optimizer": state}, wait=True)
+    head = json.loads(store.queue_pop("replicas"))
+    _, served_vec, extra, _ = offers._outbox[head["token"]]
+    assert served_vec.ctypes.data == vec.data_ptr(), "the final offer's vector is the live one"
+    moments = [t for v in state["state"].values() for t in v.values() if t.dim() > 0]
+    served = {t.data_ptr() for t in extra.tensors}
+    assert moments and all(t.data_ptr() in served for t in moments), "served from the state's own tensors"
+    assert extra.nbytes < sum(t.numel() * t.element_size() for t in extra.tensors) + 4096  # no second copy
+    got = decode_extra(_fetch(offers, head)[head["vec_bytes"]:])
+    assert torch.equal(got["optimizer"]["state"][0]["exp_avg"], state["state"][0]["exp_avg"])
+    # a periodic offer copies (training goes on), and serves the copies, not the live tensors
+    offers.offer({"step": 10}, vec, {"optimizer": state})
+    offers.settle()
+    head = json.loads(store.queue_pop("replicas"))
+    _, served_vec, extra, _ = offers._outbox[head["token"]]
+    assert served_vec.ctypes.data != vec.data_ptr()
+    assert not {t.data_ptr() for t in extra.tensors} & {t.data_ptr() for t in moments}
 
 
 def test_a_failure_in_the_background_is_raised_on_the_training_thread() -> None:
@@ -154,7 +182,7 @@ def test_offers_from_two_threads_never_serve_a_half_written_buffer() -> None:
                     part = offers.take(head["token"], off, 4096)
                     if part is None:
                         break
-                    raw += part
+                    raw += part.tobytes()
                     off += len(part)
                 else:
                     v = torch.frombuffer(bytearray(raw), dtype=torch.float32)
@@ -194,3 +222,21 @@ def test_replica_budget_is_checked_when_the_spec_loads(budget: object, ok: bool)
     else:
         with pytest.raises(InputError, match="replica_budget"):
             spec_from_dict(d)
+
+
+def test_chunks_of_a_buffer_the_next_offer_reuses_are_copies_taken_under_the_lock() -> None:
+    """A GPU's pinned host buffers are reused by the next offer: a chunk of such an offer must not be a
+    view Ray serialises after the lock is released (a torn replica); stable buffers are served as views."""
+    store = dist.HashStore()
+    offers = ReplicaOffers(torch.device("cpu"), lambda: store)
+    vec = torch.arange(16, dtype=torch.float32)
+    offers.offer({"step": 1}, vec, {"m": torch.ones(4)}, wait=True)
+    head = json.loads(store.queue_pop("replicas"))
+    h, v, extra, _ = offers._outbox[head["token"]]
+    view = offers.take(head["token"], 0, 16)
+    assert view.base is not None  # stable: a view of the state
+    offers._outbox[head["token"]] = (h, v, extra, False)  # as a GPU's periodic offer is
+    chunk = offers.take(head["token"], 16, 16)
+    vec.fill_(-1.0)  # the next offer overwrites the buffer
+    assert chunk.base is None and torch.equal(torch.frombuffer(bytearray(chunk), dtype=torch.float32),
+                                              torch.arange(4, 8, dtype=torch.float32))

@@ -29,7 +29,6 @@ under ``torch.autocast`` (bf16/fp16), gradients summed into ``.grad`` as the min
 from __future__ import annotations
 
 import contextlib
-import io
 import math
 from typing import Any, Callable, Iterator
 
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 
 from spotwise.errors import InputError
+from spotwise.training import tensor_tree
 from spotwise.training.recipe import Recipe, optimizer_failure
 from spotwise.user_failures import is_user_failure
 import spotwise.workloads.device as _device  # its to_device: the one place tensors move
@@ -333,14 +333,18 @@ def load_extra_state(fm: FlatModel, updater: Updater | None, extra: dict[str, An
 
 
 def encode_extra(extra: dict[str, Any]) -> bytes:
-    """``extra`` as bytes (``torch.save``; read back with ``weights_only=True``)."""
-    bio = io.BytesIO()
-    torch.save(extra, bio)
-    return bio.getvalue()
+    """``extra`` as bytes (:func:`spotwise.training.tensor_tree.encode`: packed tensor by tensor, or
+    ``torch.save`` for what a packed tree cannot hold; :func:`decode_extra` reads both, never unpickling)."""
+    return tensor_tree.encode(extra)
 
 
 def decode_extra(data: bytes) -> dict[str, Any]:
-    return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu") if data else {}
+    if not data:
+        return {}
+    out = tensor_tree.decode(data)
+    if not isinstance(out, dict):
+        raise ValueError(f"the extra state is a {type(out).__name__}, not a mapping")
+    return out
 
 
 @contextlib.contextmanager

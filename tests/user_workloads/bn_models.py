@@ -59,3 +59,17 @@ def frozen_backbone(seed: int = 0):
         return m
 
     return model, crit, train, test
+
+
+def unseeded_init(seed: int = 0):
+    """A model initialised from fresh entropy in every process (a user who forgot the seed): a
+    member's initial parameters differ from the coordinator's, which must win."""
+    import os
+
+    factory, crit, train, test = bn_cnn(seed)
+
+    def model() -> nn.Module:
+        torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+        return factory()
+
+    return model, crit, train, test

@@ -55,7 +55,6 @@ from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
 from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
-from spotwise.training.state import encode_extra
 from spotwise.planes.collective.records import GossipRecords, StallWatch
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.round_time import draw_round, restored_draws, steps_before
@@ -521,16 +520,14 @@ class CollectivePlane:
                     rollback_to=committed if gossip else 0, schedule=self._schedule)
         self.ctl.reset_lease(lease)
         if source < 0:  # no member holds the state: the controller's copy, handed over by actor calls
-            extra = job.state.extra_state()
-            self.ctl.hand_over([job.members[w] for w in members], self.gen,
-                               {"step": job.step, "epoch": self._cursor.epoch, "pos": self._cursor.pos},
-                               job.params, encode_extra(extra) if extra else b"")
+            self.copy.hand_over(members, self.gen, self._cursor.epoch, self._cursor.pos)
         self.ctl.announce(plan)
         t_announce = time.perf_counter()
         if self.ctl.formed(self.gen, len(members), self.ctl.timeout_s + 2.0):
             self._held = plan.strategy  # the members now hold this strategy's state (reconciled)
         else:  # they still hold the last formed generation's (AD-PSGD's: replicas past its barrier)
-            self._mark(f"generation {self.gen} did not form")
+            why_not = self.ctl.failed(self.gen)
+            self._mark(f"generation {self.gen} did not form" + (f" ({why_not})" if why_not else ""))
         t_formed = time.perf_counter()
         self._plan = plan
         self.gen_members = members
@@ -589,7 +586,8 @@ class CollectivePlane:
         self.gen += 1
         plan = Plan(gen=self.gen, members=tuple(sorted(alive)), source=source, strategy=job.sync,
                     local_steps=self.local_steps, lr=float(job.lr), batch=job.batch, logged=job.step, stop=True,
-                    reconcile="snapshot" if gossip else "roll-forward", rollback_to=top if gossip else 0)
+                    reconcile="snapshot" if gossip else "roll-forward", rollback_to=top if gossip else 0,
+                    transfer=False)  # the leader (the source) sends the final replica; nobody trains after
         self.ctl.announce(plan)
         self.gen_members = []
         deadline = time.monotonic() + REPLICA_WAIT_S

@@ -73,6 +73,7 @@ from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAdd
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
 from spotwise.planes.collective.steps import Diverged, sma_step, ssgd_step  # noqa: F401  (Diverged re-exported)
+from spotwise.training import tensor_tree
 from spotwise.training.recipe import LrSchedule, Recipe
 from spotwise.training.state import check_precision_device, decode_extra, encode_extra
 from spotwise.workloads.base import is_ordered
@@ -102,6 +103,12 @@ def _node_address() -> str | None:
         return None
 
 
+#: why a member fails a fresh run's first generation: the workload built different initial parameters
+#: in this process than in the coordinator's (a model initialised without the seed); the coordinator
+#: then hands over its own parameters
+INIT_DIFFERS = "its initial parameters differ from the coordinator's (digest)"
+
+
 class CollectiveMember:
     """Plain-Python member; :func:`remote_member_class` makes it a Ray actor (module docstring)."""
 
@@ -127,7 +134,7 @@ class CollectiveMember:
         #: issue 28 item 3: state the coordinator hands over (a generation with no source: the run's
         #: start, a resume, every member lost) and replicas it collects -- through Ray's object store
         #: by actor calls (this actor is threaded), never through the rendezvous store
-        self._inbox: dict[int, tuple[dict[str, Any], np.ndarray, bytes]] = {}
+        self._inbox: dict[int, tuple[dict[str, Any], np.ndarray | None, bytes]] = {}
         #: the leader's replica offers, copied between steps and serialised off the training thread
         #: (:mod:`~spotwise.planes.collective.offers`; made when the member loop starts)
         self.offers: ReplicaOffers | None = None
@@ -156,14 +163,14 @@ class CollectiveMember:
 
         return normal_priority()
 
-    def put_init(self, gen: int, head: dict[str, Any], vec: np.ndarray, extra: bytes = b"") -> bool:
+    def put_init(self, gen: int, head: dict[str, Any], vec: np.ndarray | None, extra: bytes = b"") -> bool:
         """The coordinator's state for generation ``gen`` (which has no source member): taken when it forms."""
         with self._box_lock:
             self._inbox = {g: v for g, v in self._inbox.items() if g > gen - 4}
-            self._inbox[int(gen)] = (dict(head), np.asarray(vec, dtype=np.float32), bytes(extra))
+            self._inbox[int(gen)] = (dict(head), None if vec is None else np.asarray(vec, dtype=np.float32), bytes(extra))
         return True
 
-    def take_replica(self, token: int, offset: int = 0, size: int = REPLICA_CHUNK_BYTES) -> bytes | None:
+    def take_replica(self, token: int, offset: int = 0, size: int = REPLICA_CHUNK_BYTES) -> np.ndarray | None:
         """Bytes ``[offset, offset + size)`` of the replica offered under ``token`` -- its flat float32
         vector, then its encoded extra state -- or None once a newer offer replaced it.  The coordinator
         fetches it in chunks, so neither side ever puts the whole state into Ray's object store at
@@ -265,7 +272,7 @@ class CollectiveMember:
 
         The whole training state moves: the flat vector (parameters and float buffers) and the
         cursor by broadcast over the group, then -- when the recipe has any -- the optimizer's,
-        grad scaler's and integer buffers' state (``torch.save`` bytes, length first) the same way,
+        grad scaler's and integer buffers' state (packed bytes, :mod:`~spotwise.training.tensor_tree`, length first) the same way,
         so a joiner continues exactly as the source would (issue 28 items 2-3).  Nothing of it passes
         through the rendezvous store.
         """
@@ -280,12 +287,17 @@ class CollectiveMember:
             head, params, extra = self._wait_init(g, plan)
             with self._box_lock:  # taken: no copy of the starting state stays behind
                 self._inbox.pop(plan.gen, None)
-            rep.set_params(params)
+            if params is None:  # a fresh run: the coordinator's parameters are this member's initial ones
+                if tensor_tree.digest(rep.flat) != head.get("digest"):
+                    g.store.set(f"fail/{plan.gen}", f"member {self.member}: {INIT_DIFFERS}"[:200])
+                    raise GroupFailed(INIT_DIFFERS)
+            else:
+                rep.set_params(params)
             rep.load_extra_state(decode_extra(extra) if extra else None)
             self._adopt(int(head["step"]), int(head["epoch"]), int(head["pos"]))
             return
         src = self.member == plan.source
-        vec = rep.flat.clone() if src else rep.zeros(rep.N)
+        vec = rep.flat if src else rep.zeros(rep.N)  # a broadcast only reads the source's buffer
         prog = rep.tensor([self.step, self.cursor.epoch, self.cursor.pos], torch.float64)
         g.broadcast(vec, plan.source)
         g.broadcast(prog, plan.source)
@@ -304,7 +316,7 @@ class CollectiveMember:
             rep.load_extra_state(extra)
             self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
 
-    def _wait_init(self, g: ElasticGroup, plan: Plan) -> tuple[dict[str, Any], np.ndarray, bytes]:
+    def _wait_init(self, g: ElasticGroup, plan: Plan) -> tuple[dict[str, Any], np.ndarray | None, bytes]:
         """The coordinator's state for ``plan`` (it hands it over before announcing the plan)."""
         deadline = time.monotonic() + max(30.0, 4 * g.timeout_s)
         while True:

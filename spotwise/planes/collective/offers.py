@@ -9,14 +9,17 @@ cost more than half the GPU at 85M parameters.  Here an offer is:
 1. **a copy, on the training thread, between two steps**: every tensor of the state into reused
    buffers through :class:`~spotwise.workloads.device.HostCopier` -- on a GPU a device-side copy
    then a pinned-host copy on a side stream (training goes on meanwhile); on the CPU a memcpy;
-2. **serialised on a background thread**: the extra state encoded tensor by tensor (``torch.save``
-   of the copies, never of the live state) while the member trains; the offer's header is pushed
-   to the coordinator's store, on the thread's own connection, only once its bytes are ready;
+2. **encoded on a background thread**: the extra state packed tensor by tensor
+   (:mod:`spotwise.training.tensor_tree`: a small header, the copies' own bytes served as they are
+   fetched -- never a second, serialised copy of the state in memory, never the live state) while
+   the member trains; the offer's header is pushed to the coordinator's store, on the thread's own
+   connection, only once its bytes are ready;
 3. **scheduled by its measured cost**: the periodic offers are spaced so that their cost -- the
    copy's time on the training thread plus the background thread's CPU time, which on a small
    machine competes with training -- stays within :data:`BUDGET` (2 %) of the training time;
    ``cluster.replica_every`` is the most often they happen (:class:`OfferSchedule`).
 
+The final offer (``wait``: nothing trains after it) on a CPU serves the live state without a copy.
 The guarantee is unchanged: a revocation without notice loses at most the steps since the last
 replica the coordinator holds; with a notice none (the requested offer is taken at once).  One
 offer at a time: a new one first waits for the previous one's serialisation (its buffers are reused).
@@ -34,6 +37,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from spotwise.training.tensor_tree import Packed, pack, read_views
 from spotwise.workloads.device import HostCopier
 
 #: the share of training time periodic offers may take
@@ -111,6 +115,22 @@ def _rebuild(tree: Any, tensors: list[torch.Tensor]) -> Any:
     return tree
 
 
+class _Encoded:
+    """An extra state :func:`~spotwise.training.tensor_tree.pack` cannot express, as ``torch.save`` bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.nbytes = data, len(data)
+
+    @classmethod
+    def of(cls, state: Any) -> "_Encoded":
+        bio = io.BytesIO()
+        torch.save(state, bio)
+        return cls(bio.getvalue())
+
+    def read_array(self, offset: int, size: int) -> np.ndarray:
+        return read_views([memoryview(self.data)], offset, size)
+
+
 class ReplicaOffers:
     """The leader's offers (module docstring).  ``connect()`` opens the background thread's own client
     of the coordinator's store; :meth:`take` serves an offer's bytes to the coordinator's fetches."""
@@ -120,7 +140,8 @@ class ReplicaOffers:
         self._connect = connect
         self._store: Any = None
         self._lock = threading.Lock()
-        self._outbox: dict[int, tuple[dict[str, Any], np.ndarray, io.BytesIO]] = {}
+        #: token -> (header, vector, extra state, whether its buffers stay as they are until it is dropped)
+        self._outbox: dict[int, tuple[dict[str, Any], np.ndarray, Packed | _Encoded, bool]] = {}
         self._thread: threading.Thread | None = None
         self._next_token = 0
         self._error: BaseException | None = None
@@ -138,13 +159,19 @@ class ReplicaOffers:
             self._outbox.clear()
         tensors: list[torch.Tensor] = [vec.reshape(-1)]
         tree = _tensors_of(extra, tensors) if extra is not None else None
-        copies, ready = self.copier.copy(tensors)
+        if wait and self.copier.device.type != "cuda":  # the final offer: nothing changes the state after it
+            copies, ready = [t.detach() for t in tensors], (lambda: None)
+        else:
+            copies, ready = self.copier.copy(tensors)
         with self._lock:
             self._next_token += 1
             token = self._next_token
         head = {**head, "token": token}
         on_thread = time.perf_counter() - t0
-        self._thread = threading.Thread(target=self._serialise, args=(head, copies, tree, ready, on_thread),
+        # the host buffers of a GPU's copies are reused by the next offer: chunks of one are served
+        # as copies, taken under the lock; the CPU's copies and a final offer's state stay as they are
+        stable = self.copier.device.type != "cuda" or wait
+        self._thread = threading.Thread(target=self._serialise, args=(head, copies, tree, ready, on_thread, stable),
                                         name="spotwise-offer", daemon=True)
         self._thread.start()
         if wait:
@@ -152,23 +179,24 @@ class ReplicaOffers:
         return time.perf_counter() - t0
 
     def _serialise(self, head: dict[str, Any], copies: list[torch.Tensor], tree: Any, ready: Callable[[], None],
-                   on_thread: float) -> None:
+                   on_thread: float, stable: bool) -> None:
         try:
-            self._encode(head, copies, tree, ready, on_thread)
+            self._encode(head, copies, tree, ready, on_thread, stable)
         except BaseException as e:  # raised on the training thread by settle()
             self._error = e
 
     def _encode(self, head: dict[str, Any], copies: list[torch.Tensor], tree: Any, ready: Callable[[], None],
-                on_thread: float) -> None:
+                on_thread: float, stable: bool) -> None:
         c0 = time.thread_time()
         ready()
         vec = np.ascontiguousarray(copies[0].numpy(), dtype=np.float32)
-        extra = io.BytesIO()
+        extra: Packed | _Encoded = _Encoded(b"")
         if tree is not None:
-            torch.save(_rebuild(tree, copies), extra)  # the copies, tensor by tensor; never the live state
-        head = {**head, "vec_bytes": int(vec.nbytes), "extra_bytes": int(extra.getbuffer().nbytes)}
+            state = _rebuild(tree, copies)  # the copies (or, for the final offer, the state nothing changes now)
+            extra = pack(state) or _Encoded.of(state)
+        head = {**head, "vec_bytes": int(vec.nbytes), "extra_bytes": int(extra.nbytes)}
         with self._lock:  # (the host buffer is not written again before this offer leaves the outbox)
-            self._outbox[int(head["token"])] = (head, vec, extra)
+            self._outbox[int(head["token"])] = (head, vec, extra, stable)
         try:
             if self._store is None:
                 self._store = self._connect()
@@ -188,18 +216,27 @@ class ReplicaOffers:
             e, self._error = self._error, None
             raise e
 
-    def take(self, token: int, offset: int, size: int) -> bytes | None:
+    def take(self, token: int, offset: int, size: int) -> np.ndarray | None:
         """Bytes ``[offset, offset + size)`` of the offer ``token`` -- its flat float32 vector, then its
-        encoded extra state -- or ``None`` once a newer offer replaced it; the last chunk drops it."""
+        encoded extra state -- as a ``uint8`` array (a view of the offer's memory where the range lies
+        in one tensor: Ray copies it once, into its object store), or ``None`` once a newer offer
+        replaced it; the last chunk drops it."""
         with self._lock:
             got = self._outbox.get(int(token))
             if got is None:
                 return None
-            _, vec, extra = got
-            vb, eb = memoryview(vec).cast("B"), extra.getbuffer()
-            total = len(vb) + len(eb)
+            _, vec, extra, stable = got
+            vb = memoryview(vec).cast("B")
+            total = len(vb) + extra.nbytes
             lo, hi = int(offset), min(total, int(offset) + int(size))
-            out = bytes(vb[lo:min(hi, len(vb))]) + bytes(eb[max(0, lo - len(vb)):max(0, hi - len(vb))])
+            if hi <= len(vb):
+                out = np.frombuffer(vb[lo:hi], dtype=np.uint8)
+            elif lo >= len(vb):
+                out = extra.read_array(lo - len(vb), hi - lo)
+            else:
+                out = np.concatenate([np.frombuffer(vb[lo:], dtype=np.uint8), extra.read_array(0, hi - len(vb))])
+            if not stable and out.base is not None:
+                out = out.copy()  # (the next offer may overwrite the buffer once the lock is released)
             if hi >= total:
                 self._outbox.pop(int(token), None)
             return out

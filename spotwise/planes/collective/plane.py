@@ -84,17 +84,20 @@ class PlaneControl:
         """Publish ``plan`` (a generation without a source gets its state by :meth:`hand_over` first)."""
         self.store.set(f"plan/{plan.gen}", plan.to_json())
 
-    def hand_over(self, members: list[Any], gen: int, head: dict[str, Any], vec: np.ndarray, extra: bytes = b"") -> None:
+    def hand_over(self, members: list[Any], gen: int, head: dict[str, Any], vec: np.ndarray | None,
+                  extra: bytes = b"") -> None:
         """Give each member (actor handle or in-process object) the state generation ``gen`` starts
         from -- by actor calls, so the state goes through Ray's object store (put once, any size),
-        never through the rendezvous store (issue 28 item 3).  Returns once every call was
-        delivered or its member is gone (a lost member fails the generation's forming as usual)."""
+        never through the rendezvous store (issue 28 item 3).  ``vec`` None: the parameters are the
+        members' own initial ones, whose digest ``head["digest"]`` names (a member whose own differ
+        fails the generation).  Returns once every call was delivered or its member is gone (a lost
+        member fails the generation's forming as usual)."""
         calls = []
         ref_vec: Any = vec
         try:
             import ray
 
-            if ray.is_initialized() and any(hasattr(m, "put_init") and hasattr(m.put_init, "remote") for m in members):
+            if vec is not None and ray.is_initialized() and any(hasattr(m, "put_init") and hasattr(m.put_init, "remote") for m in members):
                 ref_vec = ray.put(np.ascontiguousarray(vec, dtype=np.float32))
         except ImportError:  # pragma: no cover - Ray is a dependency
             pass
@@ -178,13 +181,14 @@ class PlaneControl:
         died or replaced the offer meanwhile."""
         nv, ne = int(head["vec_bytes"]), int(head["extra_bytes"])
         buf = bytearray(nv + ne)
+        dst = np.frombuffer(buf, dtype=np.uint8)  # chunks arrive as uint8 arrays (read-only from Ray)
         off = 0
         while off < len(buf) or off == 0:
             got = wait_calls([call_member(member, "take_replica", int(head["token"]), off, REPLICA_CHUNK_BYTES)],
                              timeout_s=max(30.0, 4 * self.timeout_s))[0]
-            if got is None or (not got and len(buf)):
+            if got is None or (len(got) == 0 and len(buf)):
                 return None
-            buf[off:off + len(got)] = got
+            dst[off:off + len(got)] = np.frombuffer(got, dtype=np.uint8) if isinstance(got, (bytes, bytearray)) else got
             off += len(got)
             if not len(buf):
                 break

@@ -13,9 +13,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
+
 from spotwise.control.dataplane import PlaneHost
 from spotwise.planes.collective.records import Replicas
-from spotwise.training.state import decode_extra
+from spotwise.training import tensor_tree
+from spotwise.training.state import decode_extra, encode_extra
 
 if TYPE_CHECKING:  # type only
     from spotwise.planes.collective.plane import PlaneControl
@@ -39,6 +42,21 @@ class StateCopy:
     def member(self, w: int) -> Any:
         """The actor (or in-process object) of member ``w``, or None once it is gone."""
         return self._job().members.get(w)
+
+    def hand_over(self, members: list[int], gen: int, epoch: int, pos: int) -> None:
+        """Give ``members`` the controller's state for generation ``gen`` (no member can source it).
+
+        A fresh run's first generation (``gen`` 0 at step 0) sends a digest in place of the parameters:
+        the members built the same initial model from the same workload and seed, so no copy of the
+        model lands in every member's memory and nothing moves; a member whose own parameters differ
+        fails that generation (saying so) and the next one hands the vector over."""
+        job = self._job()
+        extra = job.state.extra_state()
+        head: dict[str, Any] = {"step": job.step, "epoch": epoch, "pos": pos}
+        vec: np.ndarray | None = job.params
+        if gen == 0 and job.step == 0:
+            head["digest"], vec = tensor_tree.digest(job.params), None
+        self.ctl.hand_over([job.members[w] for w in members], gen, head, vec, encode_extra(extra) if extra else b"")
 
     def receive(self) -> None:
         self.replicas.receive(self.ctl.pop_replicas(self.member))

@@ -17,6 +17,7 @@ import torch
 from spotwise.planes.collective.bucketed import comm_failure
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed
 from spotwise.planes.collective.replica import DataCursor, Replica
+from spotwise.training.tensor_tree import clone_tree
 
 
 class Diverged(ArithmeticError):
@@ -94,7 +95,8 @@ def sma_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, k: int, r: int, 
     averaged.  Each member keeps its own optimizer state (momentum, Adam moments) across rounds --
     it is not averaged; a joiner takes its source's."""
     start = rep.flat.clone()
-    opt_start = rep.extra_state() if rep.updater.optimizer is not None else None
+    # a snapshot: the optimizer's state_dict holds its live tensors, which the local steps change in place
+    opt_start = clone_tree(rep.extra_state()) if rep.updater.optimizer is not None else None
     loss_sum, n_sum = 0.0, 0
     diverged = False
     for h in range(H):
