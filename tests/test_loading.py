@@ -4,6 +4,9 @@ collective member's predicted blocks."""
 
 from __future__ import annotations
 
+import gc
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,6 +61,33 @@ def test_workers_give_exactly_the_direct_batches_and_stop_with_the_loader() -> N
         assert loader.stats == {"prefetched": 25, "direct": 0, "dropped": 0}
         loader.close()
         assert not loader.active and not children() - before, "no worker process outlives the loader"
+
+
+def test_a_worker_never_runs_the_destructors_of_garbage_it_inherited(tmp_path: Path) -> None:
+    """Garbage in a reference cycle (e.g. a previous generation's gloo process group) is collected in the
+    parent before the workers are forked, not in a worker (where a gloo group's destructor blocked forever)."""
+    marker = tmp_path / "pids"
+
+    class Cycle:
+        def __del__(self) -> None:
+            with open(marker, "a") as f:
+                f.write(f"{os.getpid()}\n")
+
+    gc.disable()  # the cycle is garbage nobody has collected yet when the workers start
+    try:
+        c = Cycle()
+        c.me = c
+        del c
+        ds = MapDatasetAdapter(Squares())
+        loader = BlockLoader(ds, num_workers=1, prefetch=1)
+        loader.expect(iter([np.arange(5)]))  # the worker is forked here
+        assert marker.exists() and marker.read_text().split() == [str(os.getpid())], "collected in the parent, first"
+        assert same(loader.batch(np.arange(5)), ds.batch(np.arange(5)))
+        loader.close()
+    finally:
+        gc.enable()
+    gc.collect()
+    assert marker.read_text().split() == [str(os.getpid())], "collected once, never in the worker"
 
 
 def test_a_request_that_was_not_expected_falls_back_to_the_direct_path() -> None:

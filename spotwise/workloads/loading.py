@@ -43,6 +43,9 @@ Robustness:
   (:class:`~spotwise.workloads.user.StreamDataset`) keeps one live iterator per worker process;
   with more than one worker each reads every ``num_workers``-th block, so ``iter_from`` must be a
   cheap seek (use ``num_workers: 1`` for a stream read strictly in order).
+* **no inherited destructor runs in a worker**: the parent collects its garbage and freezes the
+  rest (:func:`gc.freeze`) while the workers are forked, so a worker never frees a copy of, e.g., a
+  previous generation's gloo process group (its destructor blocked forever there).
 * **inside a Ray actor** it works as in any process (fork from the actor's process; the DataLoader
   uses no global state of the actor).  The DataLoader's base seed comes from a private generator,
   so starting one never consumes the process's global torch RNG (dropout draws are those of
@@ -54,6 +57,8 @@ Robustness:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing
 import warnings
 from collections import deque
@@ -122,6 +127,26 @@ def _context() -> Any:
     return None
 
 
+@contextlib.contextmanager
+def _fork_safely() -> Iterator[None]:
+    """Fork workers that never run the destructors of objects they inherited.
+
+    A forked worker holds a copy of every object of the parent, garbage in reference cycles
+    included; when the worker's garbage collector frees such garbage, its C++ destructors run in a
+    process where the threads they talk to do not exist.  Found in the tests: a collective member's
+    previous generation's gloo ``ProcessGroup``, collected inside a DataLoader worker, blocked in its
+    destructor forever (the member waited for a batch that never came).  So the parent collects its
+    garbage first (destructors run where they belong), then freezes what is left
+    (:func:`gc.freeze`: the children's collector never looks at it -- which also keeps the pages
+    shared copy-on-write) and unfreezes once the workers are started."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class BlockLoader:
     """``batch(indices)`` of ``dataset``, built ahead by DataLoader workers for the blocks given to
     :meth:`expect` (module docstring).  ``pin_memory`` is honoured only where CUDA is available."""
@@ -165,7 +190,8 @@ class BlockLoader:
             prefetch_factor=self.prefetch, pin_memory=self.pin_memory, multiprocessing_context=_context(),
             generator=torch.Generator().manual_seed(0))
         try:
-            self._it = iter(loader)
+            with _fork_safely():
+                self._it = iter(loader)  # (the workers are forked here)
         except Exception as e:  # noqa: BLE001 - workers that cannot start (an unpicklable dataset under spawn)
             self.reset()
             if not self._warned:
