@@ -5,6 +5,7 @@ collective member's predicted blocks."""
 from __future__ import annotations
 
 import gc
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -288,3 +289,34 @@ def test_a_failed_sma_round_restores_the_optimizer_state_it_began_with() -> None
         for n, t in s.items():
             assert torch.equal(now[i][n], t), (i, n)
     m.replica.close()
+
+
+def test_sma_local_steps_read_nothing_from_the_device_but_the_rounds_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40 item 2: an S-MA round reads the device once (its loss and sample count after the
+    all-reduce), whatever its number of local steps -- no loss read or finite check per local step."""
+    from spotwise.planes.collective.steps import sma_step
+
+    reads = {"n": 0}
+    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, **k):  # type: ignore[no-untyped-def]
+            reads["n"] += 1
+            return _orig(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+
+    def round_reads(H: int) -> tuple[int, float]:
+        wl = {"name": "mlp-digits", "batch_size": 8, "lr": 0.05,
+              "optimizer": {"name": "SGD", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}}
+        m = CollectiveMember(wl, seed=1)
+        sma_step(_Group(), m.replica, m.cursor, k=1, r=0, b=8, H=1, lr=0.05)  # state exists
+        reads["n"] = 0
+        loss, _ = sma_step(_Group(), m.replica, m.cursor, k=1, r=0, b=8, H=H, lr=0.05)
+        m.replica.close()
+        return reads["n"], loss
+
+    one, loss1 = round_reads(1)
+    five, loss5 = round_reads(5)
+    assert one == five, f"reads grow with the local steps: {one} for 1, {five} for 5"
+    assert one <= 2 and math.isfinite(loss1) and math.isfinite(loss5)

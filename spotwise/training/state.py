@@ -194,9 +194,10 @@ class Updater:
         """What the loss is multiplied by before the backward pass (the grad scaler's scale; 1 without)."""
         return float(self.scaler.get_scale()) if self.scaler is not None else 1.0
 
-    def apply(self, grad: torch.Tensor, lr: float, scaled: bool = False) -> bool:
+    def apply(self, grad: torch.Tensor, lr: float, scaled: bool = False, check: bool = True) -> bool:
         """Apply the mean gradient ``grad`` (``P`` entries) at rate ``lr``; False (nothing changed) if
-        it is not finite.
+        it is not finite.  ``check=False`` skips that test (a host read): the caller finds a
+        non-finite gradient later, in a read it makes anyway, and undoes the step (S-MA's rounds).
 
         ``scaled``: ``grad`` is the gradient of the loss times :attr:`loss_scale` (fp16); the grad
         scaler unscales it, skips the step on an overflow (lowering the scale; True: not an error)
@@ -211,7 +212,7 @@ class Updater:
             return True
         if scaled and self.scaler is not None:
             return self._apply_scaled(grad, lr)
-        if _has_nonfinite(grad):
+        if check and _has_nonfinite(grad):
             return False
         self._set_grads(grad)
         if self.recipe.grad_clip_norm is not None:

@@ -235,17 +235,43 @@ class Replica:
         An empty block (the end of an epoch split over more members than it has mini-batches)
         contributes zeros.
         """
+        if not self._zero_for(indices):
+            return 0.0, 0
+        lv = forward_backward(self.model, self.workload.loss, self._batch_of, np.asarray(indices), self.recipe,
+                              self.device, scale)
+        self._fill_buf(len(indices))
+        self.buf[self.N] = lv * len(indices)
+        self.buf[self.N + 1] = float(len(indices))
+        return lv, len(indices)
+
+    def gradient_on_device(self, indices: np.ndarray, scale: float = 1.0) -> tuple[torch.Tensor, int]:
+        """:meth:`gradient` without a host read (S-MA's local steps, issue 40 item 2): the mean loss
+        stays a 0-dim tensor on the device (a non-finite one is back-propagated: its gradient is not
+        finite either)."""
+        n = len(indices)
+        if not self._zero_for(indices):
+            return self.zeros(1)[0], 0
+        lt = forward_backward_on_device(self.model, self.workload.loss, self._batch_of, np.asarray(indices),
+                                        self.recipe, self.device, scale)
+        self._fill_buf(n)
+        self.buf[self.N].copy_(lt * n)
+        self.buf[self.N + 1] = float(n)
+        return lt, n
+
+    def _zero_for(self, indices: np.ndarray) -> bool:
+        """Zero :attr:`buf` and the gradients' views for a block; False for an empty block."""
         if self.reducer is not None:  # a flat step between bucketed ones (an epoch's short last step)
             self._restore_grad_views()
         self.buf.zero_()
-        n = len(indices)
-        if n == 0:
-            return 0.0, 0
+        if len(indices) == 0:
+            return False
         if self.sparse:
             for p in self._params:
                 p.grad = None
-        lv = forward_backward(self.model, self.workload.loss, self._batch_of, np.asarray(indices), self.recipe,
-                              self.device, scale)
+        return True
+
+    def _fill_buf(self, n: int) -> None:
+        """``n * grad`` and ``n * buffers`` into :attr:`buf` after a backward pass."""
         if self.sparse:
             self.buf[: self.P].copy_(flat_grad(self.model))
         else:
@@ -253,9 +279,6 @@ class Replica:
         self.buf[: self.P].mul_(float(n))
         if self.B:
             self.buf[self.P:self.N].copy_(self.fm.buffer_vec).mul_(float(n))
-        self.buf[self.N] = lv * n
-        self.buf[self.N + 1] = float(n)
-        return lv, n
 
     def _batch_of(self, indices: np.ndarray) -> Any:
         """A batch of the training set (from the loader when there is one), its time on the clock's ``data``."""
@@ -298,7 +321,7 @@ class Replica:
                 p.grad = view.view_as(p)
             off += k
 
-    def sgd(self, grad_sum: torch.Tensor, total: float, lr: float) -> bool:
+    def sgd(self, grad_sum: torch.Tensor, total: float, lr: float, check: bool = True) -> bool:
         """Apply the step whose summed result is ``grad_sum`` (``buf[:N]``: ``sum n_i g_i`` then
         ``sum n_i buffers_i``) over ``total`` samples: the sample-weighted mean gradient through the
         recipe's optimizer (plain SGD ``params -= lr * mean`` by default, the old arithmetic), the
@@ -309,7 +332,7 @@ class Replica:
             self.fm.param_vec.sub_(grad_sum[: self.P], alpha=float(lr) / float(total))
         else:
             mean = grad_sum[: self.P].div_(float(total))  # in place: the buffer is refilled next step
-            ok = self.updater.apply(mean, lr, scaled=self.updater.scaler is not None)
+            ok = self.updater.apply(mean, lr, scaled=self.updater.scaler is not None, check=check)
             self._restore_grad_views()
             if not ok:
                 return False

@@ -97,17 +97,23 @@ def sma_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, k: int, r: int, 
     start = rep.flat.clone()
     # a snapshot: the optimizer's state_dict holds its live tensors, which the local steps change in place
     opt_start = clone_tree(rep.extra_state()) if rep.updater.optimizer is not None else None
-    loss_sum, n_sum = 0.0, 0
-    diverged = False
+    # no host read in the local steps (issue 40 item 2): losses and a non-finite count stay on the
+    # device, a step is applied unchecked, and the round's one read (after its all-reduce) sees a
+    # non-finite loss or gradient as a NaN loss -- every member restores the round's start then
+    loss_sum, bad = rep.zeros(1, torch.float64)[0], rep.zeros(1)[0]
+    n_sum = 0
+    scaled = rep.updater.scaler is not None  # fp16: an overflowing gradient is the scaler's to skip
     for h in range(H):
-        loss, n = rep.gradient(cursor.block(h * k + r, b), rep.updater.loss_scale)
+        loss, n = rep.gradient_on_device(cursor.block(h * k + r, b), rep.updater.loss_scale)
         if n:
-            if not math.isfinite(loss) or not rep.sgd(rep.buf[: rep.N], n, lr):  # buf holds n * grad
-                diverged = True
-            loss_sum += loss * n
+            bad += (~torch.isfinite(loss)).float()
+            if not scaled:
+                bad += (~torch.isfinite(rep.buf[: rep.P]).all()).float()
+            rep.sgd(rep.buf[: rep.N], n, lr, check=False)  # buf holds n * grad
+            loss_sum += loss.double() * n
             n_sum += n
     rep.buf[: rep.N].copy_(rep.flat).mul_(float(n_sum))
-    rep.buf[rep.N] = loss_sum if not diverged else float("nan")
+    rep.buf[rep.N].copy_(torch.where(bad > 0, torch.full_like(loss_sum, float("nan")), loss_sum))
     rep.buf[rep.N + 1] = float(n_sum)
     try:
         g.allreduce(rep.buf)
@@ -115,8 +121,8 @@ def sma_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, k: int, r: int, 
         rep.flat.copy_(start)  # the round is retried from where it began
         rep.load_extra_state(opt_start)
         raise
-    total = float(rep.buf[rep.N + 1])
-    loss = float(rep.buf[rep.N]) / total if total > 0 else float("nan")
+    summed, total = rep.buf[rep.N:rep.N + 2].tolist()  # the round's one host read
+    loss = summed / total if total > 0 else float("nan")
     if total > 0 and not math.isfinite(loss):
         rep.flat.copy_(start)
         rep.load_extra_state(opt_start)
