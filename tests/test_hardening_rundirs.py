@@ -364,3 +364,22 @@ def test_item4_overwrite_refuses_user_files_inside_spotwises_folders_and_links(r
     (run_dir / "report").unlink()
     with open_run_dir(run_dir, "overwrite"):  # spotwise's own files only: removed
         assert not (run_dir / "summary.json").exists() and not (run_dir / "checkpoints").exists()
+
+
+def test_a_resume_with_a_changed_spec_exits_2_naming_every_change_instead_of_ignoring_it(run_dir: Path, tmp_path: Path,
+                                                                                        cli) -> None:
+    """Issue 41 item 5: `run SPEC --resume DIR` with a lowered learning rate exited 0 and kept the old one.
+    Every field that differs from the run's spec.json is named (exit 2, before Ray starts); the
+    spec the run was started with (or none) resumes as before."""
+    from spotwise.control.rundir_io import load_resume_spec
+
+    data = json.loads((run_dir / "spec.json").read_text())
+    assert load_resume_spec(run_dir, spotwise.load_spec(_spec_file(tmp_path, data, "same.yaml"))).to_dict() == data
+    mine = copy.deepcopy(data)
+    mine["workload"]["lr"] = data["workload"]["lr"] / 10
+    mine["target"]["iterations"] = int(data["target"].get("iterations") or 10) + 50
+    code, out, err = cli("run", str(_spec_file(tmp_path, mine)), "--resume", str(run_dir), "--json")
+    assert code == 2 and "Traceback" not in err, err
+    assert "workload.lr" in err and "target.iterations" in err and "cannot apply changes" in err, err
+    with pytest.raises(InputError, match="workload.lr"):
+        spotwise.run(_spec_file(tmp_path, mine, "again.yaml"), run_dir, resume=True)

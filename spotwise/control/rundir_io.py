@@ -6,7 +6,9 @@ format is :mod:`spotwise.control.checkpoint`'s.
 
 from __future__ import annotations
 
+import json
 import os
+from typing import Any
 from pathlib import Path
 
 from spotwise.config import JobSpec, spec_from_dict
@@ -55,7 +57,40 @@ def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_co
     set; InputError otherwise."""
     recorded = load_run_spec(out_dir)
     check_resume_trust(recorded, given, trust_code, str(Path(out_dir) / SPEC_FILE))
+    if given is not None:
+        check_resume_unchanged(recorded, given, str(Path(out_dir) / SPEC_FILE))
     return recorded
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def check_resume_unchanged(recorded: JobSpec, given: JobSpec, where: str) -> None:
+    """A resume continues the run as its ``spec.json`` recorded it: a spec passed with ``--resume``
+    that differs from it (a lowered learning rate, more iterations) would be ignored silently, so
+    it is refused, naming every field that differs (issue 41 item 5; applying such changes from the
+    resumed step is not built yet)."""
+    mine, theirs = _flat(recorded.to_dict()), _flat(given.to_dict())
+    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k, "<absent>") != theirs.get(k, "<absent>"))
+    if not diff:
+        return
+
+    def shown(v: Any) -> str:
+        text = json.dumps(v) if v != "<absent>" else "absent"
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    listed = "; ".join(f"{k}: {shown(mine.get(k, '<absent>'))} in the run, {shown(theirs.get(k, '<absent>'))} in "
+                       f"your spec" for k in diff[:6]) + (f"; and {len(diff) - 6} more" if len(diff) > 6 else "")
+    raise InputError(f"your spec differs from the one the run was started with ({listed}); a resume continues the run "
+                     "as recorded and cannot apply changes",
+                     "resume without a spec (spotwise run --resume DIR) or with the spec you started it with; to train "
+                     "with the changed settings start a new run with --out", where)
 
 
 def has_checkpoint(out_dir: str | Path) -> bool:
