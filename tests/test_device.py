@@ -10,6 +10,7 @@ which every tensor reaches a worker's device (:func:`spotwise.workloads.device.t
 
 from __future__ import annotations
 
+import math
 import json
 import os
 import re
@@ -377,3 +378,32 @@ def test_fake_gpus_cuda_without_cuda_is_an_input_error(fake_gpus: dict[str, Any]
     assert fake_gpus["cuda"] is not None
     assert "cluster.device is cuda but this node has no CUDA device" in fake_gpus["cuda"]
     assert "use device: auto or cpu, or run on a GPU node" in fake_gpus["cuda"]
+
+
+def test_a_ps_worker_step_reads_the_loss_with_the_gradient_in_one_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40 item 2: no read of the loss between the forward and the backward pass (on a GPU it
+    stalls the kernel queue); the loss comes to the host in the gradient's own copy."""
+    from spotwise.planes.ps.worker import GradientWorker
+
+    w = GradientWorker({"name": "mlp-digits", "batch_size": 16}, 0, 1, None, "cpu")
+    params = to_host(torch.cat([p.detach().reshape(-1) for p in w.model.parameters()]))
+    reads = {"n": 0}
+    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, **k):  # type: ignore[no-untyped-def]
+            reads["n"] += 1
+            return _orig(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    grad, loss, n, _, _ = w.compute(params, np.arange(16))
+    monkeypatch.undo()
+    assert reads["n"] == 0 and n == 16 and isinstance(loss, float) and math.isfinite(loss)
+    assert isinstance(grad, np.ndarray) and grad.shape == params.shape
+    # the same numbers as the loss and gradient computed directly
+    w.fm.set_flat(torch.as_tensor(params))
+    w.model.zero_grad()
+    ref = w.workload.loss(w.model, w.train.batch(np.arange(16)))
+    ref.backward()
+    assert abs(loss - float(ref)) < 1e-6
+    assert np.allclose(grad, to_host(torch.cat([p.grad.reshape(-1) for p in w.model.parameters()])), atol=1e-7)

@@ -170,7 +170,7 @@ def run(spec, out: Path, revocation=None):
 
 def densify_on_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pre-issue-9 wire: every worker ships the dense flat vector."""
-    monkeypatch.setattr(GradientWorker, "_gradient", lambda self: flat_grad(self.model).numpy())
+    monkeypatch.setattr(GradientWorker, "_gradient", lambda self, loss: (flat_grad(self.model).numpy(), float(loss)))
 
 
 @pytest.mark.parametrize(("name", "sync", "n"), [

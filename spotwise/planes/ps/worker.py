@@ -39,7 +39,7 @@ from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.spec.load import build, to_plain
 from spotwise.workloads.device import DeviceDataset, resolve_device, to_device, to_host
 from spotwise.training.recipe import worker_recipe
-from spotwise.training.state import FlatModel, check_precision_device, forward_backward
+from spotwise.training.state import FlatModel, check_precision_device, forward_backward_on_device
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, zero_grad
 from spotwise.workloads.registry import make_workload
 
@@ -146,15 +146,17 @@ class GradientWorker:
         for _ in range(MAX_SCALE_RETRIES):
             self.fm.set_flat(to_device(_as_tensor(params), self.device))
             zero_grad(self.model)
-            loss = forward_backward(self.model, self.workload.loss, self.train.batch, np.asarray(indices), self.recipe,
-                                    self.device, self._scale)
+            # the loss stays on the device (no read between forward and backward: issue 40 item 2); it
+            # comes to the host with the gradient, in the step's one copy
+            loss = forward_backward_on_device(self.model, self.workload.loss, self.train.batch, np.asarray(indices),
+                                              self.recipe, self.device, self._scale)
             if self._scale == 1.0:
                 break
             if self._unscale():  # fp16: the gradient fit; else the scale was halved: compute it again
                 break
-        grad = self._gradient()
+        grad, lv = self._gradient(loss)
         self.calls += 1
-        return grad, float(loss), int(len(indices)), time.perf_counter() - t0, self._notice
+        return grad, lv, int(len(indices)), time.perf_counter() - t0, self._notice
 
     def _unscale(self) -> bool:
         """fp16 (dynamic loss scaling on the worker, GradScaler's rule): divide the gradient by the
@@ -173,19 +175,22 @@ class GradientWorker:
             self._scale, self._good = self._scale * 2.0, 0
         return True
 
-    def _gradient(self) -> Gradient:
-        """The gradient now on the model in its wire form (:mod:`spotwise.planes.ps.wire`): computed on
-        the device, copied to the host once."""
-        if self.n_buffers:  # the buffers after this worker's forward passes ride behind the gradient
-            return to_host(torch.cat([flat_grad(self.model), self.fm.buffer_vec]))
+    def _gradient(self, loss: torch.Tensor) -> tuple[Gradient, float]:
+        """The gradient now on the model in its wire form (:mod:`spotwise.planes.ps.wire`), computed on
+        the device and copied to the host once -- the loss (a 0-dim device tensor) in the same copy --
+        and the loss as a float."""
         if self.sparse:
             try:
                 update = flat_grad_sparse(self.model)
             except ValueError:
                 update = None  # a non-finite gradient: ship it dense, as before, for the controller to see
             if update is not None and update.nbytes < DENSE_ENTRY_BYTES * self.n_params:
-                return update
-        return to_host(flat_grad(self.model))
+                return update, float(loss)
+        parts = [flat_grad(self.model)]
+        if self.n_buffers:  # the buffers after this worker's forward passes ride behind the gradient
+            parts.append(self.fm.buffer_vec)
+        host = to_host(torch.cat([*parts, loss.reshape(1).to(parts[0].dtype)]))
+        return host[:-1], float(host[-1])
 
     def memory(self) -> dict[str, float]:
         """Resident set size now and at peak (MiB) of this worker process."""
