@@ -339,3 +339,25 @@ def test_a_model_whose_parameters_are_all_frozen_is_refused_saying_so() -> None:
     with pytest.raises(InputError, match="requires_grad=False") as e:
         check_loss(m(torch.ones(3, 2)).mean())
     assert e.value.where == "workload" and "leave at least one parameter trainable" in e.value.fix
+
+
+def test_the_ps_plane_reports_where_its_steps_time_goes(tmp_path: Path) -> None:
+    """Issue 40 item 5 on the parameter-server plane: step events carry their phases (the slowest
+    worker's compute, the coordinator's optimizer step, the wait in between) and summary.json's
+    extra.step_phases sums them, as on the collective plane; a simulated run, whose workers are
+    modelled, reports none."""
+    import spotwise
+    from spotwise.events import read_events
+
+    spec = spec_with(BASE, cluster__workers=2, target__iterations=6)
+    _, summary = run_local(spec, tmp_path / "run")
+    steps = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["step"]))
+    timed = [e for e in steps if "phases" in e]
+    assert len(timed) == len(steps) - 1, "every commit but the first is timed"
+    for e in timed:
+        assert set(e["phases"]) == {"compute", "optimizer", "wait"} and e["phases"]["compute"] > 0
+        assert e["samples"] == 16
+    ph = summary.extra["step_phases"]
+    assert ph["steps"] == 5 and ph["samples_per_s"] > 0 and abs(sum(ph["share"].values()) - 1) < 1e-3
+    sim = spotwise.simulate(spec, tmp_path / "sim", plots=False)
+    assert sim.extra.get("step_phases") is None

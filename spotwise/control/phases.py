@@ -20,6 +20,11 @@ Phases (:data:`PHASES`):
 * ``state`` -- the leader's replica offers to the coordinator and its evaluations;
 * ``wait`` -- waiting at the lease (the coordinator's next market event) or for peers at a barrier.
 
+The parameter-server plane times its commits from the coordinator's side
+(:meth:`~spotwise.planes.ps.plane.ParameterServerPlane._phases`): ``compute`` (the slowest contributing worker's
+call: its batch, forward and backward, the gradient's copy to the host), ``optimizer`` (the
+coordinator's step) and ``wait`` (the rest of the wall time between two commits).
+
 Times are the member's host clock (``time.perf_counter``).  On a GPU the host runs ahead of the
 device, so a phase's host time is when the host was busy with it, and the device's remaining work
 shows in ``sync``.  (The GPU's busy share is not measured yet: it needs a GPU to test on.)

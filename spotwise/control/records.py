@@ -34,6 +34,8 @@ class Contribution:
     loss: float
     n: int
     staleness: int
+    #: the worker's measured seconds for it (batch, forward and backward, the gradient's copy to the host)
+    seconds: float = 0.0
 
 
 @dataclass

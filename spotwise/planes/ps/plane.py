@@ -42,6 +42,7 @@ import numpy as np
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.dataplane import PlaneHost
+from spotwise.control.phases import PhaseTotals
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.clock import ReadyFn
 from spotwise.control.records import Contribution, Task
@@ -74,6 +75,9 @@ class ParameterServerPlane:
         #: aborted rounds and lost contributions of the step in progress (the step event's ``retries``, ``lost``)
         self.retries = 0
         self.lost_in_step = 0
+        #: per-phase step timing (spotwise.control.phases) and the wall clock of the last commit
+        self.phases = PhaseTotals()
+        self._last_commit_wall: float | None = None
         #: the parameters shared with the data plane for step ``_pref_step`` (continuous modes)
         self._pref: Any = None
         self._pref_step = -1
@@ -169,7 +173,26 @@ class ParameterServerPlane:
         return None
 
     def summary_extra(self) -> dict[str, Any]:
-        return {}
+        # where a step's time went, by phase (spotwise.control.phases), as the collective plane reports it
+        return {"step_phases": self.phases.summary()}
+
+    def _phases(self, contribs: list[Contribution], optimizer_s: float) -> dict[str, float] | None:
+        """A committed step's phases in milliseconds, from the coordinator's side (issue 40 item 5):
+        ``compute`` -- the slowest contribution's worker seconds (its batch, forward and backward, the
+        gradient's copy to the host; the batch is built inside that call); ``optimizer`` -- the
+        coordinator applying the step; ``wait`` -- the rest of the wall time since the last commit
+        (parameters and gradients moving, waiting for peers, the coordinator's bookkeeping).  None for
+        the run's first commit (its wall time holds the workers' start) and where no worker measured
+        its work (modelled compute: ``simulate``'s workers take no time)."""
+        now, last = time.perf_counter(), self._last_commit_wall
+        self._last_commit_wall = now
+        if last is None or not any(c.seconds > 0 for c in contribs):
+            return None
+        wall = max(0.0, now - last)
+        compute = min(wall, max((c.seconds for c in contribs), default=0.0))
+        optimizer = min(max(0.0, optimizer_s), max(0.0, wall - compute))
+        return {k: round(1000.0 * v, 2) for k, v in
+                (("compute", compute), ("optimizer", optimizer), ("wait", max(0.0, wall - compute - optimizer)))}
 
     def shutdown(self) -> None:
         return None
@@ -204,6 +227,7 @@ class ParameterServerPlane:
                 job.sampler.release(c.block)
             job.nonfinite(f"the loss is {loss}")
         lr = job.recipe.lr_at(job.lr, job.counters.samples)  # the base rate times the schedule at the samples committed so far (issue 28)
+        t_apply = time.perf_counter()
         try:
             job.state.apply(grad, lr, len(contribs))
         except NonFiniteStep as e:
@@ -225,12 +249,15 @@ class ParameterServerPlane:
             recovery_ms = 1000.0 * (time.perf_counter() - job.kill_wall)
             job.counters.recoveries_ms.append(recovery_ms)
             job.kill_wall = None
+        phases = self._phases(contribs, time.perf_counter() - t_apply)
+        self.phases.add(phases, total)
         job.accounting.emit_prices()
         cost = job.cost_so_far()
         job.log.emit("step", step=job.step, loss=loss, active=len(job.members), lr=lr, sync=job.sync,
                      duration=duration, cost=cost, epoch=job.sampler.epoch, retries=self.retries,
                      contributions=len(contribs), lost=self.lost_in_step,
-                     staleness=max(c.staleness for c in contribs), recovery_ms=recovery_ms)
+                     staleness=max(c.staleness for c in contribs), recovery_ms=recovery_ms, samples=total,
+                     **({"phases": phases} if phases else {}))
         self.retries = 0
         self.lost_in_step = 0
         job.committed()
@@ -288,7 +315,7 @@ class ParameterServerPlane:
             job.clock.advance_to(max(drawn))
         for w, r in results.items():
             self._worker_notice(w, r[4])
-        self.commit([Contribution(w, blocks[w], r[0], r[1], r[2], 0) for w, r in results.items()])
+        self.commit([Contribution(w, blocks[w], r[0], r[1], r[2], 0, float(r[3])) for w, r in results.items()])
 
     def _round_market(self, until: float, blocks: dict[int, Block], refs: dict[int, Any],
                       finish: dict[int, float | None], results: dict[int, Result]) -> bool:
@@ -424,13 +451,13 @@ class ParameterServerPlane:
         job = self.job
         del self.tasks[task.worker]
         try:
-            grad, loss, n, _, notice = self._get(task.worker, task.ref)
+            grad, loss, n, secs, notice = self._get(task.worker, task.ref)
         except WorkerLost:
             self.tasks[task.worker] = task  # so that the member's leaving releases its block
             job.drop_member(task.worker, "node-lost")
             return
         self._worker_notice(task.worker, notice)
-        self.buffer.append(Contribution(task.worker, task.block, grad, loss, n, job.step - task.version))
+        self.buffer.append(Contribution(task.worker, task.block, grad, loss, n, job.step - task.version, float(secs)))
         if len(self.buffer) >= job.sync_strategy.needed(max(1, len(job.members))):
             contribs, self.buffer = self.buffer, []
             self.commit(contribs)
