@@ -26,6 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from spotwise.errors import InputError
+from spotwise.safeparse import loads_json
+
 #: the first bytes of a packed tree (``torch.save`` output starts with ``PK``, a zip file)
 MAGIC = b"SWTT1\n"
 #: deepest nesting :func:`pack` writes and :func:`unpack` accepts
@@ -207,9 +210,9 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
     start = len(MAGIC) + 8
     if n > MAX_HEADER_BYTES or start + n > len(mv):
         raise UnpackError("a packed tree's header is longer than its data")
-    try:
-        meta = json.loads(bytes(mv[start:start + n]))
-    except (ValueError, RecursionError) as e:
+    try:  # (bounded=False: the walk below bounds the tree's depth itself)
+        meta = loads_json(bytes(mv[start:start + n]), "a packed state's header", "header", bounded=False)
+    except (ValueError, InputError) as e:
         raise UnpackError(f"a packed tree's header is not JSON ({e.__class__.__name__})") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("sizes"), list):
         raise UnpackError("a packed tree's header has no sizes")
