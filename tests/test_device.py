@@ -38,6 +38,7 @@ from spotwise.workloads.device import (
     to_host,
 )
 from _load import bound
+from _reads import count_device_reads
 
 REPO = Path(__file__).resolve().parents[1]
 NO_CUDA = not torch.cuda.is_available()
@@ -387,15 +388,7 @@ def test_a_ps_worker_step_reads_the_loss_with_the_gradient_in_one_copy(monkeypat
 
     w = GradientWorker({"name": "mlp-digits", "batch_size": 16}, 0, 1, None, "cpu")
     params = to_host(torch.cat([p.detach().reshape(-1) for p in w.model.parameters()]))
-    reads = {"n": 0}
-    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
-        orig = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _orig=orig, **k):  # type: ignore[no-untyped-def]
-            reads["n"] += 1
-            return _orig(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    reads = count_device_reads(monkeypatch)
     grad, loss, n, _, _ = w.compute(params, np.arange(16))
     monkeypatch.undo()
     assert reads["n"] == 0 and n == 16 and isinstance(loss, float) and math.isfinite(loss)

@@ -21,6 +21,7 @@ from spotwise.workloads.base import TensorIndexedDataset
 from spotwise.workloads.loading import BlockLoader, micro_batches
 from spotwise.workloads.user import GuardedDataset, MapDatasetAdapter, UserWorkloadError
 from _load import bound
+from _reads import count_device_reads
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -296,15 +297,7 @@ def test_sma_local_steps_read_nothing_from_the_device_but_the_rounds_one_read(mo
     all-reduce), whatever its number of local steps -- no loss read or finite check per local step."""
     from spotwise.planes.collective.steps import sma_step
 
-    reads = {"n": 0}
-    for name in ("item", "tolist", "__float__", "__bool__", "__int__"):
-        orig = getattr(torch.Tensor, name)
-
-        def counted(self, *a, _orig=orig, **k):  # type: ignore[no-untyped-def]
-            reads["n"] += 1
-            return _orig(self, *a, **k)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
+    reads = count_device_reads(monkeypatch)
 
     def round_reads(H: int) -> tuple[int, float]:
         wl = {"name": "mlp-digits", "batch_size": 8, "lr": 0.05,
