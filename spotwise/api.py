@@ -314,7 +314,7 @@ def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot
                             progress=progress, plots=False)
     out = Path(out)
     with open_run_dir(out, "overwrite" if overwrite else "new"):
-        with RunProgress(job.target.iterations, progress) as bar:
+        with RunProgress(job.expected_iterations(), progress, estimated=job.target.samples is not None) as bar:
             summary, _, _ = simulate_job(job, out, pilot_dir=pilot_dir, pilot_steps=pilot_steps, train_size=train_size,
                                          progress=bar.update if progress else None)
         if job.outputs.plots if plots is None else plots:

@@ -156,10 +156,20 @@ class WorkloadSpec:
 
 @dataclass
 class TargetSpec:
-    """When the job is done: after ``iterations`` committed steps and/or at ``loss`` (whichever first)."""
+    """When the job is done: after ``iterations`` committed steps or ``samples`` committed samples,
+    and/or at ``loss`` (whichever first).
+
+    ``samples`` (issue 41 item 4) is the job's length as users mean it: a step with fewer members
+    (after a revocation) commits fewer samples, so a job counted in steps trains less data than
+    planned and a schedule counted in samples ends early; counted in samples, it runs until every
+    planned sample is committed (the last step may take up to one step's samples more), and a
+    schedule spans exactly those samples.  The plan estimates the steps it takes at full strength
+    (:meth:`JobSpec.expected_iterations`)."""
 
     iterations: int | None = None
     loss: float | None = None
+    #: issue 41 item 4: committed samples that end the job (instead of ``iterations``)
+    samples: int | None = None
     #: issue 29: the job's size as hours of training on its cluster (``workers`` x the instance type or
     #: ``cluster.accelerators``) at full strength; turned into ``iterations`` (or a step time) on load
     #: (:mod:`spotwise.spec.hardware`)
@@ -169,10 +179,16 @@ class TargetSpec:
     deadline_probability: float = 0.95
 
     def __post_init__(self) -> None:
-        if self.iterations is None and self.loss is None and self.hours is None:
-            raise InputError("needs iterations, hours and/or loss", "set target.iterations (e.g. 1000), target.hours "
-                             "(e.g. 24: hours of training on the cluster) or target.loss (e.g. 0.1)", "")
+        if self.iterations is None and self.loss is None and self.hours is None and self.samples is None:
+            raise InputError("needs iterations, samples, hours and/or loss", "set target.samples (e.g. 1000000: samples "
+                             "to train on), target.iterations (e.g. 1000), target.hours (e.g. 24: hours of training on "
+                             "the cluster) or target.loss (e.g. 0.1)", "")
         _positive(self.iterations, "iterations", "use a positive number of iterations")
+        _positive(self.samples, "samples", "use a positive number of samples, e.g. 1000000")
+        if self.samples is not None and self.iterations is not None:
+            raise InputError("target.samples and target.iterations both give the job's length",
+                             "keep one: samples (revocations do not shorten the job) or iterations (committed steps)",
+                             "samples")
         _positive(self.loss, "loss", "use a positive target loss")
         _positive(self.hours, "hours", "give the hours of training on the cluster, e.g. 24")
         p = self.deadline_probability
@@ -442,17 +458,32 @@ class JobSpec:
             raise InputError("exp-growth needs a cap", "set cluster.max_workers (paper 000 Remark 3 caps the growth)", "cluster.max_workers")
         self._check_recipe()
 
-    def planned_samples(self) -> int | None:
-        """Samples the job commits at full strength (``target.iterations`` x workers x batch; S-MA:
-        times ``local_steps``); ``None`` without ``target.iterations``.  A schedule's default length."""
-        if self.target.iterations is None:
-            return None
+    def samples_per_step(self) -> int:
+        """Samples a step commits at full strength: workers x batch (S-MA: times ``local_steps``)."""
         c = self.cluster
         workers = sum(p.workers for p in c.pools) if c.pools else c.workers
         per_step = max(1, int(workers)) * int(self.workload.batch_size)
         if c.data_plane == "collective" and c.sync == "sma":
             per_step *= int(c.local_steps)
-        return int(self.target.iterations) * per_step
+        return per_step
+
+    def planned_samples(self) -> int | None:
+        """Samples the job commits: ``target.samples``, or ``target.iterations`` x :meth:`samples_per_step`
+        (full strength); ``None`` with neither.  A schedule's default length."""
+        if self.target.samples is not None:
+            return int(self.target.samples)
+        if self.target.iterations is None:
+            return None
+        return int(self.target.iterations) * self.samples_per_step()
+
+    def expected_iterations(self) -> int | None:
+        """The job's length in steps as the planner counts it: ``target.iterations``, or the steps
+        ``target.samples`` takes at full strength (rounded up); ``None`` with neither."""
+        if self.target.iterations is not None:
+            return int(self.target.iterations)
+        if self.target.samples is not None:
+            return max(1, -(-int(self.target.samples) // self.samples_per_step()))
+        return None
 
     def _check_recipe(self) -> None:
         """The training recipe against the job (issue 28): the schedule's length, fp16's device."""
@@ -461,10 +492,10 @@ class JobSpec:
             planned = self.planned_samples()
             sched = w.schedule.resolved(planned)
             if planned is not None and sched.total is not None and sched.total > planned:
-                raise InputError(f"the schedule spans {sched.total:,} samples but the job commits {planned:,} "
-                                 f"(target.iterations {self.target.iterations} x {planned // int(self.target.iterations):,} "
-                                 "samples a step)", f"shorten workload.schedule.total to at most {planned:,}, or remove it "
-                                 "(it then spans the job)", "workload.schedule.total")
+                why = ("target.samples" if self.target.samples is not None else
+                       f"target.iterations {self.target.iterations} x {planned // int(self.target.iterations or 1):,} samples a step")
+                raise InputError(f"the schedule spans {sched.total:,} samples but the job commits {planned:,} ({why})",
+                                 f"shorten workload.schedule.total to at most {planned:,}, or remove it (it then spans the job)", "workload.schedule.total")
             if sched.warmup and sched.total is not None and sched.warmup >= sched.total:
                 raise InputError(f"the warm-up ({sched.warmup:,} samples) is as long as the whole schedule ({sched.total:,})",
                                  "shorten workload.schedule.warmup", "workload.schedule.warmup")

@@ -159,12 +159,17 @@ def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(
 
 def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -> None:
     """A SIGSTOP'd member: its peers' all-reduce fails after group_timeout_s, it is declared lost and killed."""
-    spec = make_spec(target__iterations=20)
-    _, summary = run(spec, tmp_path / "run", faults={1: {"step": 6, "action": "stop"}})
-    assert summary.status == "completed" and summary.steps == 20
+    # the job's length in samples (issue 41 item 4): 20 steps of 3 x 8 at full strength; with one
+    # member lost, the run takes more steps and still commits every sample
+    spec = make_spec(target={"samples": 480})
+    coord, summary = run(spec, tmp_path / "run", faults={1: {"step": 6, "action": "stop"}})
+    assert summary.status == "completed" and summary.steps > 20
+    assert 480 <= coord.counters.samples < 480 + 24
     revokes = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["revoke"]))
     assert [(r["worker"], r["reason"]) for r in revokes] == [(1, "node-lost")]
-    assert [e["step"] for e in committed_history(tmp_path / "run")] == list(range(1, 21))
+    history = committed_history(tmp_path / "run")
+    assert [e["step"] for e in history] == list(range(1, summary.steps + 1))
+    assert sum(e["samples"] for e in history) == coord.counters.samples
     # no hang: the frozen peer costs a few group_timeout_s; bound 10x that plus 10x this run's own start (to
     # its first step: load slows it as it slows the rest), not a fixed number of seconds
     first = [e["wall"] for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["step"])][0]

@@ -77,7 +77,7 @@ def _with(path: str, value: object) -> dict:
         ("cluster.max_workers", 2, "cluster.max_workers", "below workers"),
         ("deadline", "2 fortnights", "deadline", "expected a duration"),
         ("deadline", -5, "deadline", "must be > 0"),
-        ("target", {}, "target", "needs iterations, hours and/or loss"),
+        ("target", {}, "target", "needs iterations, samples, hours and/or loss"),
         ("workload.name", "resnet9000", "workload.name", "unknown workload"),
         ("workload.name", "bad module:fn", "workload.name", "malformed"),
         ("market.revocation.model", "bernoulli", "market.revocation", "needs q"),

@@ -366,20 +366,26 @@ def test_item4_overwrite_refuses_user_files_inside_spotwises_folders_and_links(r
         assert not (run_dir / "summary.json").exists() and not (run_dir / "checkpoints").exists()
 
 
-def test_a_resume_with_a_changed_spec_exits_2_naming_every_change_instead_of_ignoring_it(run_dir: Path, tmp_path: Path,
-                                                                                        cli) -> None:
-    """Issue 41 item 5: `run SPEC --resume DIR` with a lowered learning rate exited 0 and kept the old one.
-    Every field that differs from the run's spec.json is named (exit 2, before Ray starts); the
-    spec the run was started with (or none) resumes as before."""
+def test_a_resume_that_changes_a_fixed_field_exits_2_naming_every_one(run_dir: Path, tmp_path: Path, cli) -> None:
+    """Issue 41 item 5: `run SPEC --resume DIR` with a changed spec never ignores the change
+    silently.  Fields a resume applies (learning rate, schedule, targets, ...) come back as the spec
+    to run (tests/test_resume_changes.py runs them); fields the checkpoint was made with (the batch
+    size, the model, the seed) exit 2 before Ray starts, each named."""
     from spotwise.control.rundir_io import load_resume_spec
 
     data = json.loads((run_dir / "spec.json").read_text())
     assert load_resume_spec(run_dir, spotwise.load_spec(_spec_file(tmp_path, data, "same.yaml"))).to_dict() == data
-    mine = copy.deepcopy(data)
-    mine["workload"]["lr"] = data["workload"]["lr"] / 10
-    mine["target"]["iterations"] = int(data["target"].get("iterations") or 10) + 50
+    ok = copy.deepcopy(data)
+    ok["workload"]["lr"] = data["workload"]["lr"] / 10
+    ok["target"]["iterations"] = int(data["target"].get("iterations") or 10) + 50
+    got = load_resume_spec(run_dir, spotwise.load_spec(_spec_file(tmp_path, ok, "ok.yaml")))
+    assert got.workload.lr == ok["workload"]["lr"] and got.target.iterations == ok["target"]["iterations"]
+    mine = copy.deepcopy(ok)
+    mine["workload"]["batch_size"] = int(data["workload"]["batch_size"]) + 1
+    mine["seed"] = int(data["seed"]) + 1
     code, out, err = cli("run", str(_spec_file(tmp_path, mine)), "--resume", str(run_dir), "--json")
     assert code == 2 and "Traceback" not in err, err
-    assert "workload.lr" in err and "target.iterations" in err and "cannot apply changes" in err, err
-    with pytest.raises(InputError, match="workload.lr"):
+    assert "workload.batch_size" in err and "seed" in err and "cannot change" in err, err
+    assert "workload.lr" not in err.split("(a resume may")[0], "an appliable change is not named as a problem"
+    with pytest.raises(InputError, match="workload.batch_size"):
         spotwise.run(_spec_file(tmp_path, mine, "again.yaml"), run_dir, resume=True)

@@ -26,7 +26,8 @@ from spotwise.control.clock import Clock
 from spotwise.control.records import Counters
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.state import TrainingState
-from spotwise.events import EventLog
+from spotwise.errors import InputError
+from spotwise.events import EventLog, atomic_write_text
 from spotwise.market.job_market import Market
 from spotwise.market.world import market_for_place
 from spotwise.safeparse import loads_json
@@ -215,14 +216,42 @@ class Checkpointer:
         job.plane.restore_state(state)
         acc = job.accounting
         self.last_step = job.step
+        changed = self._apply_spec_changes()
         job.log = EventLog(job.out / "events.jsonl", clock=lambda: job.T, resume=True)
-        job.log.emit("restore", step=job.step, path=str(path), skipped=skipped)
+        job.log.emit("restore", step=job.step, path=str(path), skipped=skipped,
+                     **({"changed": {k: [a, b] for k, (a, b) in changed.items()}} if changed else {}))
         job.provider.resume_market(job.T, state)
         reopen = acc.restore(state)
         acc.emit_prices()
         for w in sorted(w for w in job.provider.available_at_start() if w < job.provisioned):
             job.add_member(w, job.provider.acquire(w), reopen=reopen.pop(f"worker-{w}", None))
         job.counters.revocations += acc.settle_gone(reopen)
+
+
+    def _apply_spec_changes(self) -> dict[str, tuple[Any, Any]]:
+        """A resume with a changed spec (issue 41 item 5; what may change was checked when the spec was
+        loaded, :func:`spotwise.control.rundir_io.check_resume_changes`): the job runs the new spec from
+        the resumed step.  Most fields act by being read (the schedule, clipping, targets, limits); the
+        learning rate is rescaled here -- the run's current rate (a policy's scaling included) times
+        new / old base rate.  The new spec replaces ``spec.json``; the changes are returned for the
+        restore event and said on stderr."""
+        from spotwise.control.rundir_io import SPEC_FILE, load_run_spec, spec_changes
+
+        job = self.job
+        try:
+            recorded = load_run_spec(job.out)
+        except InputError:  # no readable spec.json (a controller built by hand): nothing to compare
+            return {}
+        changes = spec_changes(recorded, job.spec)
+        if not changes:
+            return {}
+        old_lr, new_lr = float(recorded.workload.lr), float(job.spec.workload.lr)
+        if old_lr != new_lr and old_lr > 0:
+            job.lr = job.lr * new_lr / old_lr
+        atomic_write_text(job.out / SPEC_FILE, json.dumps(job.spec.to_dict(), indent=2) + "\n")
+        listed = ", ".join(f"{k} {json.dumps(a)} -> {json.dumps(b)}" for k, (a, b) in list(changes.items())[:8])
+        warn_on_stderr(f"resume at step {job.step} applies the spec's changes from here on: {listed}")
+        return changes
 
 
 class _NullLog:

@@ -141,8 +141,10 @@ class JobController:
         self.mode = mode
         self.progress = progress
         self.stop_after_steps = stop_after_steps
-        #: the job is complete once its committed steps hold this many samples (a baseline's target)
-        self.stop_after_samples = stop_after_samples
+        #: the job is complete once its committed steps hold this many samples (``target.samples``, or
+        #: a baseline's target; the smaller of the two)
+        caps = [int(v) for v in (stop_after_samples, spec.target.samples) if v is not None]
+        self.stop_after_samples = min(caps) if caps else None
         #: how workers are billed: "spot" (volatile capacity) or "on_demand" (a baseline's fixed fleet)
         self.worker_market = worker_market
         #: seconds a market switch or migration costs before the new workers compute (billed)
@@ -471,7 +473,8 @@ class JobController:
             self.checkpointer.take(why)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"step": self.step, "target": self.spec.target.iterations, "loss": self.last_loss, "active": len(self.members),
+        return {"step": self.step, "target": self.spec.expected_iterations(), "samples": self.counters.samples,
+                "target_samples": self.spec.target.samples, "loss": self.last_loss, "active": len(self.members),
                 "provisioned": self.provisioned, "t": self.T, "cost": self.cost_so_far(), "status": self.status}
 
     # ================================================================== policies

@@ -14,11 +14,17 @@ class _DecisionGap(Protocol):
     decision_s: float
 
 
+class _Committed(Protocol):
+    samples: int
+
+
 class ObservedJob(Protocol):
     """What an observation is made of: the job's state read, never changed."""
 
     @property
     def spec(self) -> JobSpec: ...
+    @property
+    def counters(self) -> _Committed: ...
     @property
     def step(self) -> int: ...
     @property
@@ -62,6 +68,17 @@ class ObservedJob(Protocol):
     def cost_so_far(self) -> float: ...
 
 
+def target_iterations(job: ObservedJob) -> int | None:
+    """The job's length in steps for policies: ``target.iterations``; with ``target.samples``, the
+    steps taken so far plus those the samples still to commit take at full strength (a step with
+    fewer members commits fewer samples, so the count grows as revocations thin the steps)."""
+    spec = job.spec
+    if spec.target.samples is None:
+        return spec.target.iterations
+    left = max(0, int(spec.target.samples) - int(job.counters.samples))
+    return int(job.step) + -(-left // spec.samples_per_step())
+
+
 def observe(job: ObservedJob) -> Observation:
     """The observation of ``job`` now (shared ``extra``: policies only read it)."""
     step_s = job.expected_step_s()
@@ -70,7 +87,7 @@ def observe(job: ObservedJob) -> Observation:
         max_workers=job.max_workers, reference_workers=job.spec.cluster.workers, base_lr=job.base_lr, lr=job.lr,
         sync=job.sync, sync_n=job.sync_n, loss=job.last_loss, price=job.market.spot_price(job.T),
         cost_so_far=job.cost_so_far(), deadline_s=job.spec.deadline_s, budget_usd=job.spec.budget_usd,
-        target_iterations=job.spec.target.iterations, market=job.market_name,
+        target_iterations=target_iterations(job), market=job.market_name,
         spot_available=job.provider.spot_available(job.T), step_s=step_s, restart_s=job.restart_s,
         place=(job.region or job.market.instance.region or "", job.market.instance.name),
         on_demand_price=job.market.instance.on_demand_per_hour,

@@ -57,8 +57,8 @@ def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_co
     set; InputError otherwise."""
     recorded = load_run_spec(out_dir)
     check_resume_trust(recorded, given, trust_code, str(Path(out_dir) / SPEC_FILE))
-    if given is not None:
-        check_resume_unchanged(recorded, given, str(Path(out_dir) / SPEC_FILE))
+    if given is not None and check_resume_changes(recorded, given, str(Path(out_dir) / SPEC_FILE)):
+        return given  # changes a resume applies (the controller logs and applies them when it restores)
     return recorded
 
 
@@ -71,26 +71,48 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: d}
 
 
-def check_resume_unchanged(recorded: JobSpec, given: JobSpec, where: str) -> None:
-    """A resume continues the run as its ``spec.json`` recorded it: a spec passed with ``--resume``
-    that differs from it (a lowered learning rate, more iterations) would be ignored silently, so
-    it is refused, naming every field that differs (issue 41 item 5; applying such changes from the
-    resumed step is not built yet)."""
+#: fields a resume may change (issue 41 item 5), each applied from the resumed step: the learning
+#: rate (the run's current rate, policies' scaling included, is rescaled by new / old), the schedule
+#: and clipping (pure functions of the committed samples / the step), the job's length and targets
+#: (a finished run can be extended), money and time limits, and how often the run evaluates,
+#: checkpoints and offers replicas.  A prefix ends with ".": every field under it.
+RESUME_CHANGEABLE = ("workload.lr", "workload.schedule.", "workload.grad_clip_norm", "workload.eval_every",
+                     "target.", "budget_usd", "deadline", "outputs.checkpoint_every", "outputs.plots",
+                     "cluster.replica_every", "cluster.replica_budget", "name")
+
+
+def _changeable(field: str) -> bool:
+    return any(field == p.rstrip(".") or field.startswith(p if p.endswith(".") else p + ".") for p in RESUME_CHANGEABLE)
+
+
+def spec_changes(recorded: JobSpec, given: JobSpec) -> dict[str, tuple[Any, Any]]:
+    """Every field whose value differs between the two specs: ``{"workload.lr": (old, new)}``."""
     mine, theirs = _flat(recorded.to_dict()), _flat(given.to_dict())
-    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k, "<absent>") != theirs.get(k, "<absent>"))
-    if not diff:
-        return
+    return {k: (mine.get(k), theirs.get(k)) for k in sorted(set(mine) | set(theirs))
+            if mine.get(k, "<absent>") != theirs.get(k, "<absent>")}
+
+
+def check_resume_changes(recorded: JobSpec, given: JobSpec, where: str) -> dict[str, tuple[Any, Any]]:
+    """The changes a spec passed with ``--resume`` makes to the run's recorded one (issue 41 item 5):
+    those a resume applies from the resumed step (:data:`RESUME_CHANGEABLE`) are returned; any other
+    (the model, the batch size, the data order, the cluster) exits 2 naming every such field."""
+    changes = spec_changes(recorded, given)
+    fixed = [k for k in changes if not _changeable(k)]
+    if not fixed:
+        return changes
 
     def shown(v: Any) -> str:
-        text = json.dumps(v) if v != "<absent>" else "absent"
+        text = json.dumps(v) if v is not None else "absent"
         return text if len(text) <= 40 else text[:37] + "..."
 
-    listed = "; ".join(f"{k}: {shown(mine.get(k, '<absent>'))} in the run, {shown(theirs.get(k, '<absent>'))} in "
-                       f"your spec" for k in diff[:6]) + (f"; and {len(diff) - 6} more" if len(diff) > 6 else "")
-    raise InputError(f"your spec differs from the one the run was started with ({listed}); a resume continues the run "
-                     "as recorded and cannot apply changes",
-                     "resume without a spec (spotwise run --resume DIR) or with the spec you started it with; to train "
-                     "with the changed settings start a new run with --out", where)
+    listed = "; ".join(f"{k}: {shown(changes[k][0])} in the run, {shown(changes[k][1])} in your spec"
+                       for k in fixed[:6]) + (f"; and {len(fixed) - 6} more" if len(fixed) > 6 else "")
+    raise InputError(f"your spec changes what a resumed run cannot change ({listed}): the checkpoint holds a model, "
+                     "optimizer state and data position made with the recorded values",
+                     "resume with the recorded values of these fields (a resume may change the learning rate, "
+                     "workload.schedule, workload.grad_clip_norm, workload.eval_every, target.*, budget_usd, deadline, "
+                     "outputs.checkpoint_every/plots and cluster.replica_every); to train with the other changes start a "
+                     "new run with --out", where)
 
 
 def has_checkpoint(out_dir: str | Path) -> bool:

@@ -154,7 +154,7 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
         Console(stderr=True).print(f"data plane: {spec.cluster.data_plane} ({data_plane_why(spec)})", highlight=False,
                                    soft_wrap=True)
     ensure_ray(ray_address)
-    with RunProgress(spec.target.iterations, progress) as bar:
+    with RunProgress(spec.expected_iterations(), progress, estimated=spec.target.samples is not None) as bar:
         callback = bar.update if progress else None
         if ray_address:
             from spotwise.capacity.cluster import cluster_controller, cluster_provider

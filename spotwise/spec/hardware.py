@@ -66,6 +66,8 @@ class _Target(Protocol):
 
     @property
     def hours(self) -> float | None: ...
+    @property
+    def samples(self) -> int | None: ...
 
 
 class _Workload(Protocol):
@@ -91,6 +93,7 @@ class HardwareSpec(Protocol):
     def workload(self) -> _Workload: ...
     @property
     def market(self) -> _Market: ...
+    def expected_iterations(self) -> int | None: ...
 
 
 def parse_accelerators(text: str) -> tuple[str, int]:
@@ -191,19 +194,21 @@ def resolve_hardware(spec: HardwareSpec, catalog: Catalog | None = None) -> None
             raise InputError("target.hours needs the hardware it is measured on",
                              "set cluster.accelerators (e.g. V100:1) or cluster.instance_type", "target.hours")
         work = float(t.hours) * 3600.0
-        if t.iterations is None:
+        if t.iterations is None and t.samples is None:
             t.iterations = max(1, int(round(work / expected_step_s(spec, catalog))))
         else:
+            its = int(t.iterations) if t.iterations is not None else int(spec.expected_iterations() or 1)
+            size = f"target.iterations {its}" if t.iterations is not None else f"target.samples ({its} steps)"
             # the round time is k * step_time_s + o (the straggler law scales with the mean; o: sync overhead)
             r1, r2 = expected_step_s(spec, catalog, 1.0), expected_step_s(spec, catalog, 2.0)
             k, o = r2 - r1, 2.0 * r1 - r2
-            want = (work / int(t.iterations) - o) / k
+            want = (work / its - o) / k
             if not want > 0:
-                raise InputError(f"{t.iterations} steps cannot take only {t.hours:g} h: the synchronisation overhead alone "
-                                 f"is {o:.3g} s a step", "raise target.hours or lower target.iterations", "target.hours")
+                raise InputError(f"{its} steps cannot take only {t.hours:g} h: the synchronisation overhead alone "
+                                 f"is {o:.3g} s a step", "raise target.hours or shorten the job", "target.hours")
             given = float(spec.workload.step_time_s)
             if not math.isclose(given, 1.0) and not math.isclose(given, want, rel_tol=0.01):
-                raise InputError(f"target.hours {t.hours:g} h, target.iterations {t.iterations} and workload.step_time_s "
-                                 f"{given:g} s disagree ({t.iterations} steps take {t.iterations * (k * given + o) / 3600:.3g} h)",
+                raise InputError(f"target.hours {t.hours:g} h, {size} and workload.step_time_s "
+                                 f"{given:g} s disagree ({its} steps take {its * (k * given + o) / 3600:.3g} h)",
                                  "give two of the three", "target.hours")
             spec.workload.step_time_s = want  # type: ignore[assignment]

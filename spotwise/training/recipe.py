@@ -313,8 +313,9 @@ class ScheduleSpec:
         """The schedule with its ``total`` fixed (``planned_samples`` when the spec gives none)."""
         total = self.total if self.total is not None else planned_samples
         if total is None and (self.decay in ("linear", "cosine") or self.warmup_fraction is not None):
-            raise InputError(f"a {self.decay} schedule needs its length in samples, and the job has no target.iterations",
-                             "add workload.schedule.total (samples), or target.iterations", "workload.schedule.total")
+            raise InputError(f"a {self.decay} schedule needs its length in samples, and the job has neither target.samples "
+                             "nor target.iterations", "add target.samples (the job's length in samples), "
+                             "workload.schedule.total (samples), or target.iterations", "workload.schedule.total")
         warmup = self.warmup if self.warmup_fraction is None else int(round(self.warmup_fraction * float(total or 0)))
         return LrSchedule(self.decay, warmup, total, self.min_lr, self.min_lr_fraction, self.step_every, self.gamma)
 

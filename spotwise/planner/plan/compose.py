@@ -220,7 +220,7 @@ def _tested_plan(spec: JobSpec, inp: Inputs, alts: list[Alternative], placement:
            "basis": "backtest", "windows": bt.get("windows"), "model_strategy": model.get("strategy")}
     ex = {**extra, "recommendation": rec, "trace_paths": list((placement or {}).get("traces") or []), "tested": {"strategy": ch.strategy, "policies": [dict(p) for p in ch.policies],
                                                     "on_demand": ch.on_demand}}
-    iterations = int(spec.target.iterations or next((a.iterations for a in alts if a.strategy == "on-demand"), 1))
+    iterations = int(spec.expected_iterations() or next((a.iterations for a in alts if a.strategy == "on-demand"), 1))
     err = next((a.expected_error for a in alts if a.strategy == "on-demand" and a.expected_error is not None), inp.eps)
     return Plan("on-demand" if ch.on_demand else ch.strategy, ch.bids, int(spec.cluster.workers), iterations,
                 float(e["mean_cost"]), time_s, float(err or inp.eps), objective, inp.deadline, ch.why, tuple(alts),

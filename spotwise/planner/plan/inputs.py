@@ -30,7 +30,7 @@ from spotwise.theory.bounds import ErrorModel, error_bound
 def max_pilot_steps(spec: JobSpec) -> int:
     """The largest sensible in-process pilot: ``max(DEFAULT_PILOT_STEPS, target.iterations)``, or
     ``MAX_PILOT_STEPS_NO_TARGET`` when the target is a loss (a pilot longer than the job is the job)."""
-    it = spec.target.iterations
+    it = spec.expected_iterations()
     return max(DEFAULT_PILOT_STEPS, int(it)) if it is not None else MAX_PILOT_STEPS_NO_TARGET
 
 
@@ -189,15 +189,19 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
                                   "raise target.loss", "target.loss")
         J = _iterations_to(eps, error_model, inv_n, spec)
         measured.append(f"iterations for loss {spec.target.loss:g}: J = {J} (Corollary 2 with E[1/y] = 1/{per_step}, "
-                        f"the mini-batches a step commits" + (f"; capped at target.iterations {spec.target.iterations}"
-                                                              if spec.target.iterations is not None else "") + ")")
+                        f"the mini-batches a step commits" + (f"; capped at the job's length, {spec.expected_iterations()} steps"
+                                                              if spec.expected_iterations() is not None else "") + ")")
         reach = float(error_bound(J, error_model, inv_n)) * (1 + 1e-9)
         if reach > eps:  # the run stops at target.iterations before the loss
             assumed.append(f"target loss {spec.target.loss:g} is not reached within target.iterations = {J} (its Thm 1 "
                            f"bound {reach + g_star:.4g}); the run stops there, so the error target is that bound")
             eps = reach
     else:
-        J = int(spec.target.iterations or 1)
+        J = int(spec.expected_iterations() or 1)
+        if spec.target.samples is not None:
+            assumed.append(f"target.samples {spec.target.samples:,}: J = {J} steps of {spec.samples_per_step():,} samples "
+                           "(all workers); a step with fewer workers commits fewer samples, so the run takes more steps "
+                           "than J when workers are revoked (it ends when every sample is committed)")
         if spec.cluster.sync == "sma":
             J *= int(spec.cluster.local_steps)  # an S-MA step holds local_steps mini-batches per worker
         eps = float(error_bound(J, error_model, inv_n)) * (1 + 1e-9)

@@ -67,7 +67,7 @@ def _contributions(spec: JobSpec) -> int:
 def _iterations_to(eps: float, model: ErrorModel, inv_y: float, spec: JobSpec) -> int:
     """Corollary 2's iterations for ``eps``, capped at ``target.iterations`` (a run stops at whichever target
     comes first); with a cap, a loss the run cannot reach runs the cap."""
-    cap = spec.target.iterations
+    cap = spec.expected_iterations()
     try:
         J = iterations_for_error(eps, model, inv_y=inv_y)
     except InfeasibleError:

@@ -42,12 +42,12 @@ def _time_law(spec: JobSpec, catalog: Any) -> MiniBatchTimeLaw:
 
 def job_work_s(spec: JobSpec, catalog: Any) -> float:
     """Compute seconds of ``spec``'s job on its own cluster (iterations x expected step time)."""
-    if spec.target.iterations is None:
-        raise InputError("a trace sweep needs the job's size: target.iterations (or --work-hours)",
-                         "set target.iterations, or pass --work-hours H", "target.iterations")
+    if spec.expected_iterations() is None:
+        raise InputError("a trace sweep needs the job's size: target.iterations or target.samples (or --work-hours)",
+                         "set target.iterations or target.samples, or pass --work-hours H", "target.iterations")
     law = _time_law(spec, catalog)
     sync = make_sync(spec.cluster.sync, spec.cluster.sync_n)
-    return spec.target.iterations * sync.expected_round_s(law, spec.cluster.workers, float(spec.cluster.sync_overhead_s))
+    return spec.expected_iterations() * sync.expected_round_s(law, spec.cluster.workers, float(spec.cluster.sync_overhead_s))
 
 
 def pilot_work_s(spec: JobSpec, pilot_dir: str) -> tuple[float, str]:
@@ -55,8 +55,9 @@ def pilot_work_s(spec: JobSpec, pilot_dir: str) -> tuple[float, str]:
     (:func:`spotwise.planner.estimate.pilot.pilot_from_run`): ``iterations x E[R(workers)]``."""
     from spotwise.planner.estimate.pilot import pilot_from_run
 
-    if spec.target.iterations is None:
-        raise InputError("a trace sweep needs target.iterations to scale a pilot's step time", "set target.iterations",
+    if spec.expected_iterations() is None:
+        raise InputError("a trace sweep needs target.iterations or target.samples to scale a pilot's step time",
+                         "set target.iterations or target.samples",
                          "target.iterations")
     _, rt = pilot_from_run(pilot_dir)
     workers = int(spec.cluster.workers)
@@ -68,7 +69,7 @@ def pilot_work_s(spec: JobSpec, pilot_dir: str) -> tuple[float, str]:
     else:
         step = float(rt.model.expected(workers, spec.cluster.sync, spec.cluster.sync_n))
         note = f"pilot {pilot_dir}: E[R({workers})] = {step:.4g} s from {rt.n_samples} mini-batch times"
-    return spec.target.iterations * step, note
+    return spec.expected_iterations() * step, note
 
 
 def sweep_job(spec: JobSpec, *, work_hours: float | None = None, restart_s: float = 300.0,
@@ -91,7 +92,7 @@ def sweep_job(spec: JobSpec, *, work_hours: float | None = None, restart_s: floa
 
     coord = float(coordinator_for(spec, catalog).on_demand_per_hour or 0.0)  # billed as in plan/simulate/run (issue 29)
     billing = BillingPolicy.per_second(minimum_s=spec.market.min_charge_s) if spec.market.billing == "per-second" else BillingPolicy.per_hour()
-    its = int(spec.target.iterations or max(1, round(work)))
+    its = int(spec.expected_iterations() or max(1, round(work)))
     return SweepJob(work_s=work, deadline_s=float(deadline), workers=int(spec.cluster.workers), restart_s=float(restart_s),
                     coordinator_per_hour=coord, iterations=its, history_s=float(history_s), billing=billing, name=spec.name,
                     min_workers=spec.cluster.min_workers, rates=spec_rates(spec, catalog))
@@ -299,21 +300,21 @@ def _run_pool_sweep(spec: JobSpec, req: SweepRequest, series: list[StepSeries], 
         bids = p.bid_list()
         speed = catalog.throughput(place.instance, spec.workload.family)
         pools.append(PoolPlace(str(p.name), place, p.workers, float(speed), bids[0] if bids else place.on_demand_per_hour))
-    if spec.target.iterations is None and req.work_hours is None:
-        raise InputError("a trace sweep needs the job's size: target.iterations (or --work-hours)",
-                         "set target.iterations, or pass --work-hours H", "target.iterations")
+    if spec.expected_iterations() is None and req.work_hours is None:
+        raise InputError("a trace sweep needs the job's size: target.iterations or target.samples (or --work-hours)",
+                         "set target.iterations or target.samples, or pass --work-hours H", "target.iterations")
     n = sum(p.workers for p in pools)
     if req.work_hours is not None:
         full = req.work_hours * 3600.0
     else:
         law = MiniBatchTimeLaw(float(spec.workload.step_time_s) * n / sum(p.rate for p in pools), float(spec.cluster.straggler))
         sync = make_sync(spec.cluster.sync, spec.cluster.sync_n)
-        full = float(spec.target.iterations or 0) * sync.expected_round_s(law, n, float(spec.cluster.sync_overhead_s))
+        full = float(spec.expected_iterations() or 0) * sync.expected_round_s(law, n, float(spec.cluster.sync_overhead_s))
     base = sweep_job(spec, work_hours=max(full, 1.0) / 3600.0, restart_s=req.restart_s, history_s=req.history_s,
                      deadline_h=req.deadline_h)
     job = SweepJob(work_s=full, deadline_s=base.deadline_s, workers=n, restart_s=base.restart_s,
                    coordinator_per_hour=base.coordinator_per_hour * int(spec.cluster.ps_shards),
-                   iterations=int(spec.target.iterations or base.iterations), history_s=base.history_s, billing=base.billing,
+                   iterations=int(spec.expected_iterations() or base.iterations), history_s=base.history_s, billing=base.billing,
                    name=spec.name)
     wanted = strategy_names(req.strategies, POOL_STRATEGIES)  # '' is refused, not "all of them"
     for s in wanted:
