@@ -76,9 +76,13 @@ class WorkloadSpec:
     ``name`` is a built-in workload (``mlp-digits``, ``cnn-digits``, ``sparse-logreg``, ``pmf``)
     or ``module:function`` returning model, loss and dataset.  ``family`` keys the instance
     catalog's throughput profiles (e.g. ``resnet50``, ``transformer``, ``mlp``).
+
+    ``script`` (issue 41): the user's own training script (``train.py``, relative to the spec's
+    folder) run in every member with ``args``; it trains through :mod:`spotwise.elastic`.  ``name``
+    is then ``script``.
     """
 
-    name: str
+    name: str = ""
     family: str = "mlp"
     batch_size: int = 32
     lr: float = 0.05
@@ -98,8 +102,13 @@ class WorkloadSpec:
     accumulate: int = 1
     precision: Precision = "fp32"
     loader: LoaderSpec = field(default_factory=LoaderSpec)
+    #: issue 41: the user's training script and its command-line arguments
+    script: str | None = None
+    args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.script is not None:
+            self._check_script()
         if self.optimizer is None and self.name in BUILTIN_RECIPES:  # the built-in realistic workloads' recipes
             rec = BUILTIN_RECIPES[self.name]
             self.optimizer = dict(rec["optimizer"])
@@ -123,7 +132,15 @@ class WorkloadSpec:
                              "accumulate")
         _positive(self.step_time_s, "step_time_s", "give the virtual seconds one mini-batch takes on an instance of relative throughput 1, e.g. 1.0")
         _positive(self.eval_every, "eval_every", "evaluate on held-out data every N >= 1 committed steps")
-        if not self.name or (self.name not in BUILTIN_WORKLOADS and ":" not in self.name):
+        if not self.name and self.script is None:
+            raise InputError("names no workload", "set workload.name (a built-in such as mlp-digits, or "
+                             "'package.module:function') or workload.script (your train.py)", "name")
+        if self.script is None and self.name == "script":
+            raise InputError("workload.name is 'script' but workload.script is missing",
+                             "add workload.script: train.py (your training script)", "name")
+        if self.script is not None:
+            pass
+        elif self.name not in BUILTIN_WORKLOADS and ":" not in self.name:
             raise InputError(
                 f"unknown workload {self.name!r}",
                 f"use one of {', '.join(BUILTIN_WORKLOADS)} or 'package.module:function' for your own",
@@ -141,6 +158,27 @@ class WorkloadSpec:
         if self.model_mb is not None and not (0 < self.model_mb < 1e6):
             raise InputError(f"must be in (0, 1e6) MB, got {self.model_mb!r}", "the model's size on the wire, e.g. 14.19 "
                              "(ResNet-32, paper 002 Table II)", "model_mb")
+
+    def _check_script(self) -> None:
+        if not isinstance(self.script, str) or not self.script.strip():
+            raise InputError(f"must be the path of a Python file, got {self.script!r}", "e.g. script: train.py", "script")
+        if not self.script.endswith(".py"):
+            raise InputError(f"{self.script!r} is not a .py file", "name your training script, e.g. script: train.py",
+                             "script")
+        if self.name not in ("", "script"):
+            raise InputError(f"workload.name {self.name!r} and workload.script both say what to train",
+                             "keep one: a script trains with its own loop (remove name)", "name")
+        self.name = "script"
+        if not isinstance(self.args, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
+                                                      for a in self.args):
+            raise InputError(f"must be a list of strings, got {self.args!r}", "e.g. args: [--compile, 'false']", "args")
+        self.args = [str(a) for a in self.args]
+        if self.optimizer is not None or self.schedule is not None or self.grad_clip_norm is not None \
+                or self.accumulate != 1 or self.precision != "fp32":
+            raise InputError("a script's recipe is its own: workload.optimizer, schedule, grad_clip_norm, accumulate "
+                             "and precision do not apply to it", "set them in your script (its optimizer, its "
+                             "learning rate as a function of job.samples, clip_grad_norm_, autocast) and remove them "
+                             "from the spec", "script")
 
     @property
     def plain_sgd_recipe(self) -> bool:
@@ -533,7 +571,7 @@ def settle_data_plane(spec: JobSpec) -> None:
     on the plane run again (:mod:`spotwise.spec.plane_choice`); why is kept for ``plan`` and ``run``
     (:func:`data_plane_why`)."""
     c = spec.cluster
-    plane, why = choose_data_plane(c, [str(p) for p in spec.market.catalog])
+    plane, why = choose_data_plane(c, [str(p) for p in spec.market.catalog], script=spec.workload.script is not None)
     c.__dict__["_plane_why"] = why  # not a spec field: never written to spec.json
     if plane != c.data_plane:
         c.data_plane = plane  # type: ignore[assignment]
@@ -544,7 +582,7 @@ def settle_data_plane(spec: JobSpec) -> None:
 def data_plane_why(spec: JobSpec) -> str:
     """Why the job trains on ``cluster.data_plane`` (``the workers have GPUs (p3.2xlarge: 1 x V100) ...``)."""
     c = spec.cluster
-    return str(c.__dict__.get("_plane_why") or choose_data_plane(c)[1])
+    return str(c.__dict__.get("_plane_why") or choose_data_plane(c, script=spec.workload.script is not None)[1])
 
 
 def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> JobSpec:
@@ -610,3 +648,5 @@ def _resolve_paths(spec: JobSpec, base: Path) -> None:
         m.revocation.lifetimes = res(m.revocation.lifetimes)
     if spec.workload.dataset is not None:
         spec.workload.dataset = res(spec.workload.dataset)
+    if spec.workload.script is not None:
+        spec.workload.script = res(spec.workload.script)

@@ -64,6 +64,9 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # member was lost at once (the steps after the newest replica are redone)
     "regroup": ("gen", "members", "source"),
     "rollback": ("from_step", "to_step", "lost_steps"),
+    # a training script (issue 41): what it logged for a step (``job.log``); how it ended
+    "metrics": ("step", "values"),
+    "script": ("outcome",),
 }
 #: Fields that must be numbers when present.
 _NUMERIC = {"t", "wall", "price", "step", "loss", "active", "lr", "total", "duration"}

@@ -70,7 +70,7 @@ from spotwise.control.progress import NoProgressError, StallCounter, diverged_er
 from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
-from spotwise.control.state import TorchState, TrainingState
+from spotwise.control.state import TrainingState, training_state
 from spotwise.training.recipe import recipe_of
 from spotwise.control.summary import run_summary
 from spotwise.control.sync import SyncStrategy
@@ -86,7 +86,6 @@ from spotwise.policies.base import Decision, Migrate, Noop, Policy, SwitchMarket
 from spotwise.control.observation import observe
 from spotwise.control.speeds import WorkerSpeeds
 from spotwise.policies.user import UserPolicyError
-from spotwise.workloads.registry import make_workload
 
 
 class JobController:
@@ -169,7 +168,7 @@ class JobController:
         #: the training recipe (issue 28: optimizer, schedule in committed samples, clipping, precision) and the
         #: model side (parameters, update, evaluation; the real PyTorch workload unless the caller models it)
         self.recipe = recipe_of(spec.workload, spec.planned_samples())
-        self.state: TrainingState = state or TorchState(make_workload(spec.workload, spec.seed), self.recipe, self.base_lr)
+        self.state: TrainingState = state or training_state(spec.workload, spec.seed, self.recipe, self.base_lr)
         #: per-worker mini-batch times, batch shares and exchanges: pools, places, the PS network (issue 21);
         #: ``time_law`` stands for the fleet in closed-form estimates (:mod:`spotwise.control.speeds`)
         self.speeds = WorkerSpeeds(self)

@@ -160,3 +160,66 @@ class TorchState(TrainingState):
 
     def model_state_dict(self) -> dict[str, torch.Tensor] | None:
         return self.fm.state_dict()
+
+
+class ScriptState(TrainingState):
+    """What the coordinator keeps of a training script's state (issue 41; :mod:`spotwise.elastic.describe`):
+    the parameters and float buffers of the last replica a member offered, as one flat vector, and its
+    extra state (the script's optimizers, integer buffers, registered objects) as it came -- kept
+    whole for checkpoints and the next generation, never interpreted here.  Nothing is trained or
+    evaluated on the coordinator: the script evaluates in its own loop and logs what it finds."""
+
+    metric_name = None
+
+    def __init__(self, workload: Any) -> None:
+        self.n_train = len(workload.train)
+        self.ordered = is_ordered(workload)
+        model = workload.build_model()
+        n = sum(p.numel() for p in model.parameters()) + num_float_buffer_entries(model)
+        self._vec = torch.zeros(n, dtype=torch.float32)
+        self.fm = FlatModel(model, "cpu", flat=self._vec)
+        self._np = self._vec.numpy()
+        self._extra: dict[str, Any] = {"int_buffers": self.fm.int_buffers()}
+
+    @property
+    def params(self) -> np.ndarray:  # type: ignore[override]
+        return self._np
+
+    @params.setter
+    def params(self, value: np.ndarray) -> None:
+        v = np.asarray(value, dtype=np.float32).reshape(-1)
+        if v.shape != self._np.shape:
+            raise ValueError(f"parameter vector of {v.size} entries for a model of {self._np.size}")
+        np.copyto(self._np, v)
+
+    @property
+    def can_evaluate(self) -> bool:
+        return False
+
+    def apply(self, grad: np.ndarray, lr: float, contributions: int) -> None:
+        raise RuntimeError("a script job's steps are applied by its members, not the coordinator")
+
+    def evaluate(self) -> dict[str, float]:
+        return {}
+
+    def extra_state(self) -> dict[str, Any]:
+        return self._extra
+
+    def load_extra_state(self, extra: dict[str, Any] | None) -> None:
+        if extra:
+            self._extra = extra
+            self.fm.load_int_buffers(extra.get("int_buffers") or {})
+
+    def model_state_dict(self) -> "dict[str, torch.Tensor] | None":
+        return self.fm.state_dict()
+
+
+def training_state(workload_spec: Any, seed: int, recipe: Recipe, base_lr: float) -> TrainingState:
+    """The coordinator's :class:`TrainingState` of a job's workload: a script's (:class:`ScriptState`)
+    or a PyTorch workload trained for real (:class:`TorchState`)."""
+    from spotwise.workloads.registry import make_workload
+
+    wl = make_workload(workload_spec, seed)
+    if wl.info.get("script"):
+        return ScriptState(wl)
+    return TorchState(wl, recipe, base_lr)

@@ -61,9 +61,21 @@ def gpus_of(instance_type: str, catalog_files: Sequence[str] = (), cloud: str | 
     return None
 
 
-def choose_data_plane(cluster: Any, catalog_files: Sequence[str] = ()) -> tuple[str, str]:
-    """``(plane, why)`` for a :class:`~spotwise.config.ClusterSpec` ``cluster`` (module docstring)."""
+def choose_data_plane(cluster: Any, catalog_files: Sequence[str] = (), script: bool = False) -> tuple[str, str]:
+    """``(plane, why)`` for a :class:`~spotwise.config.ClusterSpec` ``cluster`` (module docstring).
+    ``script``: the job trains the user's own loop (``workload.script``), which only the collective
+    plane runs (S-SGD; InputError for a spec that asks for anything else)."""
     c = cluster
+    if script:
+        if c.data_plane == "ps" or c.kind != "vm" or c.pools:
+            raise InputError("a training script runs its own loop in every member, which only the collective plane "
+                             "does", "remove cluster.data_plane: ps / kind: serverless / pools for a workload.script",
+                             "cluster.data_plane")
+        if c.sync not in ("full", "ssgd"):
+            raise InputError(f"a training script's steps are synchronous (S-SGD); sync {c.sync} is not",
+                             "use cluster.sync: full (or ssgd), or leave it out", "cluster.sync")
+        return "collective", ("a training script (workload.script) runs its own loop in every member; they all-reduce "
+                              "among themselves on PyTorch's DDP")
     if c.data_plane in ("ps", "collective"):
         return str(c.data_plane), f"cluster.data_plane: {c.data_plane} in the spec"
     if c.kind != "vm":

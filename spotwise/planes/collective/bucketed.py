@@ -70,6 +70,8 @@ class WeightedSum:
 
     pg: Any
     weight: float = 1.0
+    #: a user loop's step (:mod:`spotwise.elastic.host`): why a bucket's all-reduce failed, else None
+    failed: str | None = None
 
     def __post_init__(self) -> None:
         if self.pg is None:
@@ -85,6 +87,31 @@ def weighted_sum_hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP che
     return fut.then(lambda f: f.value()[0])
 
 
+def tolerant_sum_hook(state, bucket):  # type: ignore[no-untyped-def]
+    """:func:`weighted_sum_hook` for a user's loop: a failed all-reduce does not raise out of the
+    user's ``loss.backward()`` -- the bucket keeps its local values and ``state.failed`` says why; the
+    step's commit all-reduce carries the flag, so every member drops the step alike."""
+    buf = bucket.buffer()
+    if state.weight != 1.0:
+        buf.mul_(float(state.weight))
+    try:
+        fut = state.pg.allreduce([buf]).get_future()
+    except RuntimeError as e:
+        state.failed = str(e) or "the gradient all-reduce failed"
+        done = torch.futures.Future()
+        done.set_result(buf)
+        return done
+
+    def finish(f):  # type: ignore[no-untyped-def]
+        try:
+            return f.value()[0]
+        except Exception as e:  # a peer died or the group was aborted
+            state.failed = str(e) or "the gradient all-reduce failed"
+            return buf
+
+    return fut.then(finish)
+
+
 #: buffers (BatchNorm statistics) are not broadcast before each forward pass: each member keeps its
 #: own, and the step averages them sample-weighted (spotwise.training.state).  torch >= 2.13 names
 #: this ``forward_sync_buffers`` (with ``init_sync=False`` nothing is synced at construction either)
@@ -97,7 +124,7 @@ class BucketedReducer:
     """A model wrapped in DDP over one generation's process group, with the weighted-sum hook."""
 
     def __init__(self, model: torch.nn.Module, process_group: Any, gen: int, device: torch.device,
-                 find_unused: bool = False, bucket_cap_mb: float = 25.0) -> None:
+                 find_unused: bool = False, bucket_cap_mb: float = 25.0, hook: Any = None) -> None:
         if not any(p.requires_grad for p in model.parameters()):
             raise ValueError("no parameter of the model requires a gradient")
         self.gen = int(gen)
@@ -107,7 +134,7 @@ class BucketedReducer:
         self.ddp = AttributeForwardingDDP(model, process_group=process_group, device_ids=ids, init_sync=False,
                                           gradient_as_bucket_view=True, find_unused_parameters=bool(find_unused),
                                           bucket_cap_mb=float(bucket_cap_mb), **_NO_BUFFER_SYNC)
-        self.ddp.register_comm_hook(self.state, weighted_sum_hook)
+        self.ddp.register_comm_hook(self.state, weighted_sum_hook if hook is None else hook)
 
     def no_sync(self) -> Any:
         """DDP's ``no_sync``: gradients accumulate locally (every micro-batch but a step's last)."""

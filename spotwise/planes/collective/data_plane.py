@@ -108,6 +108,10 @@ class CollectivePlane:
         self._fault_rng = random.Random(int(spec.seed))
         self.cursor: DataCursor | None = None
         self._nonfinite: dict[str, Any] | None = None  # issue 28: the first record of a diverged step
+        #: issue 41: the first record saying a member's training script ended, raised or misused the API
+        self._script_over: dict[str, Any] | None = None
+        #: the latest value of each metric a training script logged (``job.log``)
+        self._metrics: dict[str, float] = {}
         self._schedule: dict[str, Any] | None = None  # issue 28: the lr schedule the members use
 
     @property
@@ -227,7 +231,8 @@ class CollectivePlane:
                 "join_ms": {"count": len(j), "median": float(np.median(j)) if j else None,
                             "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None},
                 # where a step's time went, by phase (the leader's timing: spotwise.control.phases)
-                "step_phases": self.phases.summary()}
+                "step_phases": self.phases.summary(),
+                **({"metrics": dict(self._metrics)} if self._metrics else {})}
 
     # ================================================================== round time
     def _draw_round(self, k: int, strategy: str) -> float:
@@ -295,7 +300,8 @@ class CollectivePlane:
             lease = job.step + steps_before(self._step_end, limit, target - job.step, lambda i: self._next_draw(i, k))
         if job.stop_after_samples is not None:
             per_step = max(1, job.sync_strategy.samples_per_step(k, job.batch))
-            lease = min(lease, job.step + 1 + max(0, (job.stop_after_samples - job.counters.samples) // per_step))
+            left = job.stop_after_samples - job.counters.samples  # the steps that commit them at this width, no more
+            lease = min(lease, job.step + max(0, -(-left // per_step)))
         return lease
 
     def _market_event(self) -> None:
@@ -357,6 +363,10 @@ class CollectivePlane:
     # ================================================================== records and replicas
     def _take_records(self) -> bool:
         raw = self.ctl.pop_records()
+        over = [r for r in raw if r.get("script")]
+        if over and self._script_over is None:
+            self._script_over = min(over, key=lambda r: int(r["step"]))
+        raw = [r for r in raw if not r.get("script")]
         bad = [r for r in raw if r.get("nonfinite")]
         if bad and self._nonfinite is None:
             self._nonfinite = min(bad, key=lambda r: int(r["step"]))
@@ -365,7 +375,38 @@ class CollectivePlane:
         logged = self._log_records(recs)
         if self._nonfinite is not None and self.job.step >= int(self._nonfinite["step"]) - 1:
             self.copy.stop_diverged(str(self._nonfinite["nonfinite"]), self._cursor.sampler_state())
+        if self._script_over is not None and self.job.step >= int(self._script_over["step"]) - 1:
+            self._end_script(self._script_over)
         return logged
+
+    def _end_script(self, rec: dict[str, Any]) -> None:
+        """A member's training script is over (issue 41): it returned (the run ends, completed), or it
+        raised or misused the API (the last committed step is checkpointed; exit 2 with its words)."""
+        from spotwise.errors import InputError
+
+        job = self.job
+        kind, why = str(rec["script"]), str(rec.get("why", ""))
+        if self._script_over is None:
+            return
+        self._script_over = None
+        job.log.emit("script", outcome=kind, why=why[-2000:], member=rec.get("member"))
+        if kind == "ended":
+            job.status = "completed"
+            return
+        if self.copy.replicas.step == job.step or self.copy.fetch(job.step, lambda: False):
+            from spotwise.control.sampler import EpochSampler
+
+            job.sampler = EpochSampler.from_state(self._cursor.sampler_state())
+            job.checkpointer.take("script-error")
+        job.status = "script-error"
+        script = job.spec.workload.script
+        if kind == "usage":
+            raise InputError(f"your training script {script} (member {rec.get('member')}, step {job.step + 1}): {why}",
+                             "see docs/own-loop.md for the spotwise.elastic API; the run is resumable from its last "
+                             f"committed step {job.step} (spotwise run --resume)", "workload.script")
+        raise InputError(f"your training script {script} raised in step {job.step + 1} (member {rec.get('member')}):\n"
+                         f"{why}", f"fix the script; the run keeps its last committed step {job.step} "
+                         "(spotwise run SPEC --resume DIR continues from it)", "workload.script")
 
     def _log_records(self, recs: list[dict[str, Any]]) -> bool:
         """Log the records of steps after the current one, in order; True if any was logged."""
@@ -434,6 +475,10 @@ class CollectivePlane:
                       **({"phases": rec["phases"]} if rec.get("phases") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
         self.phases.add(None if rec.get("first_of_gen") else rec.get("phases"), samples)  # first: recovery_ms
+        for at, values in ((job.step - 1, rec.get("late_metrics")), (job.step, rec.get("metrics"))):
+            if values:  # what a training script logged (issue 41 item 6)
+                job.log.emit("metrics", step=at, values=dict(values))
+                self._metrics.update(values)
         job.committed()
         ev = rec.get("eval")
         if ev:

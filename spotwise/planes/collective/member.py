@@ -72,6 +72,8 @@ from spotwise.planes.collective.offers import OfferSchedule, ReplicaOffers
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
+from spotwise.planes.collective.script_member import STEP_TIMEOUT_S, ScriptReplica, ScriptStopped, script_step
+from spotwise.elastic.host import ScriptHost
 from spotwise.planes.collective.steps import Diverged, sma_step, ssgd_step  # noqa: F401  (Diverged re-exported)
 from spotwise.training import tensor_tree
 from spotwise.training.recipe import LrSchedule, Recipe
@@ -120,17 +122,33 @@ class CollectiveMember:
         torch.set_num_threads(max(1, int(threads)))
         dev = resolve_device(device)  # first: a worker without the device it was asked for fails at once
         self.spec = build(WorkloadSpec, workload, "workload")
-        self.workload = make_workload(self.spec, seed)
-        #: the model, the flat parameter and gradient buffers and the batches live on the device;
-        #: every collective runs on them (NCCL for CUDA tensors, gloo for CPU tensors)
-        recipe = Recipe(self.spec.optimizer_spec, None, self.spec.grad_clip_norm, int(self.spec.accumulate),
-                        str(self.spec.precision))
-        check_precision_device(recipe.precision, dev)
-        #: ``workload.loader.num_workers > 0``: batches built ahead by DataLoader workers (:meth:`_train`)
-        self.replica = Replica(self.workload, dev, recipe, float(self.spec.lr), self.spec.loader)
-        load_ddp_machinery()  # S-SGD wraps the model in DDP at a generation's first step
-        #: a stream (``is_ordered``): the identity order, member r reads positions [pos + r*b, pos + (r+1)*b)
-        self.cursor = DataCursor(len(self.workload.train), int(seed), ordered=is_ordered(self.workload))
+        #: issue 41: the user's own loop (``workload.script``), run in a thread of this process
+        self.host: ScriptHost | None = None
+        self.replica: Replica | ScriptReplica
+        if self.spec.script is not None:
+            load_ddp_machinery()
+            self.host = ScriptHost(self.spec.script, self.spec.args, dev, int(seed), int(self.spec.batch_size))
+            self.host.start()
+            first = self.host.wait_registered(STEP_TIMEOUT_S)
+            if first.kind != "registered":
+                raise RuntimeError(f"the training script {self.spec.script} stopped before its first batch: {first.why}")
+            parts = self.host.parts()
+            self.replica = ScriptReplica(parts, dev)
+            self.host.replica = self.replica
+            #: the script's data: a step takes the next k * A * b positions of the epochs' orders
+            self.cursor = DataCursor(parts.n_train, int(seed), ordered=parts.ordered)
+        else:
+            self.workload = make_workload(self.spec, seed)
+            #: the model, the flat parameter and gradient buffers and the batches live on the device;
+            #: every collective runs on them (NCCL for CUDA tensors, gloo for CPU tensors)
+            recipe = Recipe(self.spec.optimizer_spec, None, self.spec.grad_clip_norm, int(self.spec.accumulate),
+                            str(self.spec.precision))
+            check_precision_device(recipe.precision, dev)
+            #: ``workload.loader.num_workers > 0``: batches built ahead by DataLoader workers (:meth:`_train`)
+            self.replica = Replica(self.workload, dev, recipe, float(self.spec.lr), self.spec.loader)
+            load_ddp_machinery()  # S-SGD wraps the model in DDP at a generation's first step
+            #: a stream (``is_ordered``): the identity order, member r reads positions [pos + r*b, pos + (r+1)*b)
+            self.cursor = DataCursor(len(self.workload.train), int(seed), ordered=is_ordered(self.workload))
         #: issue 28 item 3: state the coordinator hands over (a generation with no source: the run's
         #: start, a resume, every member lost) and replicas it collects -- through Ray's object store
         #: by actor calls (this actor is threaded), never through the rendezvous store
@@ -211,6 +229,7 @@ class CollectiveMember:
             plan = self._wait_plan(g, gen)
             self._timing["plan"] = time.time()
             if plan is None or self.member not in plan.members:
+                self._stop_script()
                 g.close()
                 self.replica.close()
                 return {"member": self.member, "step": self.step, "gen": gen, "left": True, "regroups": regroups}
@@ -231,6 +250,7 @@ class CollectiveMember:
                         self._sent = plan.logged
                         self._send_records(g, plan.logged, self.step)
                         self._push_replica(g, "final")
+                    self._stop_script()
                     g.close()
                     self.replica.close()
                     return {"member": self.member, "step": self.step, "gen": gen, "left": False, "regroups": regroups}
@@ -245,6 +265,11 @@ class CollectiveMember:
                                self._barrier_done if self._strategy == "adpsgd" else self.step)
                 regroups += 1
                 gen += 1
+
+    def _stop_script(self) -> None:
+        """The job is over for this member: the script's data iteration ends and it finishes."""
+        if self.host is not None:
+            self.host.stop()
 
     def _wait_plan(self, g: ElasticGroup, gen: int) -> Plan | None:
         key = f"plan/{gen}"
@@ -361,6 +386,8 @@ class CollectiveMember:
         next_flush = time.monotonic() + FLUSH_S
         next_ctl = time.monotonic() + CONTROL_S
         step_fn = {"ssgd": self._ssgd_step, "sma": self._sma_step, "adpsgd": self._adpsgd_step}[plan.strategy]
+        if self.host is not None:
+            step_fn = self._script_step
         if plan.strategy != "ssgd":
             self.replica.unbind()  # S-MA and AD-PSGD step on the flat buffers
         gossip = plan.strategy == "adpsgd"
@@ -396,6 +423,8 @@ class CollectiveMember:
                 rec = step_fn(g, plan)
             except Diverged as e:
                 self._halt(g, plan, leader, str(e))
+            except ScriptStopped as e:
+                self._script_over(g, plan, leader, e.outcome)
             # what the step did not time itself (S-MA's and AD-PSGD's local steps) is compute
             clock.add("compute", time.perf_counter() - t_step - (sum(clock.spent.values()) - timed))
             rec["phases"] = clock.take()
@@ -454,6 +483,32 @@ class CollectiveMember:
                                  plan.batch, plan.local_steps, self._lr(plan))
         self.step += 1
         return self._record(plan, loss, samples)
+
+    def _script_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
+        """A step of the user's own loop (:mod:`~spotwise.planes.collective.script_member`): the script
+        computes and commits it; its loss is the mean over the members of what it back-propagated."""
+        assert self.host is not None and isinstance(self.replica, ScriptReplica)
+        out = script_step(self.host, self.replica, g, self.cursor, len(plan.members), plan.members.index(self.member),
+                          self.step)
+        if out.kind == "diverged":
+            raise Diverged(out.why)
+        self.step += 1
+        rec = self._record(plan, out.loss, out.samples)
+        if out.metrics:
+            rec["metrics"] = out.metrics
+        if out.late_metrics and self.step > 1:
+            rec["late_metrics"] = out.late_metrics
+        return rec
+
+    def _script_over(self, g: ElasticGroup, plan: Plan, leader: bool, out: Any) -> None:
+        """The script returned, raised or misused the API: the coordinator is told (a ``script``
+        record: any member's) and ends the run; until then this member waits."""
+        if leader:
+            self._send_records(g, self._sent, self.step)
+        g.store.queue_push("rec", json.dumps([{"step": self.step + 1, "gen": plan.gen, "strategy": plan.strategy,
+                                               "script": out.kind, "why": str(out.why)[-4000:],
+                                               "member": self.member}]))
+        self._until_failed(g, plan, leader)
 
     def _adpsgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
         """AD-PSGD (Lian et al. 2018, Spotnik's ref. [28]): the gradient at this replica, a pairwise

@@ -1,0 +1,346 @@
+"""The user's script inside a spotwise member: its thread, and the hand-over of each step.
+
+A collective member (:mod:`spotwise.planes.collective.member`) that trains a script
+(``workload: {script: train.py}``) runs it in a thread of its own, with ``sys.argv`` set to the
+script and its ``args``; :func:`spotwise.elastic.init` there returns a job backed by the member's
+:class:`ScriptHost`.  The two threads take turns, never running at once:
+
+* the **member thread** does what happens between steps -- waiting at the lease, regrouping,
+  taking the source's state, replica offers, records -- and then hands the script a :class:`Go`
+  (the generation's group, this member's index and the data position) with :meth:`ScriptHost.run_step`;
+* the **script thread** computes the step: it pulls its blocks from the data position, runs the
+  user's forward and backward passes (DDP's buckets all-reduce during the backward pass), and at
+  ``optimizer.step()`` commits (:meth:`ScriptHost.commit`): one small all-reduce of the step's
+  buffers, loss, sample count, failure flag and batch count -- the one host read -- then the user's
+  optimizers step.  It reports an :class:`Outcome` and waits for the next :class:`Go`.
+
+So the member's state (the model's flat vector, the optimizers' ``state_dict``) is only read or
+written by the member thread while the script waits, and a step is applied by every member or
+none (a failed collective drops it on every member; the member thread then regroups and the
+script's next batches retry the same samples).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import runpy
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from spotwise.elastic.batches import batch_maker, dataset_size
+from spotwise.elastic.job import clean_metrics, install_host
+from spotwise.elastic.positions import StreamPosition
+
+#: outcomes after which the script thread is over (no :class:`Go` follows)
+TERMINAL = ("ended", "raised", "usage")
+
+
+@dataclass
+class Go:
+    """What the member hands the script for one step (or ``stop``: the job is over)."""
+
+    stop: bool = False
+    group: Any = None
+    k: int = 1
+    r: int = 0
+    step: int = 0
+    epoch: int = 0
+    pos: int = 0
+
+
+@dataclass
+class Outcome:
+    """How the script's step (or the script) ended, for the member thread."""
+
+    kind: str  # registered | committed | dropped | diverged | ended | raised | usage
+    loss: float = math.nan
+    samples: int = 0
+    why: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    late_metrics: dict[str, float] = field(default_factory=dict)
+
+
+class ScriptError(Exception):
+    """The user's script misused the API (a fixable mistake: exit 2 with the message)."""
+
+
+@dataclass
+class Parts:
+    """What the script registered before its first batch."""
+
+    module: torch.nn.Module
+    optimizers: list[torch.optim.Optimizer]
+    n_train: int
+    find_unused: bool
+    states: dict[str, Any]
+    ordered: bool
+
+
+class ScriptHost:
+    """The :class:`~spotwise.elastic.job.Backend` of a script run by a member (module docstring)."""
+
+    launched = True
+
+    def __init__(self, path: str, args: list[str], device: torch.device, seed: int, batch_size: int) -> None:
+        self.path = str(path)
+        self.args = [str(a) for a in args]
+        self.device = torch.device(device)
+        self.seed = int(seed)
+        self.batch_size = int(batch_size)
+        self.rank, self.world = 0, 1
+        self._cv = threading.Condition()
+        self._handed: Go | None = None
+        self._outcome: Outcome | None = None
+        self._thread: threading.Thread | None = None
+        # what the script registered
+        self.module: torch.nn.Module | None = None
+        self.find_unused = False
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.states: dict[str, Any] = {}
+        self._make: Any = None
+        self.position: StreamPosition | None = None
+        #: the member's replica of the script's model (:class:`~spotwise.planes.collective.script_member.ScriptReplica`),
+        #: attached when the member built it: the DDP wrapper, the flat buffers, the failure flag
+        self.replica: Any = None
+        # the step in progress (script thread)
+        self._go: Go | None = None
+        self._stopped = False
+        self._pulled = 0
+        self._loss_sum: torch.Tensor | None = None
+        self._loss_n = 0
+        self._pending: dict[str, Any] = {}
+        self._late: dict[str, Any] = {}
+        self._step = 0
+        self._samples = 0
+        self.warnings: list[str] = []
+
+    # ================================================================== the member thread
+    def start(self) -> None:
+        """Run the script in its thread (it stops at its first batch until :meth:`run_step`)."""
+        install_host(self)
+        self._thread = threading.Thread(target=self._main, name="spotwise-script", daemon=True)
+        self._thread.start()
+
+    def wait_registered(self, timeout_s: float) -> Outcome:
+        """The script's first outcome: ``registered`` (its model, optimizers and data are known) or
+        how it ended before (``raised``, ``ended``, ``usage``)."""
+        with self._cv:
+            if not self._cv.wait_for(lambda: self._outcome is not None, timeout=timeout_s):
+                return Outcome("usage", why=f"the script did not take a batch from job.data() within {timeout_s:.0f} s "
+                                            "of starting: call spotwise.elastic.init(), job.model(), job.optimizer() "
+                                            "and job.data() and iterate the data")
+            out, self._outcome = self._outcome, None
+        return out
+
+    def parts(self) -> Parts:
+        assert self.module is not None and self.position is not None
+        return Parts(self.module, self.optimizers, self.position.n, self.find_unused, self.states, self.position.ordered)
+
+    def run_step(self, go: Go, timeout_s: float | None = None) -> Outcome:
+        """Hand the script ``go`` and wait for how its step ended (``timeout_s``: a script that never
+        calls ``optimizer.step()`` is reported as a ``usage`` outcome)."""
+        with self._cv:
+            self._handed = go
+            self._cv.notify_all()
+            if not self._cv.wait_for(lambda: self._outcome is not None, timeout=timeout_s):
+                return Outcome("usage", why=f"the script took batches but did not call optimizer.step() within "
+                                            f"{timeout_s:.0f} s: call step() on the object job.optimizer() returned "
+                                            "once per step")
+            out, self._outcome = self._outcome, None
+        return out
+
+    def stop(self, timeout_s: float = 60.0) -> Outcome | None:
+        """The job is over: let the script leave its loop (its data iteration ends) and finish."""
+        t = self._thread
+        if t is None or not t.is_alive():
+            return None
+        out = self.run_step(Go(stop=True), timeout_s)
+        t.join(timeout=5.0)
+        return out
+
+    # ================================================================== the script thread
+    def _main(self) -> None:
+        argv = sys.argv
+        sys.argv = [self.path, *self.args]
+        folder = os.path.dirname(os.path.abspath(self.path))
+        sys.path.insert(0, folder)
+        try:
+            runpy.run_path(self.path, run_name="__main__")
+        except StopIteration:
+            if not self._stopped:  # a StopIteration that is not the job's end: the user's
+                self._report(Outcome("raised", why=traceback.format_exc(limit=-8)), wait=False)
+                return
+        except ScriptError as e:
+            self._report(Outcome("usage", why=str(e)), wait=False)
+            return
+        except BaseException:  # the user's failure, sys.exit too: exit 2 with their traceback
+            self._report(Outcome("raised", why=_user_traceback()), wait=False)
+            return
+        finally:
+            sys.argv = argv
+            if sys.path and sys.path[0] == folder:
+                sys.path.pop(0)
+        self._report(Outcome("ended", why="the script returned" + ("" if self._stopped else
+                                                                   " before the job's target")), wait=False)
+
+    def _report(self, out: Outcome, wait: bool = True) -> Go | None:
+        with self._cv:
+            self._outcome = out
+            self._cv.notify_all()
+            if not wait:
+                return None
+            self._cv.wait_for(lambda: self._handed is not None)
+            go, self._handed = self._handed, None
+        return go
+
+    def _begin(self, go: Go | None) -> None:
+        self._go = go
+        if go is None or go.stop:
+            self._stopped = True
+            return
+        self.rank, self.world = int(go.r), int(go.k)
+        assert self.position is not None
+        self.position.moved_to(go.epoch, go.pos)
+        self._step = int(go.step)
+        self._samples = self.position.absolute
+        self._pulled = 0
+        self._loss_sum = None
+        self._loss_n = 0
+
+    # ------------------------------------------------------------------ Backend: registration
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @property
+    def samples(self) -> int:
+        return self._samples
+
+    def register_model(self, module: torch.nn.Module, find_unused: bool) -> None:
+        self.module = module
+        self.find_unused = find_unused
+
+    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+
+    def register_state(self, name: str, obj: Any) -> None:
+        if self.position is not None:
+            raise ScriptError(f"job.state({name!r}, ...) after job.data(): register the script's own state before "
+                              "its first batch")
+        self.states[name] = obj
+
+    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None) -> None:
+        if batch_size is not None and int(batch_size) != self.batch_size:
+            raise ScriptError(f"job.data(batch_size={batch_size}) differs from the spec's workload.batch_size "
+                              f"({self.batch_size}): give the same number in both, or leave it out of the script")
+        self._make = batch_maker(dataset, collate_fn)
+        self.position = StreamPosition(dataset_size(dataset), self.seed, ordered=bool(getattr(dataset, "ordered", False)))
+
+    # ------------------------------------------------------------------ Backend: the step
+    def forward_module(self) -> Any:
+        rep = self.replica
+        if rep is not None and rep.reducer is not None and not rep.hook_failed():
+            return rep.reducer.ddp
+        assert self.module is not None
+        return self.module
+
+    def no_sync(self) -> Any:
+        import contextlib
+
+        rep = self.replica
+        return rep.reducer.no_sync() if rep is not None and rep.reducer is not None else contextlib.nullcontext()
+
+    def next_batch(self) -> Any:
+        if self._go is None and not self._stopped:  # the script's first batch: it has registered everything
+            if self.module is None or not self.optimizers:
+                raise ScriptError("the script took a batch before job.model() and job.optimizer(): wrap the model "
+                                  "and the optimizer(s) first")
+            self._begin(self._report(Outcome("registered")))
+        if self._stopped:
+            raise StopIteration
+        go, pos = self._go, self.position
+        assert go is not None and pos is not None
+        idx = pos.block(self._pulled * go.k + go.r, self.batch_size)
+        self._pulled += 1
+        return self._make(idx)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if self._go is None or self._stopped:
+            raise ScriptError("job.backward() outside a step: take a batch from job.data() first")
+        d = loss.detach().float()
+        self._loss_sum = d.clone() if self._loss_sum is None else self._loss_sum + d
+        self._loss_n += 1
+        loss.backward()
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        if self._pulled == 0 and self._step > 0:  # between two steps: the values are the last committed step's
+            self._late.update(metrics)
+        else:
+            self._pending.update(metrics)
+
+    def commit(self) -> bool:
+        go, rep = self._go, self.replica
+        if self._stopped:
+            raise ScriptError("optimizer.step() after the job ended (the data iteration stopped): leave the loop")
+        if go is None or self._pulled == 0:
+            raise ScriptError("optimizer.step() before any batch of this step: take a batch from job.data() first")
+        from spotwise.planes.collective.group import GroupFailed
+
+        k, b, pulled = go.k, self.batch_size, self._pulled
+        n_local = pulled * b
+        tail = rep.fill_tail(n_local, self._loss_sum, self._loss_n, pulled)
+        try:
+            go.group.allreduce(tail)
+            vals = tail[rep.B:rep.B + 5].tolist()  # the step's one host read
+        except GroupFailed as e:
+            return self._drop(f"the step's commit all-reduce failed: {e}")
+        loss_sum, loss_n, failed, pulled_sum, pulled_sq = vals
+        if failed > 0:
+            return self._drop(rep.hook_failed() or "a member's gradient all-reduce failed")
+        if int(pulled_sum) != k * pulled or int(pulled_sq) != k * pulled * pulled:
+            raise ScriptError(f"the members took different numbers of batches in step {self._step + 1} (this one "
+                              f"{pulled}, {int(pulled_sum)} in all over {k}): every member must take the same number "
+                              "of batches before optimizer.step()")
+        loss = loss_sum / loss_n if loss_n > 0 else math.nan
+        if loss_n > 0 and not math.isfinite(loss):
+            out = Outcome("diverged", why=f"the loss is {loss}")
+            self._begin(self._report(out))
+            return False
+        for o in self.optimizers:
+            o.step()
+        total = k * n_local
+        rep.adopt_buffers(tail, total)
+        self._pulled = 0
+        metrics = clean_metrics(self._pending, self._warn)
+        late = clean_metrics(self._late, self._warn)
+        self._pending, self._late = {}, {}
+        self._begin(self._report(Outcome("committed", loss=loss, samples=total, metrics=metrics, late_metrics=late)))
+        return True
+
+    def _drop(self, why: str) -> bool:
+        """The step is dropped on every member: gradients let go, the member thread regroups."""
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=True)
+        self._pending = {}
+        self._begin(self._report(Outcome("dropped", why=why)))
+        return False
+
+    def _warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+        print(f"spotwise: {msg}", file=sys.stderr, flush=True)
+
+
+def _user_traceback() -> str:
+    """The user's part of the current exception's traceback (frames inside spotwise left out)."""
+    et, ev, tb = sys.exc_info()
+    frames = [f for f in traceback.extract_tb(tb) if "/spotwise/" not in f.filename.replace("\\", "/")
+              or f.filename.endswith("runpy.py")]
+    frames = [f for f in frames if not f.filename.endswith("runpy.py")]
+    text = "".join(traceback.format_list(frames[-8:])) + "".join(traceback.format_exception_only(et, ev))
+    return text.strip()

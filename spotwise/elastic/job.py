@@ -1,0 +1,321 @@
+"""Bring your own training loop: the objects a user's ``train.py`` holds (issue 41 item 1).
+
+A script converts in a few lines::
+
+    import spotwise.elastic as sw
+    job = sw.init()                                    # the job's elastic group, or a plain process
+    model = job.model(model)                           # DDP over the group, rebuilt at each regroup
+    optimizer = job.optimizer(optimizer)               # step() is the commit point
+    for x, y in job.data(train_set, batch_size=32):    # exactly-once, resumable batches
+        loss = F.cross_entropy(model(x.to(job.device)), y.to(job.device))
+        job.backward(loss)                             # or loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        job.log(loss=loss)
+
+Started by ``spotwise run SPEC`` (``workload: {script: train.py}``) the script runs in every member
+of the collective plane (:mod:`spotwise.elastic.host`), in place of spotwise's own loop: the
+controller, market, policies, ledger, checkpoints, report and planner are those of every job.
+Started on its own (``python train.py``) it is a plain single process (:mod:`spotwise.elastic.local`)
+with the same data order, so the same script is debugged on a laptop and run on spot capacity.
+
+**Commit.** ``optimizer.step()`` is where a step commits: a small all-reduce of the step's loss,
+sample count and a failure flag -- the step's one host read -- then the user's optimizers step, on
+every member alike.  A step that loses a member (a revocation inside it) is dropped on every member
+and ``step()`` returns ``False``: the script goes on, and its next batches are the same samples
+split over the new membership, the state it steps from that of the last committed step (the
+members regroup in place, Spotnik's atomic commit, ``papers/001_30a454edd897cf47.txt`` Sec. 3.2).
+
+**Data.** ``job.data`` hands out the batches of the run's position in the epochs' seeded orders
+(:mod:`spotwise.elastic.positions`); the iteration ends when the job's target (``target.samples``,
+``target.iterations``, a loss, a budget) is reached, so ``for batch in job.data(...)`` is the whole
+loop.  Several batches before one ``step()`` are gradient accumulation (every member must pull the
+same number).  Under spotwise, the batch size is the spec's ``workload.batch_size``.
+
+**State.** The model's parameters and buffers and the optimizers' ``state_dict`` travel with every
+regroup, replica and checkpoint; anything else the script keeps (EMA weights, a teacher, a counter)
+is registered with :meth:`Job.state` (an object with ``state_dict``/``load_state_dict``).
+``job.step`` and ``job.samples`` count committed steps and samples: what a schedule or a log
+should be a function of (they survive a resume).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+
+
+class Backend(Protocol):
+    """Where the objects of :class:`Job` get their behaviour: a plain process or a spotwise member."""
+
+    launched: bool
+    rank: int
+    world: int
+    device: torch.device
+
+    def register_model(self, module: torch.nn.Module, find_unused: bool) -> None: ...
+    def forward_module(self) -> Any: ...
+    def no_sync(self) -> Any: ...
+    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None: ...
+    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None) -> None: ...
+    def register_state(self, name: str, obj: Any) -> None: ...
+    def next_batch(self) -> Any: ...
+    def backward(self, loss: torch.Tensor) -> None: ...
+    def commit(self) -> bool: ...
+    def log(self, metrics: dict[str, float]) -> None: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def samples(self) -> int: ...
+
+
+class ElasticModel(torch.nn.Module):
+    """The user's model, called through DDP over the job's current group (module docstring).
+
+    Its parameters, ``state_dict`` and attributes are the wrapped module's own (no ``module.``
+    prefix); ``.module`` is the module itself.  ``require_backward_grad_sync = False`` and
+    :meth:`no_sync` skip the gradient all-reduce of a micro-batch, as DDP's do."""
+
+    def __init__(self, module: torch.nn.Module, backend: Backend) -> None:
+        super().__init__()
+        self.module = module
+        object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "require_backward_grad_sync", True)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        target = self._backend.forward_module()
+        if target is not self.module and hasattr(target, "require_backward_grad_sync"):
+            target.require_backward_grad_sync = bool(self.require_backward_grad_sync)
+        return target(*args, **kwargs)
+
+    def no_sync(self) -> Any:
+        """Gradients of the micro-batches inside accumulate locally (DDP's ``no_sync``)."""
+        return self._backend.no_sync()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "module":
+                raise
+            return getattr(self.module, name)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return self.module.load_state_dict(*args, **kwargs)
+
+
+class ElasticOptimizer:
+    """The user's optimizer(s); :meth:`step` commits the step on every member or on none."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer], backend: Backend) -> None:
+        self.optimizers = list(optimizers)
+        self._backend = backend
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Every wrapped optimizer's groups (the same dicts: a learning rate set here is theirs)."""
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    @property
+    def state(self) -> Any:
+        if len(self.optimizers) == 1:
+            return self.optimizers[0].state
+        merged: dict[Any, Any] = {}
+        for o in self.optimizers:
+            merged.update(o.state)
+        return merged
+
+    def step(self, closure: Callable[[], Any] | None = None) -> bool:
+        """Commit the step: True if every member applied it, False if it was dropped on all (a member
+        was lost; the script's next batches retry the same samples)."""
+        if closure is not None:
+            raise TypeError("spotwise commits a step across members: step(closure) (LBFGS) is not supported")
+        return self._backend.commit()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        if len(self.optimizers) == 1:
+            return self.optimizers[0].state_dict()
+        return {"optimizers": [o.state_dict() for o in self.optimizers]}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        if len(self.optimizers) == 1:
+            self.optimizers[0].load_state_dict(sd)
+            return
+        for o, s in zip(self.optimizers, sd["optimizers"], strict=True):
+            o.load_state_dict(s)
+
+
+class ElasticData:
+    """Batches of the run's data position, exactly once per epoch (module docstring); an iterator
+    that ends when the job does."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return self._backend.next_batch()
+
+
+class Job:
+    """The job as the user's script sees it (module docstring).  Made by :func:`init`."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._data_made = False
+        self._model_made = False
+        self._optimizer_made = False
+
+    # ------------------------------------------------------------------ who and where
+    @property
+    def launched(self) -> bool:
+        """Whether spotwise started this process (else: a plain single process)."""
+        return self._backend.launched
+
+    @property
+    def rank(self) -> int:
+        """This member's index in the current generation (0 on its own); it changes at regroups."""
+        return self._backend.rank
+
+    @property
+    def world(self) -> int:
+        """Members in the current generation (1 on its own)."""
+        return self._backend.world
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process should do the generation's one-per-job work (printing, say)."""
+        return self._backend.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        """Where this member trains (the spec's ``cluster.device``; the CPU on its own unless CUDA is there)."""
+        return self._backend.device
+
+    @property
+    def step(self) -> int:
+        """Committed steps (a resumed run counts on from its checkpoint)."""
+        return self._backend.step
+
+    @property
+    def samples(self) -> int:
+        """Committed samples, over all members (the schedule's clock)."""
+        return self._backend.samples
+
+    # ------------------------------------------------------------------ wrapping
+    def model(self, module: torch.nn.Module, *, find_unused_parameters: bool = False) -> ElasticModel:
+        """Wrap the model (already on :attr:`device`): DDP over the job's group, rebuilt at each regroup.
+        Only parameters that require a gradient are reduced and stepped."""
+        if self._model_made:
+            raise RuntimeError("job.model() was called twice: spotwise trains one model per job (register other "
+                               "modules, an EMA copy or a teacher, with job.state(name, module))")
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"job.model() takes a torch.nn.Module, got {type(module).__name__}")
+        self._model_made = True
+        self._backend.register_model(module, bool(find_unused_parameters))
+        return ElasticModel(module, self._backend)
+
+    def optimizer(self, *optimizers: torch.optim.Optimizer) -> ElasticOptimizer:
+        """Wrap the optimizer(s) of the model's parameters (several: e.g. Muon for the matrices and
+        AdamW for the rest); their ``step()`` together is the step's commit."""
+        if self._optimizer_made:
+            raise RuntimeError("job.optimizer() was called twice: pass every optimizer in one call, "
+                               "job.optimizer(opt_a, opt_b)")
+        if not optimizers or not all(isinstance(o, torch.optim.Optimizer) for o in optimizers):
+            raise TypeError("job.optimizer() takes one or more torch.optim.Optimizer objects")
+        self._optimizer_made = True
+        self._backend.register_optimizers(list(optimizers))
+        return ElasticOptimizer(list(optimizers), self._backend)
+
+    def data(self, dataset: Any, batch_size: int | None = None, *, collate_fn: Callable[[list[Any]], Any] | None = None,
+             epochs: float | None = None) -> ElasticData:
+        """The training batches (module docstring).  ``epochs`` bounds a plain process's iteration
+        (under spotwise the spec's target does)."""
+        if self._data_made:
+            raise RuntimeError("job.data() was called twice: iterate the one it returned (it resumes where the "
+                               "run is; a second one would hand the same samples out again)")
+        self._data_made = True
+        self._backend.register_data(dataset, batch_size, collate_fn, epochs)
+        return ElasticData(self._backend)
+
+    def state(self, name: str, obj: Any) -> None:
+        """Make ``obj`` (``state_dict()`` / ``load_state_dict()``: an EMA model, a teacher, a counter
+        object) part of the job's state: it travels with regroups, replicas and checkpoints."""
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise TypeError(f"job.state({name!r}, ...) needs an object with state_dict() and load_state_dict()")
+        self._backend.register_state(str(name), obj)
+
+    # ------------------------------------------------------------------ the step
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` that also counts the loss into the step's record (no host read)."""
+        self._backend.backward(loss)
+
+    def no_sync(self) -> Any:
+        """Gradients of the micro-batches inside accumulate locally (DDP's ``no_sync``)."""
+        return self._backend.no_sync()
+
+    def log(self, metrics: dict[str, Any] | None = None, **values: Any) -> None:
+        """Metrics of the current step (``loss=...``, ``val_loss=...``): into the run's events, status
+        and report.  Tensors are read when the step commits; a non-finite or non-numeric value is
+        dropped with a warning."""
+        merged = dict(metrics or {})
+        merged.update(values)
+        self._backend.log(merged)
+
+
+def clean_metrics(metrics: dict[str, Any], warn: Callable[[str], None]) -> dict[str, float]:
+    """Finite numbers (0-dim tensors read here) by name; anything else dropped with a warning."""
+    out: dict[str, float] = {}
+    for k, v in metrics.items():
+        if isinstance(v, torch.Tensor):
+            v = v.detach().float().item() if v.numel() == 1 else None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            warn(f"job.log({k}=...) is not a number ({type(v).__name__}): dropped")
+            continue
+        if not math.isfinite(float(v)):
+            warn(f"job.log({k}={v}) is not finite: dropped")
+            continue
+        out[str(k)] = float(v)
+    return out
+
+
+_LOCK = threading.Lock()
+_JOB: Job | None = None
+#: set by a spotwise member before it runs the script (:mod:`spotwise.elastic.host`)
+_HOST: Backend | None = None
+
+
+def init(seed: int | None = None) -> Job:
+    """The job this process belongs to: a spotwise member's (started by ``spotwise run``), else a
+    plain single process (``seed``: its data order, default 0).  One per process: a second call
+    returns the same job."""
+    global _JOB
+    with _LOCK:
+        if _JOB is None:
+            if _HOST is not None:
+                _JOB = Job(_HOST)
+            else:
+                from spotwise.elastic.local import LocalBackend
+
+                _JOB = Job(LocalBackend(0 if seed is None else int(seed)))
+        return _JOB
+
+
+def install_host(host: Backend | None) -> None:
+    """The member's backend for the script it is about to run (None: forget it and the job)."""
+    global _HOST, _JOB
+    with _LOCK:
+        _HOST = host
+        _JOB = None

@@ -1,0 +1,123 @@
+"""The user-loop API in a plain process: the script started without spotwise (``python train.py``).
+
+One process, no group: the model is called as it is, ``optimizer.step()`` steps, and the data
+come in the same seeded epoch orders a spotwise run uses (:mod:`spotwise.elastic.positions`), so
+a script is debugged here and trains the same samples in the same order under spotwise with one
+member.  The data end after ``epochs`` when ``job.data`` is given them, else never (the script's
+own loop bounds it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any
+
+import torch
+
+from spotwise.elastic.batches import batch_maker, dataset_size
+from spotwise.elastic.job import clean_metrics
+from spotwise.elastic.positions import StreamPosition
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class LocalBackend:
+    """:class:`~spotwise.elastic.job.Backend` of a plain process (module docstring)."""
+
+    launched = False
+    rank = 0
+    world = 1
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = int(seed)
+        self.device = _default_device()
+        self.module: torch.nn.Module | None = None
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.states: dict[str, Any] = {}
+        self._make: Any = None
+        self._pos: StreamPosition | None = None
+        self._b = 0
+        self._end: int | None = None
+        self._pulled = 0
+        self._step = 0
+        self._samples = 0
+        #: what ``job.log`` was given, per committed step: ``(step, {name: value})``
+        self.logged: list[tuple[int, dict[str, float]]] = []
+        self._pending: dict[str, Any] = {}
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @property
+    def samples(self) -> int:
+        return self._samples
+
+    def register_model(self, module: torch.nn.Module, find_unused: bool) -> None:
+        self.module = module
+
+    def forward_module(self) -> Any:
+        assert self.module is not None
+        return self.module
+
+    def no_sync(self) -> Any:
+        return contextlib.nullcontext()
+
+    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+
+    def register_state(self, name: str, obj: Any) -> None:
+        self.states[name] = obj
+
+    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None) -> None:
+        if batch_size is None or int(batch_size) < 1:
+            raise ValueError("job.data(dataset, batch_size=B) needs a positive batch size when the script runs on its "
+                             "own (under spotwise it is the spec's workload.batch_size)")
+        n = dataset_size(dataset)
+        self._make = batch_maker(dataset, collate_fn)
+        self._pos = StreamPosition(n, self.seed, ordered=bool(getattr(dataset, "ordered", False)))
+        self._b = int(batch_size)
+        self._end = None if epochs is None else int(round(float(epochs) * n))
+
+    def next_batch(self) -> Any:
+        if self._pos is None:
+            raise RuntimeError("iterate the object job.data() returned")
+        start = self._pulled * self._b
+        if self._end is not None and self._samples + start >= self._end:
+            raise StopIteration
+        count = self._b if self._end is None else min(self._b, self._end - self._samples - start)
+        self._pulled += 1
+        return self._make(self._pos.indices(start, count))
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def commit(self) -> bool:
+        if self._pulled == 0:
+            raise RuntimeError("optimizer.step() before any batch of this step: take a batch from job.data() first")
+        for o in self.optimizers:
+            o.step()
+        taken = self._pulled * self._b
+        if self._end is not None:
+            taken = min(taken, self._end - self._samples)
+        assert self._pos is not None
+        self._pos.advance(taken)
+        self._samples += taken
+        self._step += 1
+        self._pulled = 0
+        if self._pending:
+            self.logged.append((self._step, clean_metrics(self._pending, _warn)))
+            self._pending = {}
+        return True
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        self._pending.update(metrics)
+
+
+def _warn(msg: str) -> None:
+    print(f"spotwise: {msg}", file=sys.stderr)
+
+

@@ -1,0 +1,174 @@
+"""A collective member whose steps are the user's own loop (issue 41; :mod:`spotwise.elastic.host`).
+
+:class:`ScriptReplica` is what :class:`~spotwise.planes.collective.member.CollectiveMember` keeps
+of a script's training state in place of a workload's :class:`~spotwise.planes.collective.replica.Replica`:
+the script's own model, its parameters and float buffers made views into one flat float32 vector
+(:class:`~spotwise.training.state.FlatModel`: what a regroup broadcasts, a replica offer copies and
+a checkpoint stores), and the script's own optimizers, whose ``state_dict`` -- with the integer
+buffers and the objects the script registered with ``job.state`` -- is the extra state that travels
+with it.  Its DDP wrapper is built over each generation's process group with the tolerant comm hook
+(:func:`~spotwise.planes.collective.bucketed.tolerant_sum_hook`): a failed bucket does not raise out
+of the user's backward pass; the step's commit drops the step on every member instead.
+
+:func:`script_step` is one step of such a member: hand the script the generation and data position,
+wait for its outcome, and turn it into the member's record (or a failed generation).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from spotwise.control.phases import PhaseClock
+from spotwise.elastic.host import Go, Outcome, Parts, ScriptHost
+from spotwise.planes.collective.group import ElasticGroup, GroupFailed
+from spotwise.planes.collective.replica import DataCursor
+from spotwise.training.state import FlatModel
+from spotwise.workloads.device import to_device
+
+#: seconds a script may take between being handed a step and committing it (its first step
+#: compiles, loads, warms up); then the member reports it as not calling optimizer.step()
+STEP_TIMEOUT_S = float(os.environ.get("SPOTWISE_SCRIPT_STEP_TIMEOUT_S", "900"))
+
+
+class ScriptStopped(Exception):
+    """The script ended, raised, or misused the API: its :class:`Outcome` says which."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.why)
+        self.outcome = outcome
+
+
+class ScriptReplica:
+    """The script's training state as a member holds it (module docstring)."""
+
+    loader = None  # the script builds its own batches
+
+    def __init__(self, parts: Parts, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self.fm = FlatModel(parts.module, self.device)
+        self.model = self.fm.model
+        self.P, self.B = self.fm.P, self.fm.B
+        self.N = self.P + self.B
+        self.flat = self.fm.flat
+        self.optimizers = list(parts.optimizers)
+        self.states = dict(parts.states)
+        self.find_unused = bool(parts.find_unused)
+        self.clock = PhaseClock()
+        self.reducer: Any = None
+        #: ``n * buffers`` (B), the step's loss sum, whether it has one, the failure flag, the batches
+        #: taken and their square: what the commit all-reduces (:meth:`ScriptHost.commit`)
+        self.tail = self.zeros(self.B + 5)
+        if not any(p.requires_grad for p in self.fm.params):
+            raise ValueError("no parameter of the script's model requires a gradient")
+
+    # ------------------------------------------------------------------ DDP over the generation
+    def bound_to(self, gen: int | None) -> bool:
+        return self.reducer is not None and self.reducer.gen == gen
+
+    def bind(self, group: ElasticGroup) -> None:
+        from spotwise.planes.collective.bucketed import BucketedReducer, tolerant_sum_hook
+
+        if not self.bound_to(group.gen):
+            self.unbind()
+            self.reducer = BucketedReducer(self.model, group.process_group(), int(group.gen), self.device,
+                                           find_unused=self.find_unused, hook=tolerant_sum_hook)
+            self.reducer.state.weight = 1.0 / max(1, len(group.members))  # every block is full: share 1 / k
+
+    def unbind(self) -> Any:
+        red, self.reducer = self.reducer, None
+        for p in self.fm.params:
+            p.grad = None
+        return red
+
+    def hook_failed(self) -> str | None:
+        return None if self.reducer is None else self.reducer.state.failed
+
+    # ------------------------------------------------------------------ the commit's tail
+    def fill_tail(self, n_local: int, loss_sum: torch.Tensor | None, has_loss: int, pulled: int) -> torch.Tensor:
+        t = self.tail
+        if self.B:
+            t[: self.B].copy_(self.fm.buffer_vec).mul_(float(n_local))
+        if loss_sum is not None:
+            t[self.B].copy_(loss_sum.to(t.dtype))
+        else:
+            t[self.B] = 0.0
+        t[self.B + 1] = 1.0 if has_loss else 0.0
+        t[self.B + 2] = 1.0 if self.hook_failed() else 0.0
+        t[self.B + 3] = float(pulled)
+        t[self.B + 4] = float(pulled * pulled)
+        return t
+
+    def adopt_buffers(self, tail: torch.Tensor, total: int) -> None:
+        """The sample-weighted mean of the members' float buffers (BatchNorm statistics), as the built-in steps do."""
+        if self.B and total > 0:
+            self.fm.buffer_vec.copy_(tail[: self.B]).div_(float(total))
+
+    # ------------------------------------------------------------------ what the member loop uses
+    def zeros(self, n: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.zeros(int(n), dtype=dtype, device=self.device)
+
+    def tensor(self, values: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return to_device(torch.as_tensor(values, dtype=dtype), self.device)
+
+    def set_params(self, vec: Any) -> None:
+        v = torch.as_tensor(vec, dtype=torch.float32).reshape(-1)
+        if v.numel() != self.N:
+            raise ValueError(f"a replica of {self.N} values cannot take {v.numel()}")
+        self.flat.copy_(to_device(v, self.device))
+
+    @property
+    def has_extra(self) -> bool:
+        return True
+
+    def extra_state(self) -> dict[str, Any]:
+        """The optimizers', the integer buffers' and the registered objects' state (live tensors: the
+        member copies it between steps)."""
+        return {"int_buffers": self.fm.int_buffers(), "optimizers": [o.state_dict() for o in self.optimizers],
+                "states": {k: v.state_dict() for k, v in self.states.items()}}
+
+    def load_extra_state(self, extra: dict[str, Any] | None) -> None:
+        if not extra:
+            return
+        self.fm.load_int_buffers(extra.get("int_buffers") or {})
+        opts = extra.get("optimizers") or []
+        if opts and len(opts) != len(self.optimizers):
+            raise ValueError(f"the state holds {len(opts)} optimizers, the script has {len(self.optimizers)}")
+        for o, sd in zip(self.optimizers, opts):
+            o.load_state_dict(sd)
+        for name, sd in (extra.get("states") or {}).items():
+            if name in self.states:
+                self.states[name].load_state_dict(sd)
+
+    def evaluate(self) -> dict[str, float]:
+        return {}  # the script evaluates in its own loop and logs what it finds
+
+    def reset_loader(self) -> None:
+        return None
+
+    def expect(self, blocks: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def script_step(host: ScriptHost, rep: ScriptReplica, g: ElasticGroup, cursor: DataCursor, k: int, r: int,
+                step: int) -> Outcome:
+    """Hand the script one step and return its outcome: committed (the cursor moved past the step's
+    samples) or diverged; :class:`GroupFailed` if the step was dropped, :class:`ScriptStopped` if the
+    script is over."""
+    rep.bind(g)
+    go = Go(group=g, k=k, r=r, step=step, epoch=cursor.epoch, pos=cursor.pos)
+    out = host.run_step(go, STEP_TIMEOUT_S)
+    if out.kind == "committed":
+        cursor.epoch, cursor.pos = divmod(cursor.epoch * cursor.n + cursor.pos + int(out.samples), cursor.n)
+        return out
+    if out.kind == "diverged":  # every member saw the same all-reduced loss: the member halts
+        return out
+    if out.kind == "dropped":
+        g.fail(out.why, rep.unbind())
+        raise GroupFailed(out.why)
+    raise ScriptStopped(out)

@@ -1,0 +1,50 @@
+"""A small training script on the spotwise.elastic API (issue 41): what tests run under spotwise.
+
+Run on its own (``python train_mlp.py --epochs 1``) it is a plain loop; under ``spotwise run`` it
+is every member's loop.  ``--fail-at STEP`` raises there (the tests of a failing script);
+``--out FILE`` writes the final parameters and the samples it saw (the exactly-once tests).
+"""
+
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import spotwise.elastic as sw
+
+p = argparse.ArgumentParser()
+p.add_argument("--lr", type=float, default=0.01)
+p.add_argument("--epochs", type=float, default=None)
+p.add_argument("--fail-at", type=int, default=None)
+p.add_argument("--seen", default=None, help="append the sample ids each committed step took to this file")
+args = p.parse_args()
+
+torch.manual_seed(0)
+gen = torch.Generator().manual_seed(1)
+X = torch.randn(240, 8, generator=gen)
+Y = (X.sum(1) > 0).long()
+IDS = torch.arange(240)
+data = torch.utils.data.TensorDataset(X, Y, IDS)
+
+model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+job = sw.init()
+model = job.model(model.to(job.device))
+decay = [q for q in model.parameters() if q.dim() >= 2]
+rest = [q for q in model.parameters() if q.dim() < 2]
+opt = job.optimizer(torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                                      lr=args.lr))
+seen = []
+for x, y, ids in job.data(data, batch_size=8, epochs=args.epochs):
+    if args.fail_at is not None and job.step + 1 == args.fail_at:
+        raise ValueError(f"failing on purpose at step {job.step + 1}")
+    loss = F.cross_entropy(model(x.to(job.device)), y.to(job.device))
+    job.backward(loss)
+    if opt.step():
+        seen.append(ids.tolist())
+    opt.zero_grad()
+    job.log(loss=loss, lr=opt.param_groups[0]["lr"])
+if args.seen:
+    with open(args.seen, "a") as f:
+        f.write(json.dumps({"rank": job.rank, "steps": job.step, "samples": job.samples}) + "\n")
