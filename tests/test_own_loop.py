@@ -57,3 +57,85 @@ def test_a_script_trains_as_a_job(ray_session: Any, tmp_path: Path) -> None:
     metrics = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["metrics"]))
     assert metrics and all("loss" in m["values"] for m in metrics)
     print(json.dumps(summary.extra.get("metrics")))
+
+
+def positions_contiguous(out: Path, n: int) -> list[dict[str, Any]]:
+    """The committed steps (a rollback takes back the steps after its target) and their data
+    positions follow each other with no gap and no overlap, so every sample of every epoch is in
+    exactly one committed step; the step events that stand."""
+    from test_collective_plane import committed_history
+
+    steps = committed_history(out)
+    at = 0
+    for e in steps:
+        at += int(e["samples"])
+        assert int(e["epoch"]) * n + int(e["pos"]) == at, (e["step"], at)
+    return steps
+
+
+def test_through_revocations_and_a_crash_every_sample_is_trained_exactly_once(ray_session: Any, tmp_path: Path) -> None:
+    from spotwise.capacity.faults import ScriptedRevocation, outage
+    from spotwise.planes.collective.data_plane import CollectivePlane
+
+    spec = script_spec(cluster__workers=3, cluster__standby=1, target__samples=720)  # 3 epochs of 240
+    rev = ScriptedRevocation((outage(3, 9, [0, 1]), outage(14, 16, [0, 1, 2])))
+    coord, summary = run(spec, tmp_path / "run", revocation=rev, plane=CollectivePlane(spec, faults={2: {"step": 20, "action": "exit"}}))
+    assert summary.status == "completed"
+    assert summary.revocations >= 3
+    steps = positions_contiguous(tmp_path / "run", 240)
+    assert 720 <= coord.counters.samples < 720 + 3 * 8
+    assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
+    assert {e["active"] for e in steps} >= {1, 3}, "steps ran with the members left"
+    assert any(r["survivors"] for r in read_events(tmp_path / "run" / "events.jsonl", kinds=["regroup"]))
+
+
+def test_without_revocations_it_equals_a_plain_loop_on_the_same_samples(ray_session: Any, tmp_path: Path) -> None:
+    """Two members of 8 samples each == the same script on its own with batches of 16 (same data
+    order, AdamW with decay groups): max |diff| of the parameters < 1e-5."""
+    import subprocess
+    import sys
+
+    import torch
+
+    args = ["--no-bn", "--batch", "8"]
+    spec = script_spec(workload__args=args, target__samples=480)
+    coord, summary = run(spec, tmp_path / "run")
+    assert summary.status == "completed" and coord.counters.samples == 480
+    plain = tmp_path / "plain.pt"
+    subprocess.run([sys.executable, str(SCRIPTS / "train_mlp.py"), "--no-bn", "--batch", "16", "--epochs", "2",
+                    "--seed", str(spec.seed), "--save", str(plain)], check=True, timeout=120, cwd=tmp_path)
+    want = torch.load(plain, weights_only=True)
+    got = coord.state.model_state_dict()
+    assert got is not None and set(got) == set(want)
+    diff = max(float((got[k] - want[k]).abs().max()) for k in want)
+    assert diff < 1e-5, diff
+
+
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(ray_session: Any, tmp_path: Path) -> None:
+    """Checkpoints hold the script's optimizer state (AdamW moments): a run stopped at step 9 and
+    resumed ends where the uninterrupted run ends."""
+    import numpy as np
+
+    spec = script_spec(outputs__checkpoint_every=3, target__samples=320)
+    out = tmp_path / "run"
+    first, s1 = run(spec, out, stop_after_steps=9)
+    assert s1.status == "stopped" and s1.steps >= 9
+    again, s2 = run(spec, out, resume=True)
+    assert s2.status == "completed" and again.counters.samples == 320
+    straight, s3 = run(spec, tmp_path / "straight")
+    assert s3.steps == s2.steps
+    assert np.max(np.abs(again.params - straight.params)) < 1e-5
+    positions_contiguous(out, 240)
+
+
+def test_a_script_that_raises_exits_2_with_its_traceback_and_keeps_the_last_step(ray_session: Any, tmp_path: Path) -> None:
+    from spotwise.control.checkpoint import load_latest_checkpoint
+    from spotwise.errors import InputError
+
+    spec = script_spec(workload__args=["--fail-at", "6"])
+    with pytest.raises(InputError) as e:
+        run(spec, tmp_path / "run")
+    text = str(e.value)
+    assert "raised in step 6" in text and "failing on purpose at step 6" in text and "train_mlp.py" in text, text
+    state, _ = load_latest_checkpoint(tmp_path / "run")
+    assert int(state["step"]) == 5, "the last committed step is kept"

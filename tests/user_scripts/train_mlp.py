@@ -18,7 +18,11 @@ p = argparse.ArgumentParser()
 p.add_argument("--lr", type=float, default=0.01)
 p.add_argument("--epochs", type=float, default=None)
 p.add_argument("--fail-at", type=int, default=None)
-p.add_argument("--seen", default=None, help="append the sample ids each committed step took to this file")
+p.add_argument("--seen", default=None, help="append what this process committed to this file at the end")
+p.add_argument("--batch", type=int, default=8)
+p.add_argument("--seed", type=int, default=0, help="the data order when run on its own")
+p.add_argument("--no-bn", action="store_true")
+p.add_argument("--save", default=None, help="torch.save the final model state_dict here")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -28,15 +32,16 @@ Y = (X.sum(1) > 0).long()
 IDS = torch.arange(240)
 data = torch.utils.data.TensorDataset(X, Y, IDS)
 
-model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
-job = sw.init()
+norm = nn.Identity() if args.no_bn else nn.BatchNorm1d(16)
+model = nn.Sequential(nn.Linear(8, 16), norm, nn.ReLU(), nn.Linear(16, 2))
+job = sw.init(seed=args.seed)
 model = job.model(model.to(job.device))
 decay = [q for q in model.parameters() if q.dim() >= 2]
 rest = [q for q in model.parameters() if q.dim() < 2]
 opt = job.optimizer(torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                                       lr=args.lr))
 seen = []
-for x, y, ids in job.data(data, batch_size=8, epochs=args.epochs):
+for x, y, ids in job.data(data, batch_size=args.batch, epochs=args.epochs):
     if args.fail_at is not None and job.step + 1 == args.fail_at:
         raise ValueError(f"failing on purpose at step {job.step + 1}")
     loss = F.cross_entropy(model(x.to(job.device)), y.to(job.device))
@@ -48,3 +53,5 @@ for x, y, ids in job.data(data, batch_size=8, epochs=args.epochs):
 if args.seen:
     with open(args.seen, "a") as f:
         f.write(json.dumps({"rank": job.rank, "steps": job.step, "samples": job.samples}) + "\n")
+if args.save and job.is_leader:
+    torch.save(model.state_dict(), args.save)
