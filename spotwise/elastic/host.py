@@ -93,7 +93,7 @@ class ScriptHost:
         self.device = torch.device(device)
         self.seed = int(seed)
         self.batch_size = int(batch_size)
-        self.rank, self.world = 0, 1
+        self._rank, self._world = 0, 1
         self._cv = threading.Condition()
         self._handed: Go | None = None
         self._outcome: Outcome | None = None
@@ -204,7 +204,7 @@ class ScriptHost:
         if go is None or go.stop:
             self._stopped = True
             return
-        self.rank, self.world = int(go.r), int(go.k)
+        self._rank, self._world = int(go.r), int(go.k)
         assert self.position is not None
         self.position.moved_to(go.epoch, go.pos)
         self._step = int(go.step)
@@ -214,13 +214,33 @@ class ScriptHost:
         self._loss_n = 0
 
     # ------------------------------------------------------------------ Backend: registration
+    def _first_step(self) -> None:
+        """Open the job's first step for this process once the script registered its model,
+        optimizers and data: a joiner's ``job.step`` (read before its first batch to set a learning
+        rate, say) is then the job's, not 0."""
+        if self._go is None and not self._stopped and self.module is not None and self.optimizers \
+                and self.position is not None and threading.current_thread() is self._thread:
+            self._begin(self._report(Outcome("registered")))
+
     @property
     def step(self) -> int:
+        self._first_step()
         return self._step
 
     @property
     def samples(self) -> int:
+        self._first_step()
         return self._samples
+
+    @property
+    def rank(self) -> int:
+        self._first_step()
+        return self._rank
+
+    @property
+    def world(self) -> int:
+        self._first_step()
+        return self._world
 
     def register_model(self, module: torch.nn.Module, find_unused: bool) -> None:
         self.module = module
@@ -261,7 +281,7 @@ class ScriptHost:
             if self.module is None or not self.optimizers:
                 raise ScriptError("the script took a batch before job.model() and job.optimizer(): wrap the model "
                                   "and the optimizer(s) first")
-            self._begin(self._report(Outcome("registered")))
+            self._first_step()
         if self._stopped:
             raise StopIteration
         go, pos = self._go, self.position
@@ -294,13 +314,20 @@ class ScriptHost:
 
         k, b, pulled = go.k, self.batch_size, self._pulled
         n_local = pulled * b
-        tail = rep.fill_tail(n_local, self._loss_sum, self._loss_n, pulled)
+        lrs = [float(g.get("lr", 0.0)) for o in self.optimizers for g in o.param_groups]
+        tail = rep.fill_tail(n_local, self._loss_sum, self._loss_n, pulled, lrs)
         try:
             go.group.allreduce(tail)
-            vals = tail[rep.B:rep.B + 5].tolist()  # the step's one host read
+            vals = tail[rep.B:].tolist()  # the step's one host read
         except GroupFailed as e:
             return self._drop(f"the step's commit all-reduce failed: {e}")
-        loss_sum, loss_n, failed, pulled_sum, pulled_sq = vals
+        loss_sum, loss_n, failed, pulled_sum, pulled_sq = vals[:5]
+        for i, (mine, total) in enumerate(zip(lrs, vals[5:])):  # every member steps with the same rates
+            if abs(total - k * mine) > 1e-6 * max(1.0, abs(total)):
+                raise ScriptError(f"the members stepped with different learning rates in step {self._step + 1} "
+                                  f"(parameter group {i}: {mine:g} here, {total / k:g} on average): compute them from "
+                                  "job.step or job.samples, the same on every member, not from a counter of the "
+                                  "script's own (a member that joins later starts its script afresh)")
         if failed > 0:
             return self._drop(rep.hook_failed() or "a member's gradient all-reduce failed")
         if int(pulled_sum) != k * pulled or int(pulled_sq) != k * pulled * pulled:

@@ -77,6 +77,9 @@ class RunState:
     last_decision: str | None = None
     #: where the timed steps' time went, by phase (spotwise.control.phases; collective runs)
     step_phases: dict[str, Any] | None = None
+    #: issue 41 item 6: the latest value of each metric a training script logged (``job.log``), and its step
+    metrics: dict[str, float] = field(default_factory=dict)
+    metrics_step: int | None = None
     updated_age_s: float | None = None
     lock_pid: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -242,6 +245,10 @@ def _from_events(st: RunState, events: list[dict[str, Any]], cut: bool, holder: 
     if st.joins is None and not cut:
         st.joins = sum(1 for e in events if e["kind"] == "join")
     st.step_phases = totals_of(events).summary()
+    for e in events:
+        if e["kind"] == "metrics" and isinstance(e.get("values"), dict):
+            st.metrics.update({str(k): float(v) for k, v in e["values"].items() if _num(v)})
+            st.metrics_step = int(e["step"]) if _num(e.get("step")) else st.metrics_step
     dec = [e for e in events if e["kind"] == "decision"]
     if dec:
         st.last_decision = humanize_seconds(f"{dec[-1].get('policy')}: {dec[-1].get('decision')} ({dec[-1].get('reason')})")[:200]
@@ -426,6 +433,9 @@ def status_table(s: RunState) -> Any:
     line = phase_line(s.step_phases)
     if line:
         rows.append(("step time", line))
+    if s.metrics:  # what the training script logged
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in list(s.metrics.items())[:8])
+        rows.append(("logged" + (f" (step {s.metrics_step})" if s.metrics_step is not None else ""), shown))
     rows.append(("wall time (training)", human_duration(s.wall_s)))
     if s.updated_age_s is not None:
         rows.append(("last event", f"{human_duration(s.updated_age_s)} ago"))

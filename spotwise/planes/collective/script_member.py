@@ -60,7 +60,7 @@ class ScriptReplica:
         self.reducer: Any = None
         #: ``n * buffers`` (B), the step's loss sum, whether it has one, the failure flag, the batches
         #: taken and their square: what the commit all-reduces (:meth:`ScriptHost.commit`)
-        self.tail = self.zeros(self.B + 5)
+        self.tail = self.zeros(self.B + 5)  # and one entry per parameter group: its learning rate
         if not any(p.requires_grad for p in self.fm.params):
             raise ValueError("no parameter of the script's model requires a gradient")
 
@@ -87,8 +87,13 @@ class ScriptReplica:
         return None if self.reducer is None else self.reducer.state.failed
 
     # ------------------------------------------------------------------ the commit's tail
-    def fill_tail(self, n_local: int, loss_sum: torch.Tensor | None, has_loss: int, pulled: int) -> torch.Tensor:
+    def fill_tail(self, n_local: int, loss_sum: torch.Tensor | None, has_loss: int, pulled: int,
+                  lrs: list[float]) -> torch.Tensor:
+        if self.tail.numel() != self.B + 5 + len(lrs):
+            self.tail = self.zeros(self.B + 5 + len(lrs))
         t = self.tail
+        if lrs:
+            t[self.B + 5:] = torch.tensor(lrs, dtype=t.dtype)
         if self.B:
             t[: self.B].copy_(self.fm.buffer_vec).mul_(float(n_local))
         if loss_sum is not None:
