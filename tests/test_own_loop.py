@@ -139,3 +139,93 @@ def test_a_script_that_raises_exits_2_with_its_traceback_and_keeps_the_last_step
     assert "raised in step 6" in text and "failing on purpose at step 6" in text and "train_mlp.py" in text, text
     state, _ = load_latest_checkpoint(tmp_path / "run")
     assert int(state["step"]) == 5, "the last committed step is kept"
+
+
+def bad_spec(mode: str):  # type: ignore[no-untyped-def]
+    return script_spec(workload__script=str(SCRIPTS / "bad_loop.py"), workload__batch_size=4,
+                       workload__args=["--mode", mode], target__samples=64)
+
+
+@pytest.mark.parametrize(("mode", "words"), [
+    ("lr-per-rank", "different learning rates"),
+    ("pulls-per-rank", "different numbers of batches"),
+])
+def test_members_that_disagree_exit_2_saying_what_to_fix(ray_session: Any, tmp_path: Path, mode: str, words: str) -> None:
+    from spotwise.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        run(bad_spec(mode), tmp_path / "run")
+    assert words in str(e.value) and "workload.script" in str(e.value.where), str(e.value)
+
+
+@pytest.mark.parametrize(("mode", "words"), [
+    ("data-twice", "job.data() was called twice"),
+    ("no-batch", "failed before its first batch"),
+    ("hang", "did not take a batch from job.data() within"),
+])
+def test_scripts_that_never_train_exit_2_before_any_member_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  mode: str, words: str) -> None:
+    """The coordinator runs the script to its first batch when the job is built (no Ray needed)."""
+    import spotwise.elastic.describe as describe
+    from spotwise.errors import InputError
+
+    monkeypatch.setattr(describe, "DESCRIBE_TIMEOUT_S", 2.0)
+    with pytest.raises(InputError) as e:
+        describe.describe_script(bad_spec(mode).workload, 0)
+    assert words in str(e.value), str(e.value)
+
+
+def test_on_its_own_the_api_is_a_plain_loop_and_drops_bad_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from spotwise.elastic.job import Job
+    from spotwise.elastic.local import LocalBackend
+
+    backend = LocalBackend(seed=3)
+    job = Job(backend)
+    torch.manual_seed(0)
+    model = job.model(torch.nn.Linear(2, 1))
+    opt = job.optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    data = torch.utils.data.TensorDataset(torch.arange(10.0).view(5, 2), torch.ones(5, 1))
+    seen = []
+    for x, y in job.data(data, batch_size=2, epochs=2):
+        loss = ((model(x) - y) ** 2).mean()
+        job.backward(loss)
+        assert opt.step() is True
+        opt.zero_grad()
+        seen.append(len(x))
+        job.log(loss=loss, bad=float("nan"), text="x")
+    assert sum(seen) == 10 and job.step == len(seen) and job.samples == 10
+    assert all(set(v) == {"loss"} for _, v in backend.logged)
+    err = capsys.readouterr().err
+    assert "not finite: dropped" in err and "not a number" in err
+    with pytest.raises(RuntimeError, match="called twice"):
+        job.data(data, batch_size=2)
+
+
+def test_the_nanogpt_style_script_converts_in_10_lines_and_trains_through_revocations(ray_session: Any,
+                                                                                      tmp_path: Path) -> None:
+    """examples/own-loop: the converted script differs from the user's in at most 10 lines (diff), and
+    as a job it trains every sample of its epochs exactly once through revocations."""
+    import difflib
+
+    from spotwise.capacity.faults import ScriptedRevocation, outage
+
+    ex = Path(__file__).resolve().parent.parent / "examples" / "own-loop"
+    a = (ex / "train_gpt.py").read_text().splitlines()
+    b = (ex / "train_gpt_spotwise.py").read_text().splitlines()
+    changed = [ln for ln in difflib.unified_diff(a, b, lineterm="", n=0) if ln.startswith("+") and not ln.startswith("+++")]
+    assert 0 < len(changed) <= 10, changed
+    spec = script_spec(workload__script=str(ex / "train_gpt_spotwise.py"), workload__batch_size=8,
+                       workload__args=["--n-layer", "1", "--n-embd", "32", "--eval-interval", "1000", "--grad-accum", "2",
+                                       "--out-dir", str(tmp_path / "gpt-out")],
+                       target__samples=640, cluster__workers=3, cluster__standby=1)
+    rev = ScriptedRevocation((outage(4, 9, [1]), outage(12, 14, [0, 2])))
+    coord, summary = run(spec, tmp_path / "run", revocation=rev)
+    assert summary.status == "completed" and summary.revocations >= 3
+    n = (60_000 * 9 // 10 - 1) // 32  # the script's training windows
+    steps = positions_contiguous(tmp_path / "run", n)
+    assert 640 <= coord.counters.samples
+    assert all(e["samples"] == 2 * 8 * e["contributions"] or e.get("unreported") for e in steps), "2 micro-batches a member"
+    losses = [e["loss"] for e in steps if e["loss"] is not None]
+    assert losses[-1] < losses[0], "it learns"
