@@ -78,9 +78,16 @@ class NamesCode(Protocol):
 
 
 def code_references(job: NamesCode) -> dict[str, str]:
-    """The user-code references a spec names, by field: a ``module:function`` workload, a
-    ``module:Class`` optimizer, ``module:Class`` policies (built-in names are not code)."""
+    """The user-code references a spec names, by field: a ``module:function`` workload, a training
+    script (and its arguments), a ``module:Class`` optimizer, ``module:Class`` policies (built-in
+    names are not code)."""
     refs: dict[str, str] = {}
+    script = getattr(job.workload, "script", None)
+    if script:  # issue 41: a training script is code too, with its arguments
+        import os
+
+        refs["workload.script"] = os.path.normpath(os.path.abspath(os.path.expanduser(str(script))))
+        refs["workload.args"] = " ".join(str(a) for a in getattr(job.workload, "args", []) or [])
     if ":" in job.workload.name:
         refs["workload.name"] = job.workload.name
     opt = job.workload.optimizer

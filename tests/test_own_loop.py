@@ -229,3 +229,24 @@ def test_the_nanogpt_style_script_converts_in_10_lines_and_trains_through_revoca
     assert all(e["samples"] == 2 * 8 * e["contributions"] or e.get("unreported") for e in steps), "2 micro-batches a member"
     losses = [e["loss"] for e in steps if e["loss"] is not None]
     assert losses[-1] < losses[0], "it learns"
+
+
+def test_a_run_directory_naming_a_script_is_not_resumed_without_the_users_word(tmp_path: Path) -> None:
+    """A run directory is untrusted: its spec.json naming a script (someone else's code) is run on
+    resume only when the user's own spec names the same script and arguments, or with --trust-code."""
+    import json as _json
+
+    from spotwise.control.rundir_io import load_resume_spec
+    from spotwise.errors import InputError
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = script_spec()
+    recorded = spec.to_dict()
+    recorded["workload"]["script"] = str(tmp_path / "evil.py")
+    (run_dir / "spec.json").write_text(_json.dumps(recorded))
+    with pytest.raises(InputError, match="workload.script"):
+        load_resume_spec(run_dir, None, False)
+    with pytest.raises(InputError, match="workload.script"):
+        load_resume_spec(run_dir, spec, False)
+    assert load_resume_spec(run_dir, None, True).workload.script == str(tmp_path / "evil.py")
