@@ -26,7 +26,7 @@ from spotwise.inputfiles import read_input_text
 from spotwise.remote.uri import check_uri
 from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
-from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive, _seed  # noqa: F401  (re-exported)
+from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive, _seed, check_sinks  # noqa: F401  (re-exported)
 from spotwise.spec.market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
 from spotwise.spec.pools import Balance, check_pool_markets, check_pools
 from spotwise.spec.hardware import resolve_hardware
@@ -453,10 +453,15 @@ class OutputSpec:
     checkpoint_every: int = 100
     log_every: int = 1
     uri: str | None = None
+    #: issue 41 item 6: where else the run's metrics go (``tensorboard``: OUT/tensorboard/)
+    sinks: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.uri is not None:
             self.uri = check_uri(self.uri, "uri")
+        if not isinstance(self.sinks, list) or not all(isinstance(x, str) for x in self.sinks):
+            raise InputError(f"must be a list of sink names, got {self.sinks!r}", "e.g. sinks: [tensorboard]", "sinks")
+        check_sinks(self.sinks)
         _non_negative(self.checkpoint_every, "checkpoint_every", "use 0 to checkpoint only on revocation notices")
         _positive(self.log_every, "log_every", "log every N >= 1 steps")
 

@@ -127,6 +127,7 @@ class EventLog:
         self._clock = clock or (lambda: 0.0)
         self._wall = wall_clock or time.monotonic
         self._lock = threading.Lock()
+        self._sinks: list[Any] = []
         self._fsync = fsync
         self._wall0 = self._wall()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,10 +165,19 @@ class EventLog:
                 if is_disk_full(e):
                     raise disk_full_error(self.path, e) from None
                 raise
+        for sink in self._sinks:  # issue 41 item 6: where else users look (TensorBoard, ...)
+            sink.write(event)
         return event
+
+    def add_sink(self, sink: Any) -> None:
+        """Pass every event written from now on to ``sink.write(event)``; ``sink.close()`` with the log."""
+        self._sinks.append(sink)
 
     def close(self) -> None:
         """Flush and close; on a full disk the file is still closed, then DiskFullError is raised."""
+        sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            sink.close()
         with self._lock:
             if not self._fh.closed:
                 try:

@@ -70,6 +70,7 @@ from spotwise.control.progress import NoProgressError, StallCounter, diverged_er
 from spotwise.control.records import Counters
 from spotwise.control.rundir_io import SPEC_FILE
 from spotwise.control.sampler import EpochSampler
+from spotwise.control.sinks import make_sinks
 from spotwise.control.state import TrainingState, training_state
 from spotwise.training.recipe import recipe_of
 from spotwise.control.summary import run_summary
@@ -214,6 +215,8 @@ class JobController:
             self.checkpointer.restore()
         else:
             self._fresh_start()
+        for sink in make_sinks(spec.outputs.sinks, self.out):  # TensorBoard, ... (issue 41 item 6)
+            self.log.add_sink(sink)
         self.plane.started()
 
     # ================================================================== setup

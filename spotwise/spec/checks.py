@@ -51,3 +51,21 @@ def _plain_text(value: object, name: str, fix: str = "") -> None:
         if ch is not None:
             raise InputError(f"holds the control character {ch} (line breaks, tabs and other control characters are "
                              "not allowed here)", fix or "use plain printable text on one line", name)
+
+
+#: the metrics sinks ``outputs.sinks`` may name (issue 41 item 6), and the package each needs
+SINKS: dict[str, str] = {"tensorboard": "tensorboard"}
+
+
+def check_sinks(names: list[str]) -> None:
+    """InputError (at load) for an unknown sink or one whose package is not installed."""
+    import importlib.util
+
+    for name in names:
+        if name not in SINKS:
+            raise InputError(f"unknown sink {name!r}", f"valid sinks are {', '.join(SINKS)} (W&B and MLflow are not "
+                             "built yet)", "outputs.sinks")
+        if importlib.util.find_spec(SINKS[name]) is None:
+            raise InputError(f"the {name} sink needs the {SINKS[name]} package, which is not installed",
+                             f"pip install {SINKS[name]} (or spotwise[metrics]), or remove it from outputs.sinks",
+                             "outputs.sinks")
