@@ -8,7 +8,6 @@ the controller, the market, checkpoints and the event log around it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,16 @@ def test_a_script_trains_as_a_job(ray_session: Any, tmp_path: Path) -> None:
     assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
     metrics = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["metrics"]))
     assert metrics and all("loss" in m["values"] for m in metrics)
-    print(json.dumps(summary.extra.get("metrics")))
+    assert set(summary.extra["metrics"]) == {"loss", "lr"}
+    # what the script logged: in status and, charted over wall time and cost, in the report
+    import spotwise
+    from spotwise.reports.runs_view import one_run
+
+    state = one_run(tmp_path / "run")
+    assert set(state.metrics) == {"loss", "lr"} and state.metrics_step is not None
+    spotwise.report(tmp_path / "run")
+    assert (tmp_path / "run" / "report" / "script_metrics.png").stat().st_size > 1000
+    assert "script_metrics.png" in (tmp_path / "run" / "report" / "index.html").read_text()
 
 
 def positions_contiguous(out: Path, n: int) -> list[dict[str, Any]]:

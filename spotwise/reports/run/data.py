@@ -104,6 +104,8 @@ class RunData:
     step_phases: dict[str, Any] | None = None
     member_t: np.ndarray = field(default_factory=lambda: np.empty(0))  # join/revoke times ...
     member_active: np.ndarray = field(default_factory=lambda: np.empty(0))  # ... and the active count after each
+    #: issue 41 item 6: what a training script logged (``metrics`` events): name -> rows (step, t, wall, value)
+    script_metrics: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def idle_s(self) -> float:
@@ -220,6 +222,14 @@ def load_run(out_dir: str | Path) -> RunData:
         end_status=str(ends[-1]["status"]) if ends else None,
         t_end=float(t_end),
     )
+    rows: dict[str, list[tuple[float, float, float, float]]] = {}
+    for e in by.get("metrics", []):
+        vals = e.get("values")
+        if isinstance(vals, dict) and _num(e.get("step")):
+            for k, v in vals.items():
+                if _num(v):
+                    rows.setdefault(str(k), []).append((float(e["step"]), float(e["t"]), float(e.get("wall") or 0.0), float(v)))
+    run.script_metrics = {k: np.asarray(v, dtype=float) for k, v in rows.items()}
     run.mismatches = _mismatches(run)
     return run
 

@@ -261,11 +261,47 @@ def plot_run(run: RunData, out_dir: str | Path, root: str | Path | None = None) 
     """
     d = Path(out_dir) if root is not None else _dest(out_dir)
     base = Path(root) if root is not None else d
-    return [
+    out = [
         _plot_loss_vs_time(run, d / PLOT_FILES[0], base),
         _plot_loss_vs_cost(run, d / PLOT_FILES[1], base),
         _plot_workers_price(run, d / PLOT_FILES[2], base),
     ]
+    if run.script_metrics:
+        out.append(_plot_script_metrics(run, d / METRICS_FILE, base))
+    return out
+
+
+#: the chart of what a training script logged (issue 41 item 6), drawn when it logged anything
+METRICS_FILE = "script_metrics.png"
+#: at most this many logged metrics are drawn (the first ones logged)
+MAX_METRIC_PLOTS = 6
+
+
+def _plot_script_metrics(run: RunData, path: Path, root: Path) -> Path:
+    """Each logged metric over the run's wall time (left) and its cumulative cost (right)."""
+    names = list(run.script_metrics)[:MAX_METRIC_PLOTS]
+    fig = _new_fig((11, 2.6 * len(names) + 0.6))
+    okc = np.isfinite(run.step_n) & np.isfinite(run.step_cost)
+    for i, name in enumerate(names):
+        rows = run.script_metrics[name]
+        step, wall, val = rows[:, 0], rows[:, 2], rows[:, 3]
+        ax = fig.add_subplot(len(names), 2, 2 * i + 1)
+        ax.plot(wall / 60.0, val, ".-", color="C0", markersize=3, linewidth=1)
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax2 = fig.add_subplot(len(names), 2, 2 * i + 2)
+        if okc.any():
+            ax2.plot(np.interp(step, run.step_n[okc], run.step_cost[okc]), val, ".-", color="C1", markersize=3,
+                     linewidth=1)
+        else:
+            _empty(ax2, "no step cost recorded")
+        ax2.grid(alpha=0.3)
+        if i == len(names) - 1:
+            ax.set_xlabel("wall time (min)")
+            ax2.set_xlabel("cumulative cost (USD)")
+    fig.suptitle(_title(run, "What the training script logged"))
+    _save(fig, path, root)
+    return path
 
 
 def _save(fig: Any, path: Path, root: Path) -> None:
