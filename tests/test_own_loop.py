@@ -258,3 +258,34 @@ def test_a_run_directory_naming_a_script_is_not_resumed_without_the_users_word(t
     with pytest.raises(InputError, match="workload.script"):
         load_resume_spec(run_dir, spec, False)
     assert load_resume_spec(run_dir, None, True).workload.script == str(tmp_path / "evil.py")
+
+
+def test_two_optimizers_a_frozen_embedding_an_ema_teacher_and_torch_compile(ray_session: Any, tmp_path: Path) -> None:
+    """examples/own-loop/train_distill.py (Muon + AdamW, a frozen embedding, an EMA teacher registered
+    with job.state, torch.compile on the wrapped model) through a revocation of the leader: the
+    teacher travels with the state (its update count is the committed steps'), the frozen weights
+    never move, and the run learns."""
+    import torch
+
+    from spotwise.capacity.faults import ScriptedRevocation, outage
+    from spotwise.control.checkpoint import load_latest_checkpoint
+
+    ex = Path(__file__).resolve().parent.parent / "examples" / "own-loop"
+    spec = script_spec(workload__script=str(ex / "train_distill.py"), workload__batch_size=16,
+                       workload__args=["--compile", "aot_eager", "--width", "32"], target__samples=1280,
+                       outputs__checkpoint_every=10)
+    coord, summary = run(spec, tmp_path / "run", revocation=ScriptedRevocation((outage(8, 14, [0]),)))
+    assert summary.status == "completed" and summary.revocations >= 1
+    positions_contiguous(tmp_path / "run", 2048)
+    state, _ = load_latest_checkpoint(tmp_path / "run")
+    teacher = state["train_extra"]["states"]["teacher"]
+    assert int(teacher["n_averaged"]) == int(state["step"]), "the EMA teacher was updated once per committed step"
+    assert len(state["train_extra"]["optimizers"]) == 2 and state["train_extra"]["optimizers"][0]["state"], "Muon's state"
+    torch.manual_seed(0)
+    frozen = torch.nn.Embedding(32, 32).weight.detach()
+    got = coord.state.model_state_dict()
+    assert got is not None and torch.equal(got["embed.weight"], frozen), "the frozen embedding never moved"
+    steps = positions_contiguous(tmp_path / "run", 2048)
+    first = [e["loss"] for e in steps[:10] if e["loss"] is not None]
+    last = [e["loss"] for e in steps[-10:] if e["loss"] is not None]
+    assert sum(last) / len(last) < sum(first) / len(first), "it learns"

@@ -28,6 +28,7 @@ import runpy
 import sys
 import threading
 import traceback
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,8 +97,13 @@ class ScriptHost:
         self._rank, self._world = 0, 1
         self._cv = threading.Condition()
         self._handed: Go | None = None
-        self._outcome: Outcome | None = None
+        #: outcomes reported by the script thread, oldest first (a step's, then its return to a batch)
+        self._outcomes: deque[Outcome] = deque()
         self._thread: threading.Thread | None = None
+        #: a terminal outcome that came in place of the script's return to its next batch
+        self._terminal: Outcome | None = None
+        #: between a step's commit and the next step's first batch (the script runs its own code)
+        self._between = False
         # what the script registered
         self.module: torch.nn.Module | None = None
         self.find_unused = False
@@ -130,29 +136,42 @@ class ScriptHost:
     def wait_registered(self, timeout_s: float) -> Outcome:
         """The script's first outcome: ``registered`` (its model, optimizers and data are known) or
         how it ended before (``raised``, ``ended``, ``usage``)."""
-        with self._cv:
-            if not self._cv.wait_for(lambda: self._outcome is not None, timeout=timeout_s):
-                return Outcome("usage", why=f"the script did not take a batch from job.data() within {timeout_s:.0f} s "
-                                            "of starting: call spotwise.elastic.init(), job.model(), job.optimizer() "
-                                            "and job.data() and iterate the data")
-            out, self._outcome = self._outcome, None
-        return out
+        return self._take(timeout_s, "the script did not take a batch from job.data() within {t:.0f} s of starting: "
+                                     "call spotwise.elastic.init(), job.model(), job.optimizer() and job.data() and "
+                                     "iterate the data")
 
     def parts(self) -> Parts:
         assert self.module is not None and self.position is not None
         return Parts(self.module, self.optimizers, self.position.n, self.find_unused, self.states, self.position.ordered)
 
     def run_step(self, go: Go, timeout_s: float | None = None) -> Outcome:
-        """Hand the script ``go`` and wait for how its step ended (``timeout_s``: a script that never
-        calls ``optimizer.step()`` is reported as a ``usage`` outcome)."""
+        """Hand the script ``go`` and wait for how its step ended, and then for the script to stop at
+        its next step's first batch (or end): what it does between ``optimizer.step()`` and that
+        batch -- an EMA update, a counter, ``job.log`` -- belongs to the step, so the state the
+        member copies next is the whole step's.  ``timeout_s``: a script that never calls
+        ``optimizer.step()`` is reported as a ``usage`` outcome."""
+        if self._terminal is not None:  # the script ended right after its last step
+            out, self._terminal = self._terminal, None
+            return out
         with self._cv:
             self._handed = go
             self._cv.notify_all()
-            if not self._cv.wait_for(lambda: self._outcome is not None, timeout=timeout_s):
-                return Outcome("usage", why=f"the script took batches but did not call optimizer.step() within "
-                                            f"{timeout_s:.0f} s: call step() on the object job.optimizer() returned "
-                                            "once per step")
-            out, self._outcome = self._outcome, None
+        out = self._take(timeout_s, "the script took batches but did not call optimizer.step() within {t:.0f} s: call "
+                                    "step() on the object job.optimizer() returned once per step")
+        if out.kind in ("committed", "dropped", "diverged"):
+            after = self._take(timeout_s, "the script did not come back for its next batch within {t:.0f} s of "
+                                          "optimizer.step()")
+            if after.kind == "ready":
+                out.late_metrics = after.late_metrics
+            else:
+                self._terminal = after
+        return out
+
+    def _take(self, timeout_s: float | None, late: str) -> Outcome:
+        with self._cv:
+            if not self._cv.wait_for(lambda: bool(self._outcomes), timeout=timeout_s):
+                return Outcome("usage", why=late.format(t=timeout_s or 0))
+            out = self._outcomes.popleft()
         return out
 
     def stop(self, timeout_s: float = 60.0) -> Outcome | None:
@@ -191,7 +210,7 @@ class ScriptHost:
 
     def _report(self, out: Outcome, wait: bool = True) -> Go | None:
         with self._cv:
-            self._outcome = out
+            self._outcomes.append(out)
             self._cv.notify_all()
             if not wait:
                 return None
@@ -215,31 +234,41 @@ class ScriptHost:
 
     # ------------------------------------------------------------------ Backend: registration
     def _first_step(self) -> None:
-        """Open the job's first step for this process once the script registered its model,
-        optimizers and data: a joiner's ``job.step`` (read before its first batch to set a learning
-        rate, say) is then the job's, not 0."""
-        if self._go is None and not self._stopped and self.module is not None and self.optimizers \
-                and self.position is not None and threading.current_thread() is self._thread:
+        """Stop at a step boundary and take the next :class:`Go`: the job's first step once the script
+        registered its model, optimizers and data (so a joiner's ``job.step``, read before its first
+        batch to set a learning rate, is the job's, not 0), or the next step after a commit."""
+        if threading.current_thread() is not self._thread or self._stopped:
+            return
+        if self._go is None and self.module is not None and self.optimizers and self.position is not None:
             self._begin(self._report(Outcome("registered")))
+        elif self._between:
+            late = clean_metrics(self._late, self._warn)
+            self._late = {}
+            self._between = False
+            self._begin(self._report(Outcome("ready", late_metrics=late)))
 
     @property
     def step(self) -> int:
-        self._first_step()
+        if not self._between:
+            self._first_step()
         return self._step
 
     @property
     def samples(self) -> int:
-        self._first_step()
+        if not self._between:
+            self._first_step()
         return self._samples
 
     @property
     def rank(self) -> int:
-        self._first_step()
+        if not self._between:
+            self._first_step()
         return self._rank
 
     @property
     def world(self) -> int:
-        self._first_step()
+        if not self._between:
+            self._first_step()
         return self._world
 
     def register_model(self, module: torch.nn.Module, find_unused: bool) -> None:
@@ -281,7 +310,7 @@ class ScriptHost:
             if self.module is None or not self.optimizers:
                 raise ScriptError("the script took a batch before job.model() and job.optimizer(): wrap the model "
                                   "and the optimizer(s) first")
-            self._first_step()
+        self._first_step()  # the first batch of a step: wait for the member's go
         if self._stopped:
             raise StopIteration
         go, pos = self._go, self.position
@@ -291,7 +320,7 @@ class ScriptHost:
         return self._make(idx)
 
     def backward(self, loss: torch.Tensor) -> None:
-        if self._go is None or self._stopped:
+        if self._go is None or self._stopped or self._between:
             raise ScriptError("job.backward() outside a step: take a batch from job.data() first")
         d = loss.detach().float()
         self._loss_sum = d.clone() if self._loss_sum is None else self._loss_sum + d
@@ -299,7 +328,7 @@ class ScriptHost:
         loss.backward()
 
     def log(self, metrics: dict[str, Any]) -> None:
-        if self._pulled == 0 and self._step > 0:  # between two steps: the values are the last committed step's
+        if self._between:  # after optimizer.step(), before the next batch: the values are that step's
             self._late.update(metrics)
         else:
             self._pending.update(metrics)
@@ -308,7 +337,7 @@ class ScriptHost:
         go, rep = self._go, self.replica
         if self._stopped:
             raise ScriptError("optimizer.step() after the job ended (the data iteration stopped): leave the loop")
-        if go is None or self._pulled == 0:
+        if go is None or self._pulled == 0 or self._between:
             raise ScriptError("optimizer.step() before any batch of this step: take a batch from job.data() first")
         from spotwise.planes.collective.group import GroupFailed
 
@@ -322,40 +351,48 @@ class ScriptHost:
         except GroupFailed as e:
             return self._drop(f"the step's commit all-reduce failed: {e}")
         loss_sum, loss_n, failed, pulled_sum, pulled_sq = vals[:5]
-        for i, (mine, total) in enumerate(zip(lrs, vals[5:])):  # every member steps with the same rates
-            if abs(total - k * mine) > 1e-6 * max(1.0, abs(total)):
-                raise ScriptError(f"the members stepped with different learning rates in step {self._step + 1} "
-                                  f"(parameter group {i}: {mine:g} here, {total / k:g} on average): compute them from "
-                                  "job.step or job.samples, the same on every member, not from a counter of the "
-                                  "script's own (a member that joins later starts its script afresh)")
         if failed > 0:
             return self._drop(rep.hook_failed() or "a member's gradient all-reduce failed")
         if int(pulled_sum) != k * pulled or int(pulled_sq) != k * pulled * pulled:
             raise ScriptError(f"the members took different numbers of batches in step {self._step + 1} (this one "
                               f"{pulled}, {int(pulled_sum)} in all over {k}): every member must take the same number "
                               "of batches before optimizer.step()")
+        for i, (mine, total) in enumerate(zip(lrs, vals[5:])):  # every member steps with the same rates
+            if abs(total - k * mine) > 1e-6 * max(1.0, abs(total)):
+                raise ScriptError(f"the members stepped with different learning rates in step {self._step + 1} "
+                                  f"(parameter group {i}: {mine:g} here, {total / k:g} on average): compute them from "
+                                  "job.step or job.samples, the same on every member, not from a counter of the "
+                                  "script's own (a member that joins later starts its script afresh)")
         loss = loss_sum / loss_n if loss_n > 0 else math.nan
         if loss_n > 0 and not math.isfinite(loss):
-            out = Outcome("diverged", why=f"the loss is {loss}")
-            self._begin(self._report(out))
+            self._end_step(Outcome("diverged", why=f"the loss is {loss}"))
             return False
         for o in self.optimizers:
             o.step()
         total = k * n_local
         rep.adopt_buffers(tail, total)
-        self._pulled = 0
         metrics = clean_metrics(self._pending, self._warn)
-        late = clean_metrics(self._late, self._warn)
-        self._pending, self._late = {}, {}
-        self._begin(self._report(Outcome("committed", loss=loss, samples=total, metrics=metrics, late_metrics=late)))
+        self._pending = {}
+        self._step += 1
+        self._samples += total
+        self._end_step(Outcome("committed", loss=loss, samples=total, metrics=metrics))
         return True
+
+    def _end_step(self, out: Outcome) -> None:
+        """Report the step's outcome and go on with the script's own code: the script stops at the
+        next step's first batch (:meth:`_first_step`), where the member hands the next :class:`Go`."""
+        self._pulled = 0
+        self._loss_sum = None
+        self._loss_n = 0
+        self._between = True
+        self._report(out, wait=False)
 
     def _drop(self, why: str) -> bool:
         """The step is dropped on every member: gradients let go, the member thread regroups."""
         for o in self.optimizers:
             o.zero_grad(set_to_none=True)
         self._pending = {}
-        self._begin(self._report(Outcome("dropped", why=why)))
+        self._end_step(Outcome("dropped", why=why))
         return False
 
     def _warn(self, msg: str) -> None:
@@ -369,5 +406,7 @@ def _user_traceback() -> str:
     frames = [f for f in traceback.extract_tb(tb) if "/spotwise/" not in f.filename.replace("\\", "/")
               or f.filename.endswith("runpy.py")]
     frames = [f for f in frames if not f.filename.endswith("runpy.py")]
+    if not frames:  # raised by spotwise itself under the script: the whole traceback (a bug to report)
+        return traceback.format_exc().strip()
     text = "".join(traceback.format_list(frames[-8:])) + "".join(traceback.format_exception_only(et, ev))
     return text.strip()

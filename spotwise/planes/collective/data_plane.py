@@ -475,10 +475,9 @@ class CollectivePlane:
                       **({"phases": rec["phases"]} if rec.get("phases") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
         self.phases.add(None if rec.get("first_of_gen") else rec.get("phases"), samples)  # first: recovery_ms
-        for at, values in ((job.step - 1, rec.get("late_metrics")), (job.step, rec.get("metrics"))):
-            if values:  # what a training script logged (issue 41 item 6)
-                job.log.emit("metrics", step=at, values=dict(values))
-                self._metrics.update(values)
+        if rec.get("metrics"):  # what a training script logged for this step (issue 41 item 6)
+            job.log.emit("metrics", step=job.step, values=dict(rec["metrics"]))
+            self._metrics.update(rec["metrics"])
         job.committed()
         ev = rec.get("eval")
         if ev:

@@ -494,10 +494,9 @@ class CollectiveMember:
             raise Diverged(out.why)
         self.step += 1
         rec = self._record(plan, out.loss, out.samples)
-        if out.metrics:
-            rec["metrics"] = out.metrics
-        if out.late_metrics and self.step > 1:
-            rec["late_metrics"] = out.late_metrics
+        metrics = {**out.metrics, **out.late_metrics}  # logged before and after optimizer.step()
+        if metrics:
+            rec["metrics"] = metrics
         return rec
 
     def _script_over(self, g: ElasticGroup, plan: Plan, leader: bool, out: Any) -> None:
