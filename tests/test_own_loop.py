@@ -98,14 +98,15 @@ def test_through_revocations_and_a_crash_every_sample_is_trained_exactly_once(ra
 
 
 def test_without_revocations_it_equals_a_plain_loop_on_the_same_samples(ray_session: Any, tmp_path: Path) -> None:
-    """Two members of 8 samples each == the same script on its own with batches of 16 (same data
-    order, AdamW with decay groups): max |diff| of the parameters < 1e-5."""
+    """Two members of 8 samples each (their batches built by DataLoader workers) == the same script
+    on its own with batches of 16 (same data order, AdamW with decay groups): max |diff| of the
+    parameters < 1e-5."""
     import subprocess
     import sys
 
     import torch
 
-    args = ["--no-bn", "--batch", "8"]
+    args = ["--no-bn", "--batch", "8", "--loader-workers", "2"]  # batches built ahead by DataLoader workers
     spec = script_spec(workload__args=args, target__samples=480)
     coord, summary = run(spec, tmp_path / "run")
     assert summary.status == "completed" and coord.counters.samples == 480
@@ -289,3 +290,53 @@ def test_two_optimizers_a_frozen_embedding_an_ema_teacher_and_torch_compile(ray_
     first = [e["loss"] for e in steps[:10] if e["loss"] is not None]
     last = [e["loss"] for e in steps[-10:] if e["loss"] is not None]
     assert sum(last) / len(last) < sum(first) / len(first), "it learns"
+
+
+class Stream(__import__("torch").utils.data.IterableDataset):
+    """A resumable stream of 50 numbered samples: ``iter_from(position)``."""
+
+    def __len__(self) -> int:
+        return 50
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return self.iter_from(0)
+
+    def iter_from(self, position: int):  # type: ignore[no-untyped-def]
+        import torch
+
+        return iter([torch.tensor([float(i)]) for i in range(position, 50)])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_on_its_own_a_map_dataset_and_a_stream_come_in_the_runs_order(workers: int) -> None:
+    """The same batches, in the same order, with or without DataLoader workers; a stream in order."""
+    import numpy as np
+    import torch
+
+    from spotwise.control.permutation import epoch_permutation
+    from spotwise.elastic.job import Job
+    from spotwise.elastic.local import LocalBackend
+
+    feeds = []
+
+    def taken(dataset, **kw):  # type: ignore[no-untyped-def]
+        backend = LocalBackend(seed=4)
+        job = Job(backend)
+        model = job.model(torch.nn.Linear(1, 1))
+        opt = job.optimizer(torch.optim.SGD(model.parameters(), lr=0.0))
+        out = []
+        for x in job.data(dataset, batch_size=5, epochs=2, **kw):
+            x = x[0] if isinstance(x, (list, tuple)) else x
+            job.backward(model(x.float().view(-1, 1)).sum())
+            opt.step()
+            out += x.view(-1).long().tolist()
+        feeds.append(backend._feed)
+        return out
+
+    ids = torch.utils.data.TensorDataset(torch.arange(50))
+    got = taken(ids, num_workers=workers)
+    want = np.concatenate([np.asarray(epoch_permutation(50, 4, e)[0:50]) for e in (0, 1)]).tolist()
+    assert got == want, "two epochs of the seeded orders, each sample once per epoch"
+    assert taken(Stream(), num_workers=workers) == list(range(50)) * 2, "a stream is read in order"
+    if workers:
+        assert feeds[0].loader.stats["prefetched"] >= 15, feeds[0].loader.stats  # built ahead by the workers

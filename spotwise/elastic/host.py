@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from spotwise.elastic.batches import batch_maker, dataset_size
+from spotwise.elastic.batches import BatchFeed
 from spotwise.elastic.job import clean_metrics, install_host
 from spotwise.elastic.positions import StreamPosition
 
@@ -109,7 +109,9 @@ class ScriptHost:
         self.find_unused = False
         self.optimizers: list[torch.optim.Optimizer] = []
         self.states: dict[str, Any] = {}
-        self._make: Any = None
+        self._feed: BatchFeed | None = None
+        #: batches each step took (the last committed step's): what the loader predicts
+        self._per_step = 1
         self.position: StreamPosition | None = None
         #: the member's replica of the script's model (:class:`~spotwise.planes.collective.script_member.ScriptReplica`),
         #: attached when the member built it: the DDP wrapper, the flat buffers, the failure flag
@@ -222,6 +224,8 @@ class ScriptHost:
         self._go = go
         if go is None or go.stop:
             self._stopped = True
+            if self._feed is not None:
+                self._feed.close()  # its DataLoader workers
             return
         self._rank, self._world = int(go.r), int(go.k)
         assert self.position is not None
@@ -284,12 +288,13 @@ class ScriptHost:
                               "its first batch")
         self.states[name] = obj
 
-    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None) -> None:
+    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None,
+                      loader: dict[str, Any]) -> None:
         if batch_size is not None and int(batch_size) != self.batch_size:
             raise ScriptError(f"job.data(batch_size={batch_size}) differs from the spec's workload.batch_size "
                               f"({self.batch_size}): give the same number in both, or leave it out of the script")
-        self._make = batch_maker(dataset, collate_fn)
-        self.position = StreamPosition(dataset_size(dataset), self.seed, ordered=bool(getattr(dataset, "ordered", False)))
+        self._feed = BatchFeed(dataset, collate_fn, **loader)
+        self.position = StreamPosition(self._feed.n, self.seed, ordered=self._feed.ordered)
 
     # ------------------------------------------------------------------ Backend: the step
     def forward_module(self) -> Any:
@@ -313,11 +318,13 @@ class ScriptHost:
         self._first_step()  # the first batch of a step: wait for the member's go
         if self._stopped:
             raise StopIteration
-        go, pos = self._go, self.position
-        assert go is not None and pos is not None
+        go, pos, feed = self._go, self.position, self._feed
+        assert go is not None and pos is not None and feed is not None
+        if self._pulled == 0:
+            feed.plan(pos, go.k, go.r, self._per_step, self.batch_size)
         idx = pos.block(self._pulled * go.k + go.r, self.batch_size)
         self._pulled += 1
-        return self._make(idx)
+        return feed.batch(idx)
 
     def backward(self, loss: torch.Tensor) -> None:
         if self._go is None or self._stopped or self._between:
@@ -375,6 +382,7 @@ class ScriptHost:
         self._pending = {}
         self._step += 1
         self._samples += total
+        self._per_step = pulled
         self._end_step(Outcome("committed", loss=loss, samples=total, metrics=metrics))
         return True
 

@@ -60,7 +60,8 @@ class Backend(Protocol):
     def forward_module(self) -> Any: ...
     def no_sync(self) -> Any: ...
     def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None: ...
-    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None) -> None: ...
+    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None,
+                      loader: dict[str, Any]) -> None: ...
     def register_state(self, name: str, obj: Any) -> None: ...
     def next_batch(self) -> Any: ...
     def backward(self, loss: torch.Tensor) -> None: ...
@@ -240,14 +241,19 @@ class Job:
         return ElasticOptimizer(list(optimizers), self._backend)
 
     def data(self, dataset: Any, batch_size: int | None = None, *, collate_fn: Callable[[list[Any]], Any] | None = None,
-             epochs: float | None = None) -> ElasticData:
-        """The training batches (module docstring).  ``epochs`` bounds a plain process's iteration
-        (under spotwise the spec's target does)."""
+             epochs: float | None = None, num_workers: int = 0, prefetch: int = 2,
+             pin_memory: bool = False) -> ElasticData:
+        """The training batches (module docstring): of a map-style dataset, one with ``batch(indices)``,
+        or a stream with ``iter_from(position)``.  ``num_workers > 0``: built ahead by that many
+        ``DataLoader`` worker processes (``prefetch`` batches each; ``pin_memory`` on CUDA), the same
+        batches in the same order.  ``epochs`` bounds a plain process's iteration (under spotwise
+        the spec's target does)."""
         if self._data_made:
             raise RuntimeError("job.data() was called twice: iterate the one it returned (it resumes where the "
                                "run is; a second one would hand the same samples out again)")
         self._data_made = True
-        self._backend.register_data(dataset, batch_size, collate_fn, epochs)
+        self._backend.register_data(dataset, batch_size, collate_fn, epochs,
+                                    {"num_workers": num_workers, "prefetch": prefetch, "pin_memory": pin_memory})
         return ElasticData(self._backend)
 
     def state(self, name: str, obj: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from spotwise.elastic.batches import batch_maker, dataset_size
+from spotwise.elastic.batches import BatchFeed
 from spotwise.elastic.job import clean_metrics
 from spotwise.elastic.positions import StreamPosition
 
@@ -37,7 +37,8 @@ class LocalBackend:
         self.module: torch.nn.Module | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
         self.states: dict[str, Any] = {}
-        self._make: Any = None
+        self._feed: Any = None
+        self._per_step = 1
         self._pos: StreamPosition | None = None
         self._b = 0
         self._end: int | None = None
@@ -72,13 +73,14 @@ class LocalBackend:
     def register_state(self, name: str, obj: Any) -> None:
         self.states[name] = obj
 
-    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None) -> None:
+    def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None,
+                      loader: dict[str, Any]) -> None:
         if batch_size is None or int(batch_size) < 1:
             raise ValueError("job.data(dataset, batch_size=B) needs a positive batch size when the script runs on its "
                              "own (under spotwise it is the spec's workload.batch_size)")
-        n = dataset_size(dataset)
-        self._make = batch_maker(dataset, collate_fn)
-        self._pos = StreamPosition(n, self.seed, ordered=bool(getattr(dataset, "ordered", False)))
+        self._feed = BatchFeed(dataset, collate_fn, **loader)
+        n = self._feed.n
+        self._pos = StreamPosition(n, self.seed, ordered=self._feed.ordered)
         self._b = int(batch_size)
         self._end = None if epochs is None else int(round(float(epochs) * n))
 
@@ -87,10 +89,14 @@ class LocalBackend:
             raise RuntimeError("iterate the object job.data() returned")
         start = self._pulled * self._b
         if self._end is not None and self._samples + start >= self._end:
+            self._feed.close()
             raise StopIteration
         count = self._b if self._end is None else min(self._b, self._end - self._samples - start)
+        if self._pulled == 0 and count == self._b:
+            self._feed.plan(self._pos, 1, 0, self._per_step, self._b)
         self._pulled += 1
-        return self._make(self._pos.indices(start, count))
+        idx = self._pos.indices(start, count)
+        return self._feed.batch(idx) if count == self._b else self._feed.make(idx)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -107,6 +113,7 @@ class LocalBackend:
         self._pos.advance(taken)
         self._samples += taken
         self._step += 1
+        self._per_step = self._pulled
         self._pulled = 0
         if self._pending:
             self.logged.append((self._step, clean_metrics(self._pending, _warn)))

@@ -23,6 +23,7 @@ p.add_argument("--batch", type=int, default=8)
 p.add_argument("--seed", type=int, default=0, help="the data order when run on its own")
 p.add_argument("--no-bn", action="store_true")
 p.add_argument("--save", default=None, help="torch.save the final model state_dict here")
+p.add_argument("--loader-workers", type=int, default=0, help="DataLoader worker processes building the batches")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -41,7 +42,7 @@ rest = [q for q in model.parameters() if q.dim() < 2]
 opt = job.optimizer(torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                                       lr=args.lr))
 seen = []
-for x, y, ids in job.data(data, batch_size=args.batch, epochs=args.epochs):
+for x, y, ids in job.data(data, batch_size=args.batch, epochs=args.epochs, num_workers=args.loader_workers):
     if args.fail_at is not None and job.step + 1 == args.fail_at:
         raise ValueError(f"failing on purpose at step {job.step + 1}")
     loss = F.cross_entropy(model(x.to(job.device)), y.to(job.device))
