@@ -32,6 +32,7 @@ from spotwise.spec.pools import Balance, check_pool_markets, check_pools
 from spotwise.spec.hardware import resolve_hardware
 from spotwise.spec.plane_choice import choose_data_plane
 from spotwise.spec.load import Duration, build, to_plain
+from spotwise.training.optimizers import OptimizerSet, parse_optimizer
 from spotwise.training.recipe import BUILTIN_RECIPES, LoaderSpec, OptimizerSpec, Precision, ScheduleSpec
 
 SyncMode = Literal["full", "n-sync", "n-batch", "async", "bsp", "ssp", "isp", "ssgd", "sma", "adpsgd"]
@@ -96,7 +97,7 @@ class WorkloadSpec:
     #: issue 28: the training recipe (``spotwise/training/recipe.py``; docs/workloads.md): any
     #: ``torch.optim`` optimizer, a schedule in committed samples, clipping, accumulation, precision;
     #: without ``optimizer`` the update is the papers' plain SGD
-    optimizer: dict[str, Any] | str | None = None
+    optimizer: dict[str, Any] | list[dict[str, Any]] | str | None = None
     schedule: ScheduleSpec | None = None
     grad_clip_norm: float | None = None
     accumulate: int = 1
@@ -119,7 +120,7 @@ class WorkloadSpec:
         if self.optimizer is not None:
             if isinstance(self.optimizer, str):
                 self.optimizer = {"name": self.optimizer}
-            opt = OptimizerSpec.parse(self.optimizer)
+            opt = parse_optimizer(self.optimizer)  # a list: several optimizers over parts of the model (issue 41)
             if opt.lr is not None:
                 self.lr = opt.lr  # the optimizer's lr is the base rate
         if self.grad_clip_norm is not None and not 0 < self.grad_clip_norm < math.inf:
@@ -187,9 +188,13 @@ class WorkloadSpec:
                 and self.precision == "fp32" and self.accumulate == 1)
 
     @property
-    def optimizer_spec(self) -> OptimizerSpec | None:
-        """``optimizer`` parsed (checked when the spec was built)."""
-        return None if self.optimizer is None else OptimizerSpec.parse(self.optimizer, check=False)
+    def optimizer_spec(self) -> OptimizerSpec | OptimizerSet | None:
+        """``optimizer`` parsed (checked when the spec was built): one optimizer, or several over parts of the model."""
+        if self.optimizer is None:
+            return None
+        if isinstance(self.optimizer, list):
+            return OptimizerSet.parse(self.optimizer, check=False)
+        return OptimizerSpec.parse(self.optimizer, check=False)
 
 
 @dataclass

@@ -202,12 +202,12 @@ class OptimizerSpec:
                 raise InputError(f"{self.name} takes no argument {key!r}",
                                  f"{hint}{self.name} takes {', '.join(a for a in accepted if a != 'lr')}", f"{where}.{key}")
         try:
-            klass([torch.nn.Parameter(torch.zeros(1))], lr=self.lr or 1e-3, **self.kwargs)
+            klass([torch.nn.Parameter(torch.zeros(2, 2))], lr=self.lr or 1e-3, **self.kwargs)  # a matrix: Muon takes only those
         except (TypeError, ValueError, RuntimeError) as e:
             raise InputError(f"{self.name} rejects these arguments: {e}", "fix the value(s) under workload.optimizer",
                              where) from None
 
-    def build(self, params: Any, lr: float) -> Any:
+    def build(self, params: Any, lr: float, model: Any = None) -> Any:
         """The optimizer over ``params`` at base rate ``lr`` (imports a ``module:Class`` here).
 
         :class:`UserOptimizerError` (exit 2) when the class refuses its arguments, or when a
@@ -228,7 +228,11 @@ class OptimizerSpec:
         except (TypeError, ValueError, RuntimeError) as e:
             if ":" in self.name:
                 raise optimizer_failure(self.name, e, "when built") from None
-            raise UserOptimizerError(f"optimizer {self.name} rejects its arguments: {e}", "fix workload.optimizer") from None
+            fix = "fix workload.optimizer"
+            if "2D" in str(e) or "2d" in str(e):  # Muon and its like: matrices only
+                fix = ("give it the matrices only and another optimizer the rest: optimizer: [{name: "
+                       f"{self.name}, params: matrices}}, {{name: AdamW, params: rest}}]")
+            raise UserOptimizerError(f"optimizer {self.name} rejects its arguments: {e}", fix) from None
         except BaseException as e:  # a user class's constructor (sys.exit too) is the user's to fix
             if ":" not in self.name or not is_user_failure(e):
                 raise
@@ -377,7 +381,7 @@ class LoaderSpec:
 class Recipe:
     """Everything a step does besides computing the gradient (module docstring)."""
 
-    optimizer: OptimizerSpec | None = None
+    optimizer: Any = None  # an OptimizerSpec, or an OptimizerSet (spotwise.training.optimizers): several
     schedule: LrSchedule | None = None
     grad_clip_norm: float | None = None
     accumulate: int = 1

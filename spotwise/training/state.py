@@ -171,12 +171,16 @@ class Updater:
         self.recipe = recipe
         self.optimizer: torch.optim.Optimizer | None = None
         if recipe.optimizer is not None:
-            self.optimizer = recipe.optimizer.build(fm.params, base_lr)
+            self.optimizer = recipe.optimizer.build(fm.params, base_lr, model=fm.model)
         self.scaler: Any = None
         if recipe.precision == "fp16":  # dynamic loss scaling: torch's GradScaler drives the optimizer step
             self.scaler = torch.amp.GradScaler(fm.device.type)
             if self.optimizer is None:  # the papers' SGD, as torch.optim.SGD so the scaler can step it
                 self.optimizer = torch.optim.SGD(fm.params, lr=base_lr)
+        #: each parameter group's own base rate (several optimizers: each entry's ``lr``, issue 41 item 3)
+        #: and the job's: a step's rate ``lr`` sets a group to ``lr * its base / the job's base``
+        self._base_lr = float(base_lr)
+        self._group_bases = [float(g["lr"]) for g in self.optimizer.param_groups] if self.optimizer is not None else []
         #: whether the recipe's optimizer has stepped once in this process (its first step's failure is the user's)
         self._stepped = False
         #: steps the grad scaler skipped (an fp16 overflow: the scale is lowered, nothing is applied)
@@ -223,8 +227,7 @@ class Updater:
                     if p.grad is not None:
                         p.sub_(p.grad, alpha=float(lr))
         else:
-            for group in self.optimizer.param_groups:
-                group["lr"] = float(lr)
+            self._set_lr(lr)
             self._step(self.optimizer.step)
         for p in fm.params:
             p.grad = None
@@ -249,8 +252,7 @@ class Updater:
             with torch.no_grad():
                 torch._foreach_add_(params, [p.grad for p in params], alpha=-float(lr))
             return
-        for group in self.optimizer.param_groups:
-            group["lr"] = float(lr)
+        self._set_lr(lr)
         self._step(self.optimizer.step)
 
     def _apply_scaled(self, grad: torch.Tensor, lr: float) -> bool:
@@ -264,8 +266,7 @@ class Updater:
         """torch's ``unscale_`` / clip / ``step`` / ``update`` on the gradients in ``p.grad``."""
         fm, opt, scaler = self.fm, self.optimizer, self.scaler
         assert opt is not None
-        for group in opt.param_groups:
-            group["lr"] = float(lr)
+        self._set_lr(lr)
         scaler.scale(torch.ones((), device=fm.device))  # the scaler's lazy init (the loss was scaled by loss_scale)
         scaler.unscale_(opt)
         if self.recipe.grad_clip_norm is not None:
@@ -275,6 +276,13 @@ class Updater:
         scaler.update()
         if scaler.get_scale() < before:
             self.skipped += 1
+
+    def _set_lr(self, lr: float) -> None:
+        """This step's rate into every parameter group, keeping each group's ratio to the job's base
+        rate (a single optimizer's groups: exactly ``lr``, as before)."""
+        assert self.optimizer is not None
+        for group, base in zip(self.optimizer.param_groups, self._group_bases):
+            group["lr"] = float(lr) if base == self._base_lr else float(lr) * base / self._base_lr
 
     def _set_grads(self, grad: torch.Tensor) -> None:
         """``p.grad`` of every parameter that requires a gradient, as a view into the step's mean
