@@ -294,6 +294,7 @@ def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot
     ``pilot`` is given.  With both, no workload module is used and no dataset file is opened."""
     from spotwise.control.runner import RunProgress
     from spotwise.rundir import open_run_dir
+    from spotwise.config import resolve_epochs
     from spotwise.sim.simulate import check_simulable, simulate_job, train_size_of
 
     _check_pilot_steps(pilot_steps)
@@ -308,13 +309,14 @@ def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot
     # the training-set size (the one build of a built-in workload's data, before the run directory is made);
     # a module:function workload is never imported (check_simulable, train_size_of)
     train_size = train_size_of(job, train_size)
+    resolve_epochs(job, train_size)  # target.epochs in samples
     if out is None:
         with tempfile.TemporaryDirectory(prefix="spotwise-simulate-") as tmp:
             return simulate(job, Path(tmp) / "run", pilot=pilot, pilot_steps=pilot_steps, train_size=train_size,
                             progress=progress, plots=False)
     out = Path(out)
     with open_run_dir(out, "overwrite" if overwrite else "new"):
-        with RunProgress(job.expected_iterations(), progress, estimated=job.target.samples is not None) as bar:
+        with RunProgress(job.expected_iterations(), progress, estimated=job.target_samples() is not None) as bar:
             summary, _, _ = simulate_job(job, out, pilot_dir=pilot_dir, pilot_steps=pilot_steps, train_size=train_size,
                                          progress=bar.update if progress else None)
         if job.outputs.plots if plots is None else plots:

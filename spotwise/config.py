@@ -213,6 +213,9 @@ class TargetSpec:
     loss: float | None = None
     #: issue 41 item 4: committed samples that end the job (instead of ``iterations``)
     samples: int | None = None
+    #: issue 41 item 4: passes over the training set (``samples`` = epochs x its size, known once the
+    #: workload is built: :func:`resolve_epochs`)
+    epochs: float | None = None
     #: issue 29: the job's size as hours of training on its cluster (``workers`` x the instance type or
     #: ``cluster.accelerators``) at full strength; turned into ``iterations`` (or a step time) on load
     #: (:mod:`spotwise.spec.hardware`)
@@ -222,16 +225,22 @@ class TargetSpec:
     deadline_probability: float = 0.95
 
     def __post_init__(self) -> None:
-        if self.iterations is None and self.loss is None and self.hours is None and self.samples is None:
+        if self.iterations is None and self.loss is None and self.hours is None and self.samples is None \
+                and self.epochs is None:
             raise InputError("needs iterations, samples, hours and/or loss", "set target.samples (e.g. 1000000: samples "
                              "to train on), target.iterations (e.g. 1000), target.hours (e.g. 24: hours of training on "
                              "the cluster) or target.loss (e.g. 0.1)", "")
         _positive(self.iterations, "iterations", "use a positive number of iterations")
         _positive(self.samples, "samples", "use a positive number of samples, e.g. 1000000")
-        if self.samples is not None and self.iterations is not None:
-            raise InputError("target.samples and target.iterations both give the job's length",
-                             "keep one: samples (revocations do not shorten the job) or iterations (committed steps)",
-                             "samples")
+        given = [k for k in ("iterations", "samples", "epochs") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise InputError(f"target.{given[0]} and target.{given[1]} both give the job's length",
+                             "keep one: samples or epochs (revocations do not shorten the job) or iterations "
+                             "(committed steps)", given[1])
+        if self.epochs is not None and (isinstance(self.epochs, bool) or not isinstance(self.epochs, (int, float))
+                                        or not 0 < float(self.epochs) < 1e9):
+            raise InputError(f"must be a positive number of passes over the training set, got {self.epochs!r}",
+                             "e.g. epochs: 3", "epochs")
         _positive(self.loss, "loss", "use a positive target loss")
         _positive(self.hours, "hours", "give the hours of training on the cluster, e.g. 24")
         p = self.deadline_probability
@@ -515,11 +524,21 @@ class JobSpec:
             per_step *= int(c.local_steps)
         return per_step
 
-    def planned_samples(self) -> int | None:
-        """Samples the job commits: ``target.samples``, or ``target.iterations`` x :meth:`samples_per_step`
-        (full strength); ``None`` with neither.  A schedule's default length."""
+    def target_samples(self) -> int | None:
+        """The committed samples that end the job: ``target.samples``, or ``target.epochs`` x the
+        training set's size once known (:func:`resolve_epochs`); ``None`` otherwise."""
         if self.target.samples is not None:
             return int(self.target.samples)
+        n = self.target.__dict__.get("_n_train")
+        if self.target.epochs is not None and n:
+            return max(1, int(math.ceil(float(self.target.epochs) * int(n))))
+        return None
+
+    def planned_samples(self) -> int | None:
+        """Samples the job commits: :meth:`target_samples`, or ``target.iterations`` x :meth:`samples_per_step`
+        (full strength); ``None`` with neither.  A schedule's default length."""
+        if self.target_samples() is not None:
+            return self.target_samples()
         if self.target.iterations is None:
             return None
         return int(self.target.iterations) * self.samples_per_step()
@@ -529,14 +548,16 @@ class JobSpec:
         ``target.samples`` takes at full strength (rounded up); ``None`` with neither."""
         if self.target.iterations is not None:
             return int(self.target.iterations)
-        if self.target.samples is not None:
-            return max(1, -(-int(self.target.samples) // self.samples_per_step()))
+        samples = self.target_samples()
+        if samples is not None:
+            return max(1, -(-samples // self.samples_per_step()))
         return None
 
     def _check_recipe(self) -> None:
         """The training recipe against the job (issue 28): the schedule's length, fp16's device."""
         w = self.workload
-        if w.schedule is not None:
+        if w.schedule is not None and not (self.target.epochs is not None and self.planned_samples() is None):
+            # (target.epochs: checked once the training set's size is known, resolve_epochs)
             planned = self.planned_samples()
             sched = w.schedule.resolved(planned)
             if planned is not None and sched.total is not None and sched.total > planned:
@@ -574,6 +595,21 @@ class JobSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
+
+
+def resolve_epochs(spec: JobSpec, n_train: int | None = None) -> None:
+    """``target.epochs`` in samples: the training set's size (``n_train``, else the workload built
+    once here) kept on the spec, and the recipe checked against the length it gives.  Nothing for
+    a spec without ``target.epochs`` or already resolved."""
+    t = spec.target
+    if t.epochs is None or t.__dict__.get("_n_train"):
+        return
+    if n_train is None:
+        from spotwise.workloads.registry import make_workload
+
+        n_train = len(make_workload(spec.workload, spec.seed).train)
+    t.__dict__["_n_train"] = int(n_train)  # not a spec field: never written to spec.json
+    spec._check_recipe()
 
 
 def settle_data_plane(spec: JobSpec) -> None:

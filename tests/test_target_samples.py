@@ -113,3 +113,24 @@ def test_policies_see_the_steps_the_samples_still_take(tmp_path: Path) -> None:
     assert target_iterations(coord) == coord.step
     coord.counters.samples = 0
     assert target_iterations(coord) == coord.step + 30
+
+
+def test_epochs_are_the_training_sets_size_times_passes(tmp_path: Path) -> None:
+    """target.epochs (issue 41 item 4): samples = epochs x the training set, known once the workload
+    is built; the schedule then spans them, and a run commits them all."""
+    from spotwise.config import resolve_epochs
+    from spotwise.workloads.registry import make_workload
+
+    spec = spec_with(BASE, target={"epochs": 0.5})
+    assert spec.planned_samples() is None, "not known before the workload is built"
+    n = len(make_workload(spec.workload, spec.seed).train)
+    resolve_epochs(spec)
+    assert spec.target_samples() == -(-n // 2) and spec.expected_iterations() == -(-(-(-n // 2)) // 32)
+    assert recipe_of(spec.workload, spec.planned_samples()).schedule.total == spec.target_samples()
+    assert "_n_train" not in str(spec.to_dict()), "never written to spec.json"
+    coord, summary = _run(spec_with(BASE, target={"epochs": 0.5}), tmp_path / "run")
+    assert summary.status == "completed" and -(-n // 2) <= coord.counters.samples < -(-n // 2) + 32
+    with pytest.raises(InputError, match="target.samples and target.epochs"):
+        spec_with(BASE, target={"samples": 10, "epochs": 1})
+    with pytest.raises(InputError, match="positive number of passes"):
+        spec_with(BASE, target={"epochs": -1})

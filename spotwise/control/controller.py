@@ -59,7 +59,7 @@ from typing import Any, Callable
 import numpy as np
 
 from spotwise.capacity.provider import Provider
-from spotwise.config import JobSpec
+from spotwise.config import JobSpec, resolve_epochs
 from spotwise.control.accounting import Billing
 from spotwise.control.checkpointing import Checkpointer
 from spotwise.control.clock import Clock, VirtualClock
@@ -143,7 +143,8 @@ class JobController:
         self.stop_after_steps = stop_after_steps
         #: the job is complete once its committed steps hold this many samples (``target.samples``, or
         #: a baseline's target; the smaller of the two)
-        caps = [int(v) for v in (stop_after_samples, spec.target.samples) if v is not None]
+        resolve_epochs(spec)  # target.epochs in samples (the training set's size)
+        caps = [int(v) for v in (stop_after_samples, spec.target_samples()) if v is not None]
         self.stop_after_samples = min(caps) if caps else None
         #: how workers are billed: "spot" (volatile capacity) or "on_demand" (a baseline's fixed fleet)
         self.worker_market = worker_market
@@ -476,7 +477,7 @@ class JobController:
 
     def snapshot(self) -> dict[str, Any]:
         return {"step": self.step, "target": self.spec.expected_iterations(), "samples": self.counters.samples,
-                "target_samples": self.spec.target.samples, "loss": self.last_loss, "active": len(self.members),
+                "target_samples": self.spec.target_samples(), "loss": self.last_loss, "active": len(self.members),
                 "provisioned": self.provisioned, "t": self.T, "cost": self.cost_so_far(), "status": self.status}
 
     # ================================================================== policies

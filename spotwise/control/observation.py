@@ -73,9 +73,10 @@ def target_iterations(job: ObservedJob) -> int | None:
     steps taken so far plus those the samples still to commit take at full strength (a step with
     fewer members commits fewer samples, so the count grows as revocations thin the steps)."""
     spec = job.spec
-    if spec.target.samples is None:
+    target = spec.target_samples()
+    if target is None:
         return spec.target.iterations
-    left = max(0, int(spec.target.samples) - int(job.counters.samples))
+    left = max(0, target - int(job.counters.samples))
     return int(job.step) + -(-left // spec.samples_per_step())
 
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.progress import Progress
 
-from spotwise.config import JobSpec, data_plane_why
+from spotwise.config import JobSpec, data_plane_why, resolve_epochs
 from spotwise.errors import InputError
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
@@ -153,8 +153,9 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
     if progress:  # which plane trains the job, and why (issue 40 item 4)
         Console(stderr=True).print(f"data plane: {spec.cluster.data_plane} ({data_plane_why(spec)})", highlight=False,
                                    soft_wrap=True)
+    resolve_epochs(spec)  # target.epochs in samples, before Ray starts (a bad dataset exits 2 here)
     ensure_ray(ray_address)
-    with RunProgress(spec.expected_iterations(), progress, estimated=spec.target.samples is not None) as bar:
+    with RunProgress(spec.expected_iterations(), progress, estimated=spec.target_samples() is not None) as bar:
         callback = bar.update if progress else None
         if ray_address:
             from spotwise.capacity.cluster import cluster_controller, cluster_provider

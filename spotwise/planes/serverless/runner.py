@@ -94,7 +94,7 @@ def run_serverless(
     config: dict[str, Any] | None = load_lithops_config(lithops_config) if lithops_config else None
     with open_run_dir(out, "resume" if resume else ("overwrite" if overwrite else "new")):
         backend = LithopsBackend(config, max_workers=spec.cluster.workers + 2)
-        with RunProgress(spec.expected_iterations(), progress, estimated=spec.target.samples is not None) as bar:
+        with RunProgress(spec.expected_iterations(), progress, estimated=spec.target_samples() is not None) as bar:
             job = serverless_controller(spec, out, redis_url=url, backend=backend, progress=bar.update if progress else None,
                                         heartbeat_timeout_s=heartbeat_timeout_s, network_mbps=network_mbps, resume=resume)
             summary = job.run()

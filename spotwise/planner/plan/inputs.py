@@ -71,6 +71,9 @@ def error_model_for(spec: JobSpec, pilot_dir: str | None, pilot_steps: int
 def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | None = None,
                   pilot_steps: int = DEFAULT_PILOT_STEPS, error_model: ErrorModel | None = None, g_star: float = 0.0) -> Inputs:
     """The plan's inputs (:class:`Inputs`) for a VM spec, or for a serverless spec (:func:`_gather_serverless`)."""
+    from spotwise.config import resolve_epochs
+
+    resolve_epochs(spec)  # target.epochs in samples (the training set's size)
     if spec.cluster.kind == "serverless":
         return _gather_serverless(spec, traces, pilot_dir, pilot_steps, error_model, g_star)
     return _gather(spec, traces, pilot_dir, pilot_steps, error_model, g_star)
@@ -198,8 +201,8 @@ def _gather(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | Non
             eps = reach
     else:
         J = int(spec.expected_iterations() or 1)
-        if spec.target.samples is not None:
-            assumed.append(f"target.samples {spec.target.samples:,}: J = {J} steps of {spec.samples_per_step():,} samples "
+        if spec.target_samples() is not None:
+            assumed.append(f"target.samples {spec.target_samples():,}: J = {J} steps of {spec.samples_per_step():,} samples "
                            "(all workers); a step with fewer workers commits fewer samples, so the run takes more steps "
                            "than J when workers are revoked (it ends when every sample is committed)")
         if spec.cluster.sync == "sma":

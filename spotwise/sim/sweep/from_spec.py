@@ -240,8 +240,11 @@ def spec_market_place(spec: JobSpec, horizon_s: float, seed: int) -> Place:
 def run_trace_sweep(spec: JobSpec, req: SweepRequest, progress: Callable[[int, int], None] | None = None
                     ) -> tuple[SweepResult, list[Place], list[tuple[str, str]], list[str]]:
     """Load the traces, build the places and homes, run the sweep.  Returns ``(result, places, homes, skipped)``."""
+    from spotwise.config import resolve_epochs
     from spotwise.market.traces import load_traces
 
+    if req.work_hours is None:
+        resolve_epochs(spec)  # target.epochs in samples (the training set's size)
     if req.spec_market:
         place = spec_market_place(spec, req.horizon_s, req.seed)
         job = sweep_job(spec, work_hours=req.work_hours, restart_s=req.restart_s, history_s=max(req.history_s, 1.0),
