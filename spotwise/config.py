@@ -556,8 +556,10 @@ class JobSpec:
     def _check_recipe(self) -> None:
         """The training recipe against the job (issue 28): the schedule's length, fp16's device."""
         w = self.workload
-        if w.schedule is not None and not (self.target.epochs is not None and self.planned_samples() is None):
-            # (target.epochs: checked once the training set's size is known, resolve_epochs)
+        if w.schedule is not None and not ((self.target.epochs is not None or self.target.hours is not None)
+                                           and self.planned_samples() is None):
+            # (target.epochs: checked once the training set's size is known, resolve_epochs; target.hours: once
+            # it is iterations, spotwise.spec.hardware)
             planned = self.planned_samples()
             sched = w.schedule.resolved(planned)
             if planned is not None and sched.total is not None and sched.total > planned:
@@ -645,6 +647,8 @@ def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> 
         if resolve:
             settle_data_plane(spec)
             resolve_hardware(spec)
+            if spec.target.hours is not None:
+                spec._check_recipe()  # the schedule against the iterations target.hours became
         return spec
     except InputError as e:
         e.where = f"{source}: {e.where}" if e.where and not e.where.startswith(source) else (e.where or source)
@@ -674,6 +678,8 @@ def load_spec(path: str | Path) -> JobSpec:
     try:
         settle_data_plane(spec)  # after the paths (a market.catalog file is relative to the spec)
         resolve_hardware(spec)
+        if spec.target.hours is not None:
+            spec._check_recipe()  # the schedule against the iterations target.hours became (issue 42 item 2)
     except InputError as e:
         e.where = f"{p}: {e.where}" if e.where else str(p)
         raise

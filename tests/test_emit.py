@@ -250,6 +250,24 @@ def test_skypilot_task_holds_the_plan_and_its_scripts_parse() -> None:
     gcp = emit.skypilot_task(_gcp_rec(), _gcp_spec(), uri=URI)
     assert gcp["resources"]["instance_type"] == "n1-standard-8" and gcp["resources"]["accelerators"] == "V100:1"
     assert "--notice-source gcp" in gcp["run"]
+    # issue 42 item 3: the nodes install what the bucket's scheme needs (s3fs for s3://, gcsfs for gs://)
+    assert "pip install -q 's3fs>=2024.6'" in task["setup"]
+    assert "gcsfs" in emit.skypilot_task(_gcp_rec(), _gcp_spec(), uri="gs://b/p")["setup"]
+    assert "s3fs" not in emit.skypilot_task(_rec(), _spec(), uri="file:///shared/run")["setup"]
+
+
+def test_the_ray_cluster_setup_installs_what_outputs_uri_needs() -> None:
+    """issue 42 item 3: with an s3:// outputs.uri every node's setup installs s3fs after spotwise."""
+    spec = _spec()
+    spec.outputs.uri = URI
+    cfg = emit.ray_cluster_config(_rec(), spec)
+    setup = cfg["setup_commands"][0]
+    lines = setup.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "pip install -q 's3fs>=2024.6'" in ln)
+    assert "bin/spotwise\" --help" in lines[at + 1], "installed after spotwise, checked with it"
+    _bash_ok(setup)
+    spec.outputs.uri = None
+    assert "s3fs" not in emit.ray_cluster_config(_rec(), spec)["setup_commands"][0]
 
 
 def test_skypilot_task_passes_skypilots_schemas() -> None:

@@ -82,3 +82,16 @@ def test_an_unquoted_yaml_timestamp_is_a_start_time(tmp_path: Path) -> None:
     p.write_text("name: t\nworkload: {name: mlp-digits}\ntarget: {iterations: 10}\ncluster: {instance_type: c5.xlarge}\n"
                  "market:\n  synthetic: {kind: constant, price: 0.1}\n  start: 2020-03-21T23:50:20Z\n")
     assert load_spec(p).market.start == "2020-03-21T23:50:20Z"
+
+
+def test_target_hours_alone_sizes_a_schedule_too() -> None:
+    """Issue 42 item 2: hours alone with a cosine schedule used to exit 2 ("the job has no
+    target.iterations"); the schedule now spans the samples the iterations hours became commit."""
+    from spotwise.training.recipe import recipe_of
+
+    d = {**BASE, "workload": {**BASE["workload"], "schedule": {"decay": "cosine", "warmup_fraction": 0.02}}}
+    s = spec_from_dict(d)
+    assert s.target.iterations and recipe_of(s.workload, s.planned_samples()).schedule.total == s.planned_samples()
+    too_long = {**BASE, "workload": {**BASE["workload"], "schedule": {"decay": "cosine", "total": 10 ** 12}}}
+    with pytest.raises(InputError, match="schedule spans"):
+        spec_from_dict(too_long)

@@ -48,6 +48,7 @@ from spotwise.planner.emit.scripts import (
     driver_check,
     run_script,
     setup_script,
+    uri_packages,
 )
 
 RUN_SCRIPT = f"{REMOTE_DIR}/run.sh"
@@ -172,7 +173,8 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
     while end in run.splitlines():
         end += "_"
     cfg.update({
-        "setup_commands": [setup_script(install, ray_version=ray_version(), ray_extra="default")],
+        "setup_commands": [setup_script(install, ray_version=ray_version(), ray_extra="default",
+                                        packages=uri_packages(uri))],
         "head_setup_commands": [
             f'"{VENV}/bin/python" -m pip install -q ' + ('"boto3>=1.4.8"' if t.cloud == "aws" else "google-api-python-client"),
             # the trailing newline ends the here-document even inside the launcher's "(...)" wrapping

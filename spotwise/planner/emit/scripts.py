@@ -73,10 +73,22 @@ def driver_check(instance: str, gpus: int, accelerator: str) -> str:
     ])
 
 
+#: the packages an ``outputs.uri`` scheme needs on every node (spotwise's ``cloud`` extra, by scheme)
+URI_PACKAGES: dict[str, tuple[str, ...]] = {"s3": ("s3fs>=2024.6",), "gs": ("gcsfs>=2024.6",), "gcs": ("gcsfs>=2024.6",)}
+
+
+def uri_packages(uri: str | None) -> tuple[str, ...]:
+    """What a node must install to read and write ``uri`` (``s3://``: s3fs; ``gs://``: gcsfs; a path or
+    ``file://``: nothing) -- issue 42 item 3: without it the run script failed at once on every node."""
+    scheme = str(uri or "").split("://", 1)[0].lower() if "://" in str(uri or "") else ""
+    return URI_PACKAGES.get(scheme, ())
+
+
 def setup_script(install: Install, *, ray_version: str, gpu_check: str = "", from_env: bool = False,
-                 ray_extra: str = "") -> str:
-    """Python >= 3.10, the venv :data:`VENV`, Ray (``ray[ray_extra]``, the version that wrote the file) and this
-    spotwise in it, the venv on PATH for later commands."""
+                 ray_extra: str = "", packages: tuple[str, ...] = ()) -> str:
+    """Python >= 3.10, the venv :data:`VENV`, Ray (``ray[ray_extra]``, the version that wrote the file),
+    this spotwise and ``packages`` (what ``outputs.uri`` needs: :func:`uri_packages`) in it, the venv on
+    PATH for later commands."""
     ray_name = f"ray[{ray_extra}]" if ray_extra else "ray"
     ray_req = shlex.quote(f"{ray_name}=={ray_version}" if ray_version else ray_name)
     return "\n".join([
@@ -100,6 +112,7 @@ def setup_script(install: Install, *, ray_version: str, gpu_check: str = "", fro
         f'"{VENV}/bin/python" -m pip install -q {ray_req}',
         *([f': "${{SPOTWISE_INSTALL:?{INSTALL_MISSING}}}"'] if from_env or install.pip_arg is None else []),
         f'"{VENV}/bin/python" -m pip install -q {_pip_arg(install, from_env)}',
+        *([f'"{VENV}/bin/python" -m pip install -q ' + " ".join(shlex.quote(p) for p in packages)] if packages else []),
         f'"{VENV}/bin/spotwise" --help > /dev/null',
         f"grep -qs spotwise-venv ~/.bashrc || echo 'export PATH=\"{VENV}/bin:$PATH\"' >> ~/.bashrc",
     ]) + "\n"

@@ -27,6 +27,7 @@ from spotwise.planner.emit.scripts import (
     run_script,
     setup_script,
     sky_ray_up,
+    uri_packages,
 )
 
 #: how often SkyPilot restarts the job after it failed (not after a preemption: those are always recovered)
@@ -86,6 +87,7 @@ def skypilot_task(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_file: st
         "num_nodes": t.nodes,
         "envs": {"SPOTWISE_INSTALL": install.pip_arg or "", "SPOTWISE_RAY_PORT": str(RAY_PORT)},
         "file_mounts": {REMOTE_SPEC: str(spec_file), **install.mounts, **files.mounts},
-        "setup": setup_script(install, ray_version=ray_version(), gpu_check=check, from_env=True),
+        "setup": setup_script(install, ray_version=ray_version(), gpu_check=check, from_env=True,
+                              packages=uri_packages(uri)),
         "run": run,
     }
