@@ -47,6 +47,8 @@ SERVERLESS_SYNC_MODES = ("bsp", "ssp", "isp")
 #: sync modes of the collective data plane (Spotnik, papers/001_30a454edd897cf47.txt Sec. 3.3)
 COLLECTIVE_SYNC_MODES = ("ssgd", "sma", "adpsgd")
 SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
+#: issue 42 item 2: the throughput family a built-in workload is (the catalog's GPU types list these)
+IMPLIED_FAMILIES: dict[str, str] = {"resnet18-cifar": "resnet18", "gpt-bytes": "transformer"}
 BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10", "resnet18-cifar", "gpt-bytes")
 Cloud = Literal["aws", "gcp", "azure", "ibm", "local"]
 
@@ -84,7 +86,8 @@ class WorkloadSpec:
     """
 
     name: str = ""
-    family: str = "mlp"
+    #: unset: the built-in's own (:data:`IMPLIED_FAMILIES`) where the instance type has a profile for it, else mlp
+    family: str = ""
     batch_size: int = 32
     lr: float = 0.05
     dataset: str | None = None
@@ -152,8 +155,11 @@ class WorkloadSpec:
             if not mod or not fn or not all(p.isidentifier() for p in mod.split(".")) or not fn.isidentifier():
                 raise InputError(f"malformed workload reference {self.name!r}", "write it as 'package.module:function'", "name")
             refuse_unsafe_reference(self.name, "workload", "name")
-        if not self.family:
-            raise InputError("must not be empty", "name the model family used for throughput profiles, e.g. 'mlp'", "family")
+        if not isinstance(self.family, str):
+            raise InputError(f"must be a model family name, got {self.family!r}", "e.g. family: resnet50", "family")
+        if not self.family:  # unset: the workload's own family, settled against the catalog (resolve_family)
+            self.__dict__["_family_implied"] = True
+            self.family = IMPLIED_FAMILIES.get(self.name, "mlp")
         _positive(self.batch_size, "batch_size", "use a positive mini-batch size per worker, e.g. 32")
         _positive(self.lr, "lr", "use a positive base learning rate, e.g. 0.05")
         if self.model_mb is not None and not (0 < self.model_mb < 1e6):
@@ -599,6 +605,35 @@ class JobSpec:
         return to_plain(self)
 
 
+def resolve_family(spec: JobSpec) -> None:
+    """A family the spec did not give (a built-in's own, :data:`IMPLIED_FAMILIES`) is kept where the
+    instance type (every pool's) has a throughput profile for it, else it is ``mlp`` -- the CPU types'
+    (issue 42 item 2: ``resnet18-cifar`` on a V100 is planned as resnet18 without ``family:``)."""
+    w = spec.workload
+    if not w.__dict__.get("_family_implied") or w.family == "mlp":
+        return
+    from spotwise.spec.plane_choice import _packaged_catalog
+
+    catalog = _packaged_catalog()
+    try:
+        for path in spec.market.catalog:
+            catalog = catalog.extend(path)
+    except InputError:
+        return  # a catalog file not readable from here: the market's build reports it
+    c = spec.cluster
+    types = [p.instance_type for p in c.pools] if c.pools else [c.instance_type]
+    for name in types:
+        if not name:  # not picked yet (cluster.accelerators): settled after spotwise.spec.hardware picks it
+            return
+        try:
+            it = catalog.instance(name, cloud=c.cloud, region=c.region)
+        except InputError:
+            return  # an unknown type: the market's build names it
+        if catalog._throughput_or_none(it, w.family) is None:
+            w.family = "mlp"
+            return
+
+
 def resolve_epochs(spec: JobSpec, n_train: int | None = None) -> None:
     """``target.epochs`` in samples: the training set's size (``n_train``, else the workload built
     once here) kept on the spec, and the recipe checked against the length it gives.  Nothing for
@@ -646,7 +681,9 @@ def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> 
         spec = build(JobSpec, data)
         if resolve:
             settle_data_plane(spec)
+            resolve_family(spec)
             resolve_hardware(spec)
+            resolve_family(spec)
             if spec.target.hours is not None:
                 spec._check_recipe()  # the schedule against the iterations target.hours became
         return spec
@@ -677,7 +714,9 @@ def load_spec(path: str | Path) -> JobSpec:
     _resolve_paths(spec, p.parent)
     try:
         settle_data_plane(spec)  # after the paths (a market.catalog file is relative to the spec)
+        resolve_family(spec)  # the built-in's own family where its instance type has a profile (issue 42 item 2)
         resolve_hardware(spec)
+        resolve_family(spec)
         if spec.target.hours is not None:
             spec._check_recipe()  # the schedule against the iterations target.hours became (issue 42 item 2)
     except InputError as e:

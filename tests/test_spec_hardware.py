@@ -95,3 +95,19 @@ def test_target_hours_alone_sizes_a_schedule_too() -> None:
     too_long = {**BASE, "workload": {**BASE["workload"], "schedule": {"decay": "cosine", "total": 10 ** 12}}}
     with pytest.raises(InputError, match="schedule spans"):
         spec_from_dict(too_long)
+
+
+def test_a_built_in_workload_implies_its_family_where_the_instance_has_it() -> None:
+    """Issue 42 item 2: resnet18-cifar on a V100 failed with "no throughput for model family 'mlp'";
+    a built-in without ``family:`` is its own family where the type has a profile for it, else mlp."""
+    gpu = {"name": "g", "workload": {"name": "resnet18-cifar", "batch_size": 128}, "target": {"hours": 2},
+           "cluster": {"accelerators": "V100:1", "region": "us-east-1", "workers": 4}}
+    s = spec_from_dict(gpu)
+    assert (s.workload.family, s.cluster.instance_type) == ("resnet18", "p3.2xlarge") and s.target.iterations > 0
+    assert spec_from_dict(s.to_dict()).workload.family == "resnet18", "written into spec.json"
+    gpt = spec_from_dict({**gpu, "workload": {"name": "gpt-bytes", "batch_size": 16}})
+    assert gpt.workload.family == "transformer"
+    cpu = spec_from_dict({**gpu, "target": {"iterations": 10}, "cluster": {"instance_type": "c5.xlarge", "workers": 2}})
+    assert cpu.workload.family == "mlp", "the CPU types' profile"
+    given = spec_from_dict({**gpu, "workload": {"name": "resnet18-cifar", "family": "resnet50"}})
+    assert given.workload.family == "resnet50", "a family the spec gives is kept"
