@@ -202,3 +202,41 @@ def test_pilot_from_run_without_steps(tmp_path: Path) -> None:
     EventLog(tmp_path / "events.jsonl").close()
     with pytest.raises(InputError, match="no step events"):
         pilot_from_run(tmp_path)
+
+
+# ---------------------------------------------------------------- issue 42 item 1: a bounded pilot
+def _gpu_spec() -> object:
+    return spec_from_dict({"name": "r18", "workload": {"name": "resnet18-cifar", "batch_size": 128},
+                           "target": {"hours": 2}, "deadline": "6h",
+                           "cluster": {"accelerators": "V100:1", "workers": 4, "region": "us-east-1"}})
+
+
+def test_a_gpu_workload_is_never_trained_on_this_cpu_and_the_plan_says_how_to_measure_it() -> None:
+    from spotwise.planner.estimate.pilot import PilotSkipped
+    from spotwise.planner.plan.inputs import error_model_for
+    from spotwise.workloads.device import cuda_available
+
+    if cuda_available():
+        pytest.skip("this machine has CUDA: a GPU workload's pilot runs here")
+    spec = _gpu_spec()
+    with pytest.raises(PilotSkipped, match="no CUDA"):
+        run_pilot(spec, steps=20)
+    model, g_star, measured, assumed, source, problems = error_model_for(spec, None, 20)
+    assert source == "assumed" and not measured and g_star == 0.0
+    assert any("no pilot" in a and "--pilot" in a for a in assumed), assumed
+
+
+def test_a_pilot_keeps_to_its_time_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pilot whose steps take 1 s (a patched clock) keeps the steps its budget holds -- and notes
+    it --, and is not run at all when even 10 steps would not fit."""
+    import itertools
+
+    import spotwise.planner.estimate.pilot as pl
+
+    ticks = itertools.count()
+    monkeypatch.setattr(pl.time, "perf_counter", lambda: float(next(ticks)))
+    spec = _spec()
+    fit, _ = run_pilot(spec, steps=100, budget_s=30.0)
+    assert fit.n_points == 30 and any("cut to 30 of 100 steps" in n for n in fit.notes)
+    with pytest.raises(pl.PilotSkipped, match="budget"):
+        run_pilot(spec, steps=100, budget_s=5.0)

@@ -51,6 +51,9 @@ approximation for N-batch SGD (whose renewal processes pay the shift on every mi
 from __future__ import annotations
 
 import math
+import os
+import sys
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,6 +224,29 @@ MIN_FLOOR_FRACTION = 1e-6
 #: fitted constants within this relative distance of a bound of the fit are "at the bound"
 _AT_BOUND = 1e-6
 #: assumed model when a fit is unusable: contraction per iteration and floor as a fraction of G1
+#: issue 42 item 1: seconds an in-process pilot may train on this machine (projected from its first
+#: steps: a pilot that fits keeps all its steps, so a fast workload's plan is the same on any machine;
+#: a slower one trains fewer, at least MIN_POINTS; one that cannot fit MIN_POINTS is not run)
+PILOT_BUDGET_S = float(os.environ.get("SPOTWISE_PILOT_BUDGET_S", "60"))
+#: the model families whose workloads train on GPUs (the catalog's GPU profiles): their pilot runs
+#: only where CUDA is
+GPU_FAMILIES = ("resnet18", "resnet32", "resnet50", "transformer", "cyclegan", "a3c")
+
+
+class PilotSkipped(Exception):
+    """No in-process pilot was trained (a GPU workload without a GPU here, or one too slow for the
+    budget): the plan uses the stated prior error model and says how to measure it."""
+
+
+def prior_error_model(lr: float, workers: float) -> tuple[ErrorModel, str]:
+    """The error model with no measurement at all: initial gap ``G1 = 1``, ``beta = ASSUMED_BETA``,
+    floor ``ASSUMED_FLOOR_FRACTION G1`` (stated assumptions, as :func:`assumed_error_model`'s)."""
+    g1, F = 1.0, ASSUMED_FLOOR_FRACTION
+    model, _ = _model_from_fit(float(lr), ASSUMED_BETA, g1 - F, F, float(workers))
+    return model, (f"G1 = 1 (assumed: no loss was measured), beta = {ASSUMED_BETA:g}, floor = "
+                   f"{ASSUMED_FLOOR_FRACTION:g} G1 at {workers:g} workers, alpha = {lr:g} (all assumed)")
+
+
 ASSUMED_BETA = 0.99
 ASSUMED_FLOOR_FRACTION = 0.01
 
@@ -460,7 +486,8 @@ def pilot_from_run(run_dir: str | Path, *, g_star: float = 0.0) -> tuple[PilotFi
     return err, rt
 
 
-def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[PilotFit, RuntimeFit]:
+def run_pilot(spec: Any, steps: int = 200, seed: int | None = None,
+              budget_s: float | None = None) -> tuple[PilotFit, RuntimeFit]:
     """An in-process pilot (no Ray): single-process SGD with the global batch, then both fits.
 
     Trains ``spec.workload`` for ``steps`` steps with batches of ``workers x batch_size`` samples
@@ -494,6 +521,9 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
                          "workload.precision")
     workers = int(spec.cluster.workers)
     batch = workers * int(wl.batch_size)
+    if str(wl.family) in GPU_FAMILIES and str(spec.cluster.device) != "cpu" and not cuda_available():
+        raise PilotSkipped(f"{wl.name} is a {wl.family} workload for GPUs and this machine has no CUDA: its pilot is "
+                           "not trained on the CPU")
     workload = make_workload(wl, seed)
     model = workload.build_model()
     model.train()
@@ -502,14 +532,25 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     losses = np.empty(steps)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: threading costs more than it saves
+    clock = _PilotClock(steps, budget_s if budget_s is not None else PILOT_BUDGET_S)
     try:
         if wl.plain_sgd_recipe:
-            _sgd(torch, workload, model, sampler, batch, lr, losses, seed)
+            _sgd(torch, workload, model, sampler, batch, lr, losses, seed, clock)
         else:  # the job's own recipe (issue 28): its optimizer, schedule, clipping, micro-batches, precision
-            _recipe_steps(torch, spec, workload, model, sampler, batch, lr, losses, seed)
+            _recipe_steps(torch, spec, workload, model, sampler, batch, lr, losses, seed, clock)
     finally:
         torch.set_num_threads(threads)
+        clock.done()
+    if clock.steps < MIN_POINTS:
+        raise PilotSkipped(f"its in-process pilot would take {clock.projected_s:.0f} s for {MIN_POINTS} steps on this "
+                           f"machine, more than the {clock.budget_s:g} s budget")
+    losses = losses[: clock.steps]
+    cut = clock.steps < steps
+    steps = clock.steps
     err = fit_error_model(losses, lr, workers)
+    if cut:
+        err.notes.append(f"the pilot was cut to {steps} of {clock.planned} steps by its {clock.budget_s:g} s budget on "
+                         "this machine (SPOTWISE_PILOT_BUDGET_S); pass --pilot DIR for a fit from a run of the job")
     if not wl.plain_sgd_recipe:
         err.notes.append(f"the pilot trained with the job's recipe (optimizer {wl.optimizer_spec.name if wl.optimizer else 'SGD'}"
                          f", schedule, clipping): paper 000's Thm 1 curve is fitted to its losses as an empirical model")
@@ -529,9 +570,42 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None) -> tuple[Pil
     return err, rt
 
 
+class _PilotClock:
+    """How many of a pilot's steps fit its time budget (projected from the steps so far), with
+    progress on stderr once it has run for more than 2 s."""
+
+    def __init__(self, steps: int, budget_s: float) -> None:
+        self.planned, self.steps, self.budget_s = int(steps), int(steps), float(budget_s)
+        self.t0 = time.perf_counter()
+        self.projected_s = 0.0
+        self._shown = 0.0
+
+    def after(self, done: int) -> bool:
+        """``done`` steps are done: whether to go on."""
+        el = time.perf_counter() - self.t0
+        per = el / max(1, done)
+        self.projected_s = per * MIN_POINTS
+        if done >= 2 and per * self.steps > self.budget_s:  # keep what fits, never fewer than MIN_POINTS
+            self.steps = max(min(self.steps, int(self.budget_s / per)), MIN_POINTS)
+            if per * MIN_POINTS > self.budget_s:
+                self.steps = done
+                return False
+        if el > 2.0 and el - self._shown >= 2.0:
+            self._shown = el
+            print(f"plan: in-process pilot step {done}/{self.steps} ({el:.0f} s; budget {self.budget_s:g} s)",
+                  file=sys.stderr, flush=True)
+        return done < self.steps
+
+    def done(self) -> None:
+        if self._shown:
+            print(f"plan: pilot done: {self.steps} steps in {time.perf_counter() - self.t0:.0f} s", file=sys.stderr,
+                  flush=True)
+
+
 def _pilot_loop(torch: Any, sampler: Any, batch: int, losses: np.ndarray, seed: int,
-                step: Callable[[int, np.ndarray], float]) -> None:
-    """``losses[j] = step(j, indices)`` for global batches from ``sampler`` (a seeded, forked RNG)."""
+                step: Callable[[int, np.ndarray], float], clock: "_PilotClock | None" = None) -> None:
+    """``losses[j] = step(j, indices)`` for global batches from ``sampler`` (a seeded, forked RNG),
+    as many as ``clock`` lets run (all of them without one)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for j in range(losses.size):
@@ -540,10 +614,12 @@ def _pilot_loop(torch: Any, sampler: Any, batch: int, losses: np.ndarray, seed: 
                 raise RuntimeError("the epoch sampler has no samples left to reserve")
             losses[j] = step(j, block.indices)
             sampler.commit(block)
+            if clock is not None and not clock.after(j + 1):
+                return
 
 
 def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float,
-                  losses: np.ndarray, seed: int) -> None:
+                  losses: np.ndarray, seed: int, clock: "_PilotClock | None" = None) -> None:
     """Like :func:`_sgd` with the job's recipe: the real optimizer through the same
     :class:`~spotwise.training.state.Updater` the runtime uses, the schedule at the samples committed."""
     from spotwise.training.recipe import UserOptimizerError, recipe_of
@@ -564,7 +640,7 @@ def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any
                                  "lower the learning rate, add a warm-up or grad_clip_norm", "workload.optimizer")
             return float(loss)
 
-        _pilot_loop(torch, sampler, batch, losses, seed, step)
+        _pilot_loop(torch, sampler, batch, losses, seed, step, clock)
     except UserOptimizerError as e:  # e.g. capturable: true, fine on the job's GPUs, not on the pilot's CPU
         e.fix += ("; the in-process pilot steps the optimizer on this machine's CPU: to plan a GPU job from "
                   "elsewhere, pass --pilot DIR (a run of the job)")
@@ -572,7 +648,8 @@ def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any
         raise
 
 
-def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float, losses: np.ndarray, seed: int) -> None:
+def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float, losses: np.ndarray, seed: int,
+         clock: "_PilotClock | None" = None) -> None:
     """Plain SGD ``w -= lr g`` on global batches from ``sampler``; ``losses[j]`` = loss before step j's update."""
 
     from spotwise.workloads.base import check_loss
@@ -593,4 +670,4 @@ def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: fl
                 p.sub_(lr * g)
         return float(loss.detach())
 
-    _pilot_loop(torch, sampler, batch, losses, seed, step)
+    _pilot_loop(torch, sampler, batch, losses, seed, step, clock)

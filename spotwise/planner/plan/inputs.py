@@ -56,8 +56,14 @@ def error_model_for(spec: JobSpec, pilot_dir: str | None, pilot_steps: int
         fit, _ = pl.pilot_from_run(pilot_dir)
         src = f"Thm 1 constants fitted to the losses of the run in {pilot_dir}"
     else:
-        fit, _ = pl.run_pilot(spec, steps=pilot_steps)
-        src = f"Thm 1 constants fitted to a {pilot_steps}-step in-process pilot of {spec.workload.name}"
+        try:
+            fit, _ = pl.run_pilot(spec, steps=pilot_steps)
+        except pl.PilotSkipped as e:  # issue 42 item 1: a GPU model is never trained on this CPU, nor a slow one
+            model, why = pl.prior_error_model(float(spec.workload.lr), float(spec.cluster.workers))
+            return model, 0.0, [], [f"no pilot: {e}; assumed error model: {why}. To measure it, run the job briefly "
+                                    "on its target hardware (spotwise run SPEC --out pilot with a small target.samples) "
+                                    "and plan with --pilot pilot"], "assumed", (str(e),)
+        src = f"Thm 1 constants fitted to a {fit.n_points}-step in-process pilot of {spec.workload.name}"
     assumed = [f"pilot fit: {n}" for n in fit.notes]
     if fit.reliable:
         measured = [f"{src}: beta = 1 - alpha c mu = {fit.beta:.5f}, floor {fit.F:.4g}, r2 {fit.r2:.3f}"]
