@@ -228,9 +228,23 @@ _AT_BOUND = 1e-6
 #: steps: a pilot that fits keeps all its steps, so a fast workload's plan is the same on any machine;
 #: a slower one trains fewer, at least MIN_POINTS; one that cannot fit MIN_POINTS is not run)
 PILOT_BUDGET_S = float(os.environ.get("SPOTWISE_PILOT_BUDGET_S", "60"))
-#: the model families whose workloads train on GPUs (the catalog's GPU profiles): their pilot runs
-#: only where CUDA is
-GPU_FAMILIES = ("resnet18", "resnet32", "resnet50", "transformer", "cyclegan", "a3c")
+#: the built-in workloads that train on GPUs: their pilot runs only where CUDA is (a user's workload
+#: is bounded by the budget instead)
+GPU_WORKLOADS = ("resnet18-cifar", "gpt-bytes")
+
+
+def _trains_on_gpus(spec: Any) -> bool:
+    """Whether ``spec`` trains one of :data:`GPU_WORKLOADS` on GPU workers (``device: cuda``, or an
+    instance type the catalog lists with accelerators and ``device`` not ``cpu``)."""
+    c = spec.cluster
+    if spec.workload.name not in GPU_WORKLOADS or str(c.device) == "cpu" or c.kind != "vm":
+        return False
+    if str(c.device) == "cuda":
+        return True
+    from spotwise.spec.plane_choice import gpus_of
+
+    types = [p.instance_type for p in c.pools] if c.pools else [c.instance_type]
+    return any((gpus_of(t, [str(p) for p in spec.market.catalog], c.cloud) or ("", 0))[1] > 0 for t in types)
 
 
 class PilotSkipped(Exception):
@@ -521,9 +535,9 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None,
                          "workload.precision")
     workers = int(spec.cluster.workers)
     batch = workers * int(wl.batch_size)
-    if str(wl.family) in GPU_FAMILIES and str(spec.cluster.device) != "cpu" and not cuda_available():
-        raise PilotSkipped(f"{wl.name} is a {wl.family} workload for GPUs and this machine has no CUDA: its pilot is "
-                           "not trained on the CPU")
+    if _trains_on_gpus(spec) and not cuda_available():
+        raise PilotSkipped(f"the job trains {wl.name} on GPUs and this machine has no CUDA: its pilot is not trained "
+                           "on the CPU")
     workload = make_workload(wl, seed)
     model = workload.build_model()
     model.train()
