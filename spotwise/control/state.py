@@ -77,6 +77,20 @@ class TrainingState(ABC):
         return None
 
 
+def _flat_on_cpu(model: torch.nn.Module) -> tuple[FlatModel, np.ndarray]:
+    """``model`` as a :class:`FlatModel` on the CPU and its flat vector as a numpy array sharing its memory."""
+    n = sum(p.numel() for p in model.parameters()) + num_float_buffer_entries(model)
+    vec = torch.zeros(n, dtype=torch.float32)
+    return FlatModel(model, "cpu", flat=vec), vec.numpy()
+
+
+def _copy_params(dst: np.ndarray, value: np.ndarray) -> None:
+    v = np.asarray(value, dtype=np.float32).reshape(-1)
+    if v.shape != dst.shape:
+        raise ValueError(f"parameter vector of {v.size} entries for a model of {dst.size}")
+    np.copyto(dst, v)
+
+
 class TorchState(TrainingState):
     """A PyTorch workload (:mod:`spotwise.workloads`) trained for real.
 
@@ -99,12 +113,8 @@ class TorchState(TrainingState):
             workload = dataclasses.replace(workload, train=SizeOnly(n_train))
         self.workload = workload
         self.recipe = recipe or Recipe()
-        model = workload.build_model()
-        n = sum(p.numel() for p in model.parameters()) + num_float_buffer_entries(model)
-        self._vec = torch.zeros(n, dtype=torch.float32)
-        self.fm = FlatModel(model, "cpu", flat=self._vec)
+        self.fm, self._np = _flat_on_cpu(workload.build_model())
         self.model = self.fm.model
-        self._np = self._vec.numpy()  # shares the vector's memory
         self.updater = Updater(self.fm, self.recipe, base_lr)
         self.n_train = n_train
         self.metric_name = workload.metric_name
@@ -115,10 +125,7 @@ class TorchState(TrainingState):
 
     @params.setter
     def params(self, value: np.ndarray) -> None:
-        v = np.asarray(value, dtype=np.float32).reshape(-1)
-        if v.shape != self._np.shape:
-            raise ValueError(f"parameter vector of {v.size} entries for a model of {self._np.size}")
-        np.copyto(self._np, v)
+        _copy_params(self._np, value)
 
     @property
     def can_evaluate(self) -> bool:
@@ -174,11 +181,7 @@ class ScriptState(TrainingState):
     def __init__(self, workload: Any) -> None:
         self.n_train = len(workload.train)
         self.ordered = is_ordered(workload)
-        model = workload.build_model()
-        n = sum(p.numel() for p in model.parameters()) + num_float_buffer_entries(model)
-        self._vec = torch.zeros(n, dtype=torch.float32)
-        self.fm = FlatModel(model, "cpu", flat=self._vec)
-        self._np = self._vec.numpy()
+        self.fm, self._np = _flat_on_cpu(workload.build_model())
         self._extra: dict[str, Any] = {"int_buffers": self.fm.int_buffers()}
 
     @property
@@ -187,10 +190,7 @@ class ScriptState(TrainingState):
 
     @params.setter
     def params(self, value: np.ndarray) -> None:
-        v = np.asarray(value, dtype=np.float32).reshape(-1)
-        if v.shape != self._np.shape:
-            raise ValueError(f"parameter vector of {v.size} entries for a model of {self._np.size}")
-        np.copyto(self._np, v)
+        _copy_params(self._np, value)
 
     @property
     def can_evaluate(self) -> bool:
