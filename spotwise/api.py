@@ -76,9 +76,10 @@ def check_spec(spec: SpecLike, *, import_user_code: bool = False, local_workers:
         build_market(job)
     worker_device = _check_device_here(job) if local_workers and job.cluster.kind == "vm" else None
     if build_workload and (import_user_code or ":" not in job.workload.name):
-        from spotwise.workloads.registry import make_workload
+        from spotwise.elastic.describe import workload_for
 
-        make_workload(job.workload, job.seed)  # import errors, missing datasets: before anything starts
+        # import errors, missing datasets, a script that fails before its first batch: before anything starts
+        workload_for(job.workload, job.seed)
     if import_user_code and job.cluster.kind == "vm":  # `run`: the optimizer steps once where it will step
         _check_optimizer(job, worker_device)
     return job

@@ -26,11 +26,13 @@ from spotwise.inputfiles import read_input_text
 from spotwise.remote.uri import check_uri
 from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
+from spotwise.spec.resolve import data_plane_why, resolve_epochs, resolve_family, settle_data_plane  # noqa: F401
+from spotwise.spec.script import check_script_workload
+from spotwise.spec.target import TargetSpec  # noqa: F401  (re-exported)
 from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive, _seed, check_sinks  # noqa: F401  (re-exported)
 from spotwise.spec.market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
 from spotwise.spec.pools import Balance, check_pool_markets, check_pools
 from spotwise.spec.hardware import resolve_hardware
-from spotwise.spec.plane_choice import choose_data_plane
 from spotwise.spec.load import Duration, build, to_plain
 from spotwise.training.optimizers import OptimizerSet, parse_optimizer
 from spotwise.training.recipe import BUILTIN_RECIPES, LoaderSpec, OptimizerSpec, Precision, ScheduleSpec
@@ -112,7 +114,7 @@ class WorkloadSpec:
 
     def __post_init__(self) -> None:
         if self.script is not None:
-            self._check_script()
+            check_script_workload(self)
         if self.optimizer is None and self.name in BUILTIN_RECIPES:  # the built-in realistic workloads' recipes
             rec = BUILTIN_RECIPES[self.name]
             self.optimizer = dict(rec["optimizer"])
@@ -166,27 +168,6 @@ class WorkloadSpec:
             raise InputError(f"must be in (0, 1e6) MB, got {self.model_mb!r}", "the model's size on the wire, e.g. 14.19 "
                              "(ResNet-32, paper 002 Table II)", "model_mb")
 
-    def _check_script(self) -> None:
-        if not isinstance(self.script, str) or not self.script.strip():
-            raise InputError(f"must be the path of a Python file, got {self.script!r}", "e.g. script: train.py", "script")
-        if not self.script.endswith(".py"):
-            raise InputError(f"{self.script!r} is not a .py file", "name your training script, e.g. script: train.py",
-                             "script")
-        if self.name not in ("", "script"):
-            raise InputError(f"workload.name {self.name!r} and workload.script both say what to train",
-                             "keep one: a script trains with its own loop (remove name)", "name")
-        self.name = "script"
-        if not isinstance(self.args, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
-                                                      for a in self.args):
-            raise InputError(f"must be a list of strings, got {self.args!r}", "e.g. args: [--compile, 'false']", "args")
-        self.args = [str(a) for a in self.args]
-        if self.optimizer is not None or self.schedule is not None or self.grad_clip_norm is not None \
-                or self.accumulate != 1 or self.precision != "fp32":
-            raise InputError("a script's recipe is its own: workload.optimizer, schedule, grad_clip_norm, accumulate "
-                             "and precision do not apply to it", "set them in your script (its optimizer, its "
-                             "learning rate as a function of job.samples, clip_grad_norm_, autocast) and remove them "
-                             "from the spec", "script")
-
     @property
     def plain_sgd_recipe(self) -> bool:
         """Whether the update is the papers' plain SGD (no optimizer, schedule, clipping, precision)."""
@@ -201,58 +182,6 @@ class WorkloadSpec:
         if isinstance(self.optimizer, list):
             return OptimizerSet.parse(self.optimizer, check=False)
         return OptimizerSpec.parse(self.optimizer, check=False)
-
-
-@dataclass
-class TargetSpec:
-    """When the job is done: after ``iterations`` committed steps or ``samples`` committed samples,
-    and/or at ``loss`` (whichever first).
-
-    ``samples`` (issue 41 item 4) is the job's length as users mean it: a step with fewer members
-    (after a revocation) commits fewer samples, so a job counted in steps trains less data than
-    planned and a schedule counted in samples ends early; counted in samples, it runs until every
-    planned sample is committed (the last step may take up to one step's samples more), and a
-    schedule spans exactly those samples.  The plan estimates the steps it takes at full strength
-    (:meth:`JobSpec.expected_iterations`)."""
-
-    iterations: int | None = None
-    loss: float | None = None
-    #: issue 41 item 4: committed samples that end the job (instead of ``iterations``)
-    samples: int | None = None
-    #: issue 41 item 4: passes over the training set (``samples`` = epochs x its size, known once the
-    #: workload is built: :func:`resolve_epochs`)
-    epochs: float | None = None
-    #: issue 29: the job's size as hours of training on its cluster (``workers`` x the instance type or
-    #: ``cluster.accelerators``) at full strength; turned into ``iterations`` (or a step time) on load
-    #: (:mod:`spotwise.spec.hardware`)
-    hours: float | None = None
-    #: issue 29: the probability of meeting the deadline a recommended strategy must have shown
-    #: (measured on the traces' past windows where there are any, else the model's)
-    deadline_probability: float = 0.95
-
-    def __post_init__(self) -> None:
-        if self.iterations is None and self.loss is None and self.hours is None and self.samples is None \
-                and self.epochs is None:
-            raise InputError("needs iterations, samples, hours and/or loss", "set target.samples (e.g. 1000000: samples "
-                             "to train on), target.iterations (e.g. 1000), target.hours (e.g. 24: hours of training on "
-                             "the cluster) or target.loss (e.g. 0.1)", "")
-        _positive(self.iterations, "iterations", "use a positive number of iterations")
-        _positive(self.samples, "samples", "use a positive number of samples, e.g. 1000000")
-        given = [k for k in ("iterations", "samples", "epochs") if getattr(self, k) is not None]
-        if len(given) > 1:
-            raise InputError(f"target.{given[0]} and target.{given[1]} both give the job's length",
-                             "keep one: samples or epochs (revocations do not shorten the job) or iterations "
-                             "(committed steps)", given[1])
-        if self.epochs is not None and (isinstance(self.epochs, bool) or not isinstance(self.epochs, (int, float))
-                                        or not 0 < float(self.epochs) < 1e9):
-            raise InputError(f"must be a positive number of passes over the training set, got {self.epochs!r}",
-                             "e.g. epochs: 3", "epochs")
-        _positive(self.loss, "loss", "use a positive target loss")
-        _positive(self.hours, "hours", "give the hours of training on the cluster, e.g. 24")
-        p = self.deadline_probability
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0.0 < float(p) <= 1.0):
-            raise InputError(f"must be a probability in (0, 1], got {p!r}", "e.g. 0.95: the plan recommends only strategies "
-                             "that met the deadline in at least 95% of the tested windows", "deadline_probability")
 
 
 @dataclass
@@ -479,9 +408,7 @@ class OutputSpec:
     def __post_init__(self) -> None:
         if self.uri is not None:
             self.uri = check_uri(self.uri, "uri")
-        if not isinstance(self.sinks, list) or not all(isinstance(x, str) for x in self.sinks):
-            raise InputError(f"must be a list of sink names, got {self.sinks!r}", "e.g. sinks: [tensorboard]", "sinks")
-        check_sinks(self.sinks)
+        check_sinks(list(self.sinks))  # (a non-list is refused by the spec's builder)
         _non_negative(self.checkpoint_every, "checkpoint_every", "use 0 to checkpoint only on revocation notices")
         _positive(self.log_every, "log_every", "log every N >= 1 steps")
 
@@ -531,20 +458,15 @@ class JobSpec:
         return per_step
 
     def target_samples(self) -> int | None:
-        """The committed samples that end the job: ``target.samples``, or ``target.epochs`` x the
-        training set's size once known (:func:`resolve_epochs`); ``None`` otherwise."""
-        if self.target.samples is not None:
-            return int(self.target.samples)
-        n = self.target.__dict__.get("_n_train")
-        if self.target.epochs is not None and n:
-            return max(1, int(math.ceil(float(self.target.epochs) * int(n))))
-        return None
+        """The committed samples that end the job (:meth:`TargetSpec.samples_to_commit`)."""
+        return self.target.samples_to_commit()
 
     def planned_samples(self) -> int | None:
         """Samples the job commits: :meth:`target_samples`, or ``target.iterations`` x :meth:`samples_per_step`
         (full strength); ``None`` with neither.  A schedule's default length."""
-        if self.target_samples() is not None:
-            return self.target_samples()
+        samples = self.target_samples()
+        if samples is not None:
+            return samples
         if self.target.iterations is None:
             return None
         return int(self.target.iterations) * self.samples_per_step()
@@ -552,20 +474,17 @@ class JobSpec:
     def expected_iterations(self) -> int | None:
         """The job's length in steps as the planner counts it: ``target.iterations``, or the steps
         ``target.samples`` takes at full strength (rounded up); ``None`` with neither."""
-        if self.target.iterations is not None:
-            return int(self.target.iterations)
         samples = self.target_samples()
-        if samples is not None:
-            return max(1, -(-samples // self.samples_per_step()))
-        return None
+        if self.target.iterations is not None or samples is None:
+            return None if self.target.iterations is None else int(self.target.iterations)
+        return max(1, -(-samples // self.samples_per_step()))
 
     def _check_recipe(self) -> None:
         """The training recipe against the job (issue 28): the schedule's length, fp16's device."""
         w = self.workload
         if w.schedule is not None and not ((self.target.epochs is not None or self.target.hours is not None)
                                            and self.planned_samples() is None):
-            # (target.epochs: checked once the training set's size is known, resolve_epochs; target.hours: once
-            # it is iterations, spotwise.spec.hardware)
+            # (target.epochs / hours: checked once they are samples / iterations, resolve_epochs / resolve_hardware)
             planned = self.planned_samples()
             sched = w.schedule.resolved(planned)
             if planned is not None and sched.total is not None and sched.total > planned:
@@ -603,69 +522,6 @@ class JobSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(self)
-
-
-def resolve_family(spec: JobSpec) -> None:
-    """A family the spec did not give (a built-in's own, :data:`IMPLIED_FAMILIES`) is kept where the
-    instance type (every pool's) has a throughput profile for it, else it is ``mlp`` -- the CPU types'
-    (issue 42 item 2: ``resnet18-cifar`` on a V100 is planned as resnet18 without ``family:``)."""
-    w = spec.workload
-    if not w.__dict__.get("_family_implied") or w.family == "mlp":
-        return
-    from spotwise.spec.plane_choice import _packaged_catalog
-
-    catalog = _packaged_catalog()
-    try:
-        for path in spec.market.catalog:
-            catalog = catalog.extend(path)
-    except InputError:
-        return  # a catalog file not readable from here: the market's build reports it
-    c = spec.cluster
-    types = [p.instance_type for p in c.pools] if c.pools else [c.instance_type]
-    for name in types:
-        if not name:  # not picked yet (cluster.accelerators): settled after spotwise.spec.hardware picks it
-            return
-        try:
-            it = catalog.instance(name, cloud=c.cloud, region=c.region)
-        except InputError:
-            return  # an unknown type: the market's build names it
-        if catalog._throughput_or_none(it, w.family) is None:
-            w.family = "mlp"
-            return
-
-
-def resolve_epochs(spec: JobSpec, n_train: int | None = None) -> None:
-    """``target.epochs`` in samples: the training set's size (``n_train``, else the workload built
-    once here) kept on the spec, and the recipe checked against the length it gives.  Nothing for
-    a spec without ``target.epochs`` or already resolved."""
-    t = spec.target
-    if t.epochs is None or t.__dict__.get("_n_train"):
-        return
-    if n_train is None:
-        from spotwise.workloads.registry import make_workload
-
-        n_train = len(make_workload(spec.workload, spec.seed).train)
-    t.__dict__["_n_train"] = int(n_train)  # not a spec field: never written to spec.json
-    spec._check_recipe()
-
-
-def settle_data_plane(spec: JobSpec) -> None:
-    """``cluster.data_plane: auto`` becomes the plane the job's workers get, and the checks that depend
-    on the plane run again (:mod:`spotwise.spec.plane_choice`); why is kept for ``plan`` and ``run``
-    (:func:`data_plane_why`)."""
-    c = spec.cluster
-    plane, why = choose_data_plane(c, [str(p) for p in spec.market.catalog], script=spec.workload.script is not None)
-    c.__dict__["_plane_why"] = why  # not a spec field: never written to spec.json
-    if plane != c.data_plane:
-        c.data_plane = plane  # type: ignore[assignment]
-        c._check_data_plane()
-        spec._check_recipe()
-
-
-def data_plane_why(spec: JobSpec) -> str:
-    """Why the job trains on ``cluster.data_plane`` (``the workers have GPUs (p3.2xlarge: 1 x V100) ...``)."""
-    c = spec.cluster
-    return str(c.__dict__.get("_plane_why") or choose_data_plane(c, script=spec.workload.script is not None)[1])
 
 
 def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> JobSpec:

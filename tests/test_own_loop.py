@@ -273,7 +273,7 @@ def test_two_optimizers_a_frozen_embedding_an_ema_teacher_and_torch_compile(ray_
 
     ex = Path(__file__).resolve().parent.parent / "examples" / "own-loop"
     spec = script_spec(workload__script=str(ex / "train_distill.py"), workload__batch_size=16,
-                       workload__args=["--compile", "aot_eager", "--width", "32"], target__samples=1280,
+                       workload__args=["--compile", "aot_eager", "--width", "32"], target__samples=2560,
                        outputs__checkpoint_every=10)
     coord, summary = run(spec, tmp_path / "run", revocation=ScriptedRevocation((outage(8, 14, [0]),)))
     assert summary.status == "completed" and summary.revocations >= 1
@@ -286,10 +286,8 @@ def test_two_optimizers_a_frozen_embedding_an_ema_teacher_and_torch_compile(ray_
     frozen = torch.nn.Embedding(32, 32).weight.detach()
     got = coord.state.model_state_dict()
     assert got is not None and torch.equal(got["embed.weight"], frozen), "the frozen embedding never moved"
-    steps = positions_contiguous(tmp_path / "run", 2048)
-    first = [e["loss"] for e in steps[:10] if e["loss"] is not None]
-    last = [e["loss"] for e in steps[-10:] if e["loss"] is not None]
-    assert sum(last) / len(last) < sum(first) / len(first), "it learns"
+    acc = [e["values"]["acc"] for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["metrics"])]
+    assert len(acc) >= 40 and sum(acc[-15:]) / 15 > sum(acc[:15]) / 15 + 0.1, acc  # it learns the task
 
 
 class Stream(__import__("torch").utils.data.IterableDataset):

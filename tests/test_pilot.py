@@ -232,9 +232,10 @@ def test_a_pilot_keeps_to_its_time_budget(monkeypatch: pytest.MonkeyPatch) -> No
     import itertools
 
     import spotwise.planner.estimate.pilot as pl
+    import spotwise.planner.estimate.pilot_training as pt
 
     ticks = itertools.count()
-    monkeypatch.setattr(pl.time, "perf_counter", lambda: float(next(ticks)))
+    monkeypatch.setattr(pt.time, "perf_counter", lambda: float(next(ticks)))
     spec = _spec()
     fit, _ = run_pilot(spec, steps=100, budget_s=30.0)
     assert fit.n_points == 30 and any("cut to 30 of 100 steps" in n for n in fit.notes)

@@ -217,9 +217,9 @@ class ScriptState(TrainingState):
 def training_state(workload_spec: Any, seed: int, recipe: Recipe, base_lr: float) -> TrainingState:
     """The coordinator's :class:`TrainingState` of a job's workload: a script's (:class:`ScriptState`)
     or a PyTorch workload trained for real (:class:`TorchState`)."""
-    from spotwise.workloads.registry import make_workload
+    from spotwise.elastic.describe import workload_for
 
-    wl = make_workload(workload_spec, seed)
+    wl = workload_for(workload_spec, seed)
     if wl.info.get("script"):
         return ScriptState(wl)
     return TorchState(wl, recipe, base_lr)

@@ -46,6 +46,16 @@ def _no_loss(model: torch.nn.Module, batch: Any) -> torch.Tensor:
     raise RuntimeError("a script job's loss is computed by the script")
 
 
+def workload_for(spec: Any, seed: int) -> Any:
+    """The workload of a :class:`~spotwise.config.WorkloadSpec`: a training script's description
+    (:func:`describe_script`), else :func:`~spotwise.workloads.registry.make_workload`'s."""
+    if getattr(spec, "script", None) is not None:
+        return describe_script(spec, seed)
+    from spotwise.workloads.registry import make_workload
+
+    return make_workload(spec, seed)
+
+
 def describe_script(spec: Any, seed: int) -> Workload:
     """A :class:`~spotwise.workloads.base.Workload` standing for ``spec.script`` on the coordinator
     (module docstring): ``build_model()`` returns a copy of the script's model as it built it, the

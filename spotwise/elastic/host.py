@@ -35,7 +35,8 @@ from typing import Any
 import torch
 
 from spotwise.elastic.batches import BatchFeed
-from spotwise.elastic.job import clean_metrics, install_host
+from spotwise.elastic.job import install_host
+from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.positions import StreamPosition
 
 #: outcomes after which the script thread is over (no :class:`Go` follows)

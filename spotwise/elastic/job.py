@@ -41,7 +41,6 @@ should be a function of (they survive a resume).
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any, Callable, Iterator, Protocol
 
@@ -279,22 +278,6 @@ class Job:
         merged = dict(metrics or {})
         merged.update(values)
         self._backend.log(merged)
-
-
-def clean_metrics(metrics: dict[str, Any], warn: Callable[[str], None]) -> dict[str, float]:
-    """Finite numbers (0-dim tensors read here) by name; anything else dropped with a warning."""
-    out: dict[str, float] = {}
-    for k, v in metrics.items():
-        if isinstance(v, torch.Tensor):
-            v = v.detach().float().item() if v.numel() == 1 else None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            warn(f"job.log({k}=...) is not a number ({type(v).__name__}): dropped")
-            continue
-        if not math.isfinite(float(v)):
-            warn(f"job.log({k}={v}) is not finite: dropped")
-            continue
-        out[str(k)] = float(v)
-    return out
 
 
 _LOCK = threading.Lock()

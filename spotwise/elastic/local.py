@@ -16,12 +16,9 @@ from typing import Any
 import torch
 
 from spotwise.elastic.batches import BatchFeed
-from spotwise.elastic.job import clean_metrics
+from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.positions import StreamPosition
-
-
-def _default_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+from spotwise.workloads.device import resolve_device
 
 
 class LocalBackend:
@@ -33,7 +30,7 @@ class LocalBackend:
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
-        self.device = _default_device()
+        self.device = resolve_device("auto")  # a GPU where there is one
         self.module: torch.nn.Module | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
         self.states: dict[str, Any] = {}

@@ -43,9 +43,9 @@ def train_size_of(spec: JobSpec, train_size: int | None) -> int:
         raise InputError("simulate does not import a module:function workload, so it cannot know its dataset size",
                          "pass --train-size N (its number of training samples) and --pilot DIR (a run of the job)",
                          "workload.name")
-    from spotwise.workloads.registry import make_workload
+    from spotwise.elastic.describe import workload_for
 
-    return len(make_workload(spec.workload, spec.seed).train)
+    return len(workload_for(spec.workload, spec.seed).train)
 
 
 def check_simulable(spec: JobSpec, pilot_dir: str | None = None) -> None:

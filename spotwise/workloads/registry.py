@@ -71,10 +71,9 @@ def make_workload(spec: Any, seed: int) -> Workload:
     name = spec.name
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise InputError(f"seed must be an integer, got {seed!r}", "pass an integer seed, e.g. 0", "seed")
-    if getattr(spec, "script", None) is not None:  # issue 41: the user's own loop (spotwise.elastic)
-        from spotwise.elastic.describe import describe_script
-
-        return describe_script(spec, seed)
+    if getattr(spec, "script", None) is not None:  # a training script: spotwise.elastic.describe.workload_for
+        raise InputError("a training script (workload.script) is not a workload spotwise builds",
+                         "build it with spotwise.elastic.describe.workload_for", "workload.script")
     if isinstance(name, str) and ":" in name:
         return make_user_workload(spec, seed)
     builder = _REGISTRY.get(name)

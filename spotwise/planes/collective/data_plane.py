@@ -55,8 +55,9 @@ from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
 from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
-from spotwise.planes.collective.records import GossipRecords, StallWatch
+from spotwise.planes.collective.records import GossipRecords, StallWatch, split_halts, unreported_records
 from spotwise.planes.collective.replica import DataCursor
+from spotwise.planes.collective.script_end import end_script
 from spotwise.planes.collective.round_time import draw_round, restored_draws, steps_before
 from spotwise.planes.ps.compute import Compute
 from spotwise.policies.base import Decision, Policy, SwitchSync
@@ -108,10 +109,8 @@ class CollectivePlane:
         self._fault_rng = random.Random(int(spec.seed))
         self.cursor: DataCursor | None = None
         self._nonfinite: dict[str, Any] | None = None  # issue 28: the first record of a diverged step
-        #: issue 41: the first record saying a member's training script ended, raised or misused the API
-        self._script_over: dict[str, Any] | None = None
-        #: the latest value of each metric a training script logged (``job.log``)
-        self._metrics: dict[str, float] = {}
+        self._script_over: dict[str, Any] | None = None  # issue 41: a member's script ended / raised
+        self._metrics: dict[str, float] = {}  # the latest value of each metric a training script logged
         self._schedule: dict[str, Any] | None = None  # issue 28: the lr schedule the members use
 
     @property
@@ -362,51 +361,18 @@ class CollectivePlane:
 
     # ================================================================== records and replicas
     def _take_records(self) -> bool:
-        raw = self.ctl.pop_records()
-        over = [r for r in raw if r.get("script")]
-        if over and self._script_over is None:
-            self._script_over = min(over, key=lambda r: int(r["step"]))
-        raw = [r for r in raw if not r.get("script")]
-        bad = [r for r in raw if r.get("nonfinite")]
-        if bad and self._nonfinite is None:
-            self._nonfinite = min(bad, key=lambda r: int(r["step"]))
-        recs = self._gossip.whole([r for r in raw if not r.get("nonfinite")], self.job.step, self.gen)
+        raw, nonfinite, over = split_halts(self.ctl.pop_records())
+        self._nonfinite = self._nonfinite or nonfinite
+        self._script_over = self._script_over or over
+        recs = self._gossip.whole(raw, self.job.step, self.gen)
         self.copy.receive()
         logged = self._log_records(recs)
         if self._nonfinite is not None and self.job.step >= int(self._nonfinite["step"]) - 1:
             self.copy.stop_diverged(str(self._nonfinite["nonfinite"]), self._cursor.sampler_state())
         if self._script_over is not None and self.job.step >= int(self._script_over["step"]) - 1:
-            self._end_script(self._script_over)
+            rec, self._script_over = self._script_over, None
+            end_script(self.job, self.copy, self._cursor, rec)
         return logged
-
-    def _end_script(self, rec: dict[str, Any]) -> None:
-        """A member's training script is over (issue 41): it returned (the run ends, completed), or it
-        raised or misused the API (the last committed step is checkpointed; exit 2 with its words)."""
-        from spotwise.errors import InputError
-
-        job = self.job
-        kind, why = str(rec["script"]), str(rec.get("why", ""))
-        if self._script_over is None:
-            return
-        self._script_over = None
-        job.log.emit("script", outcome=kind, why=why[-2000:], member=rec.get("member"))
-        if kind == "ended":
-            job.status = "completed"
-            return
-        if self.copy.replicas.step == job.step or self.copy.fetch(job.step, lambda: False):
-            from spotwise.control.sampler import EpochSampler
-
-            job.sampler = EpochSampler.from_state(self._cursor.sampler_state())
-            job.checkpointer.take("script-error")
-        job.status = "script-error"
-        script = job.spec.workload.script
-        if kind == "usage":
-            raise InputError(f"your training script {script} (member {rec.get('member')}, step {job.step + 1}): {why}",
-                             "see docs/own-loop.md for the spotwise.elastic API; the run is resumable from its last "
-                             f"committed step {job.step} (spotwise run --resume)", "workload.script")
-        raise InputError(f"your training script {script} raised in step {job.step + 1} (member {rec.get('member')}):\n"
-                         f"{why}", f"fix the script; the run keeps its last committed step {job.step} "
-                         "(spotwise run SPEC --resume DIR continues from it)", "workload.script")
 
     def _log_records(self, recs: list[dict[str, Any]]) -> bool:
         """Log the records of steps after the current one, in order; True if any was logged."""
@@ -416,16 +382,8 @@ class CollectivePlane:
             s = int(rec["step"])
             if s <= job.step:
                 continue  # sent again by a new leader
-            # steps whose records died with a leader: counted, loss unknown; their samples together
-            # are what the data cursor moved by before this record's step (split evenly among them)
-            m = s - 1 - job.step
-            n = self._cursor.n
-            gap = max(0, (int(rec["epoch"]) * n + int(rec["pos"])) - (self._cursor.epoch * n + self._cursor.pos)
-                      - int(rec.get("samples", 0)))
-            for j in range(m):
-                self._log_step({"step": job.step + 1, "k": rec["k"], "loss": float("nan"),
-                                "samples": gap // m + (1 if j < gap % m else 0), "epoch": rec["epoch"],
-                                "pos": rec["pos"], "unreported": True, "strategy": rec.get("strategy", job.sync)})
+            for lost in unreported_records(rec, job.step, self._cursor, job.sync):
+                self._log_step(lost)
             # every record taken from the store is logged, whatever a policy decides meanwhile:
             # these steps are committed (a record dropped here would come back as a gap)
             self._log_step(rec)

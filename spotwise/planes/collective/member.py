@@ -54,7 +54,6 @@ regroup could take back.
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -72,9 +71,10 @@ from spotwise.planes.collective.offers import OfferSchedule, ReplicaOffers
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
 from spotwise.planes.collective.replica import DataCursor, Replica
-from spotwise.planes.collective.script_member import STEP_TIMEOUT_S, ScriptReplica, ScriptStopped, script_step
+from spotwise.planes.collective.script_member import (ScriptReplica, ScriptStopped, report_script_end, script_step,
+                                                     start_script, with_metrics)
 from spotwise.elastic.host import ScriptHost
-from spotwise.planes.collective.steps import Diverged, sma_step, ssgd_step  # noqa: F401  (Diverged re-exported)
+from spotwise.planes.collective.steps import Diverged, adpsgd_step, sma_step, ssgd_step  # noqa: F401  (Diverged re-exported)
 from spotwise.training import tensor_tree
 from spotwise.training.recipe import LrSchedule, Recipe
 from spotwise.training.state import check_precision_device, decode_extra, encode_extra
@@ -126,17 +126,7 @@ class CollectiveMember:
         self.host: ScriptHost | None = None
         self.replica: Replica | ScriptReplica
         if self.spec.script is not None:
-            load_ddp_machinery()
-            self.host = ScriptHost(self.spec.script, self.spec.args, dev, int(seed), int(self.spec.batch_size))
-            self.host.start()
-            first = self.host.wait_registered(STEP_TIMEOUT_S)
-            if first.kind != "registered":
-                raise RuntimeError(f"the training script {self.spec.script} stopped before its first batch: {first.why}")
-            parts = self.host.parts()
-            self.replica = ScriptReplica(parts, dev)
-            self.host.replica = self.replica
-            #: the script's data: a step takes the next k * A * b positions of the epochs' orders
-            self.cursor = DataCursor(parts.n_train, int(seed), ordered=parts.ordered)
+            self.host, self.replica, self.cursor = start_script(self.spec, dev, int(seed))
         else:
             self.workload = make_workload(self.spec, seed)
             #: the model, the flat parameter and gradient buffers and the batches live on the device;
@@ -229,7 +219,6 @@ class CollectiveMember:
             plan = self._wait_plan(g, gen)
             self._timing["plan"] = time.time()
             if plan is None or self.member not in plan.members:
-                self._stop_script()
                 g.close()
                 self.replica.close()
                 return {"member": self.member, "step": self.step, "gen": gen, "left": True, "regroups": regroups}
@@ -250,7 +239,6 @@ class CollectiveMember:
                         self._sent = plan.logged
                         self._send_records(g, plan.logged, self.step)
                         self._push_replica(g, "final")
-                    self._stop_script()
                     g.close()
                     self.replica.close()
                     return {"member": self.member, "step": self.step, "gen": gen, "left": False, "regroups": regroups}
@@ -265,11 +253,6 @@ class CollectiveMember:
                                self._barrier_done if self._strategy == "adpsgd" else self.step)
                 regroups += 1
                 gen += 1
-
-    def _stop_script(self) -> None:
-        """The job is over for this member: the script's data iteration ends and it finishes."""
-        if self.host is not None:
-            self.host.stop()
 
     def _wait_plan(self, g: ElasticGroup, gen: int) -> Plan | None:
         key = f"plan/{gen}"
@@ -485,54 +468,26 @@ class CollectiveMember:
         return self._record(plan, loss, samples)
 
     def _script_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
-        """A step of the user's own loop (:mod:`~spotwise.planes.collective.script_member`): the script
-        computes and commits it; its loss is the mean over the members of what it back-propagated."""
+        """A step of the user's own loop (:func:`~spotwise.planes.collective.script_member.script_step`)."""
         assert self.host is not None and isinstance(self.replica, ScriptReplica)
         out = script_step(self.host, self.replica, g, self.cursor, len(plan.members), plan.members.index(self.member),
                           self.step)
         if out.kind == "diverged":
             raise Diverged(out.why)
         self.step += 1
-        rec = self._record(plan, out.loss, out.samples)
-        metrics = {**out.metrics, **out.late_metrics}  # logged before and after optimizer.step()
-        if metrics:
-            rec["metrics"] = metrics
-        return rec
+        return with_metrics(self._record(plan, out.loss, out.samples), out)
 
     def _script_over(self, g: ElasticGroup, plan: Plan, leader: bool, out: Any) -> None:
-        """The script returned, raised or misused the API: the coordinator is told (a ``script``
-        record: any member's) and ends the run; until then this member waits."""
+        """The script returned, raised or misused the API: the coordinator is told, and ends the run."""
         if leader:
             self._send_records(g, self._sent, self.step)
-        g.store.queue_push("rec", json.dumps([{"step": self.step + 1, "gen": plan.gen, "strategy": plan.strategy,
-                                               "script": out.kind, "why": str(out.why)[-4000:],
-                                               "member": self.member}]))
+        report_script_end(g, plan, self.member, self.step, out)
         self._until_failed(g, plan, leader)
 
     def _adpsgd_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
-        """AD-PSGD (Lian et al. 2018, Spotnik's ref. [28]): the gradient at this replica, a pairwise
-        average with this step's partner (a seeded perfect matching), then the step:
-        ``x <- (x + x_partner) / 2 - lr g(x)`` (through the recipe's optimizer, whose state stays
-        each member's own; float buffers are averaged with the partner's like the parameters).
-        Only the pair waits for each other."""
-        k, r, b = len(plan.members), plan.members.index(self.member), plan.batch
-        rep = self.replica
-        lr = self._lr(plan)
-        loss, n = rep.gradient(self.cursor.block(r, b), rep.updater.loss_scale)
-        partner = gossip_partner(plan.gen, self.step, k, r)
-        if partner is not None:
-            peer = rep.zeros(rep.N)
-            g.exchange(rep.flat.clone(), peer, plan.members[partner], tag=self.step % 32768)
-            rep.flat.add_(peer).mul_(0.5)
-        if n:
-            if not math.isfinite(loss):
-                raise Diverged(f"the loss is {loss}")
-            own = rep.flat[rep.P:].clone() if rep.B else None  # keep the pair's mean buffers
-            if not rep.sgd(rep.buf[: rep.N], n, lr):
-                raise Diverged("the gradient holds NaN or infinite values")
-            if own is not None:
-                rep.flat[rep.P:].copy_(own)
-        samples = self.cursor.advance(k, b)
+        """AD-PSGD (:func:`~spotwise.planes.collective.steps.adpsgd_step`): only the pair waits for each other."""
+        loss, n, samples = adpsgd_step(g, self.replica, self.cursor, plan, plan.members.index(self.member), self.step,
+                                       self._lr(plan))
         self.step += 1
         rec = self._record(plan, loss if n else float("nan"), samples)
         rec.update(member=self.member, n=n)

@@ -39,6 +39,28 @@ def combine(parts: dict[int, dict[str, Any]], partial: bool = False) -> dict[str
     return rec
 
 
+def split_halts(raw: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
+    """The members' records, the first saying a step diverged (``nonfinite``), the first saying a
+    training script is over (``script``, issue 41): ``(steps' records, nonfinite or None, script or None)``."""
+    def first(key: str) -> dict[str, Any] | None:
+        hits = [r for r in raw if r.get(key)]
+        return min(hits, key=lambda r: int(r["step"])) if hits else None
+
+    return [r for r in raw if not r.get("nonfinite") and not r.get("script")], first("nonfinite"), first("script")
+
+
+def unreported_records(rec: dict[str, Any], logged: int, cursor: Any, sync: str) -> list[dict[str, Any]]:
+    """The steps between the last logged one (``logged``) and ``rec``'s whose records died with a
+    leader: counted, loss unknown; their samples together are what the data ``cursor`` moved by
+    before ``rec``'s step, split evenly among them."""
+    m = int(rec["step"]) - 1 - logged
+    n = cursor.n
+    gap = max(0, (int(rec["epoch"]) * n + int(rec["pos"])) - (cursor.epoch * n + cursor.pos) - int(rec.get("samples", 0)))
+    return [{"step": logged + 1 + j, "k": rec["k"], "loss": float("nan"), "samples": gap // m + (1 if j < gap % m else 0),
+             "epoch": rec["epoch"], "pos": rec["pos"], "unreported": True, "strategy": rec.get("strategy", sync)}
+            for j in range(max(0, m))]
+
+
 class GossipRecords:
     """The member records of steps not yet whole (step -> member -> record)."""
 

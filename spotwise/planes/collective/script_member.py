@@ -57,6 +57,8 @@ class ScriptReplica:
         self.states = dict(parts.states)
         self.find_unused = bool(parts.find_unused)
         self.clock = PhaseClock()
+        #: the script's host (set when it is started: :func:`start_script`), stopped by :meth:`close`
+        self.host: ScriptHost | None = None
         self.reducer: Any = None
         #: ``n * buffers`` (B), the step's loss sum, whether it has one, the failure flag, the batches
         #: taken and their square: what the commit all-reduces (:meth:`ScriptHost.commit`)
@@ -157,7 +159,9 @@ class ScriptReplica:
         return None
 
     def close(self) -> None:
-        return None
+        """The job is over for this member: the script's data iteration ends and it finishes."""
+        if self.host is not None:
+            self.host.stop()
 
 
 def script_step(host: ScriptHost, rep: ScriptReplica, g: ElasticGroup, cursor: DataCursor, k: int, r: int,
@@ -177,3 +181,36 @@ def script_step(host: ScriptHost, rep: ScriptReplica, g: ElasticGroup, cursor: D
         g.fail(out.why, rep.unbind())
         raise GroupFailed(out.why)
     raise ScriptStopped(out)
+
+
+def start_script(spec: Any, device: torch.device, seed: int) -> tuple[ScriptHost, ScriptReplica, DataCursor]:
+    """A member's script: started in its thread, run to its first batch; its replica and data cursor."""
+    from spotwise.planes.collective.bucketed import load_ddp_machinery
+
+    load_ddp_machinery()
+    host = ScriptHost(spec.script, spec.args, device, int(seed), int(spec.batch_size))
+    host.start()
+    first = host.wait_registered(STEP_TIMEOUT_S)
+    if first.kind != "registered":
+        raise RuntimeError(f"the training script {spec.script} stopped before its first batch: {first.why}")
+    parts = host.parts()
+    rep = ScriptReplica(parts, device)
+    host.replica, rep.host = rep, host
+    #: the script's data: a step takes the next k * A * b positions of the epochs' orders
+    return host, rep, DataCursor(parts.n_train, int(seed), ordered=parts.ordered)
+
+
+def with_metrics(rec: dict[str, Any], out: Outcome) -> dict[str, Any]:
+    """The step's record with what the script logged before and after its ``optimizer.step()``."""
+    metrics = {**out.metrics, **out.late_metrics}
+    if metrics:
+        rec["metrics"] = metrics
+    return rec
+
+
+def report_script_end(g: ElasticGroup, plan: Any, member: int, step: int, out: Outcome) -> None:
+    """Tell the coordinator the script is over (a ``script`` record, any member's)."""
+    import json
+
+    g.store.queue_push("rec", json.dumps([{"step": step + 1, "gen": plan.gen, "strategy": plan.strategy,
+                                           "script": out.kind, "why": str(out.why)[-4000:], "member": member}]))

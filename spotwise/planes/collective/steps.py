@@ -11,6 +11,7 @@ all-reduced loss or gradient raises :class:`Diverged` on every member alike.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -130,3 +131,30 @@ def sma_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, k: int, r: int, 
     if total > 0:
         rep.flat.copy_(rep.buf[: rep.N]).div_(total)
     return loss, cursor.advance(H * k, b)
+
+
+def adpsgd_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, plan: Any, r: int, step: int,
+                lr: float) -> tuple[float, int, int]:
+    """AD-PSGD (Lian et al. 2018, Spotnik's ref. [28]): the gradient at this replica, a pairwise
+    average with this step's partner (a seeded perfect matching), then the step:
+    ``x <- (x + x_partner) / 2 - lr g(x)`` (through the recipe's optimizer, whose state stays
+    each member's own; float buffers are averaged with the partner's like the parameters).
+    Only the pair waits for each other.  Returns ``(loss, n, samples the cursor moved)``."""
+    from spotwise.planes.collective.plan import gossip_partner
+
+    k, b = len(plan.members), plan.batch
+    loss, n = rep.gradient(cursor.block(r, b), rep.updater.loss_scale)
+    partner = gossip_partner(plan.gen, step, k, r)
+    if partner is not None:
+        peer = rep.zeros(rep.N)
+        g.exchange(rep.flat.clone(), peer, plan.members[partner], tag=step % 32768)
+        rep.flat.add_(peer).mul_(0.5)
+    if n:
+        if not math.isfinite(loss):
+            raise Diverged(f"the loss is {loss}")
+        own = rep.flat[rep.P:].clone() if rep.B else None  # keep the pair's mean buffers
+        if not rep.sgd(rep.buf[: rep.N], n, lr):
+            raise Diverged("the gradient holds NaN or infinite values")
+        if own is not None:
+            rep.flat[rep.P:].copy_(own)
+    return loss, n, cursor.advance(k, b)

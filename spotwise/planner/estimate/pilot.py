@@ -51,13 +51,10 @@ approximation for N-batch SGD (whose renewal processes pay the shift on every mi
 from __future__ import annotations
 
 import math
-import os
-import sys
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
@@ -65,6 +62,8 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from spotwise.errors import InputError
 from spotwise.theory.bounds import ErrorModel
 from spotwise.planner.estimate.runtime_fit import KS_LEVEL, MIN_POINTS, RuntimeFit, fit_runtime  # noqa: F401  (re-exported)
+from spotwise.planner.estimate.pilot_training import (  # noqa: F401  (PilotSkipped, PILOT_BUDGET_S re-exported)
+    PILOT_BUDGET_S, PilotClock, PilotSkipped, recipe_steps, sgd_steps, trains_on_gpus)
 from spotwise.theory.runtime import MiniBatchTimeLaw
 
 #: the most steps :func:`run_pilot` runs (the planner caps it lower, at the job's own length)
@@ -224,34 +223,6 @@ MIN_FLOOR_FRACTION = 1e-6
 #: fitted constants within this relative distance of a bound of the fit are "at the bound"
 _AT_BOUND = 1e-6
 #: assumed model when a fit is unusable: contraction per iteration and floor as a fraction of G1
-#: issue 42 item 1: seconds an in-process pilot may train on this machine (projected from its first
-#: steps: a pilot that fits keeps all its steps, so a fast workload's plan is the same on any machine;
-#: a slower one trains fewer, at least MIN_POINTS; one that cannot fit MIN_POINTS is not run)
-PILOT_BUDGET_S = float(os.environ.get("SPOTWISE_PILOT_BUDGET_S", "60"))
-#: the built-in workloads that train on GPUs: their pilot runs only where CUDA is (a user's workload
-#: is bounded by the budget instead)
-GPU_WORKLOADS = ("resnet18-cifar", "gpt-bytes")
-
-
-def _trains_on_gpus(spec: Any) -> bool:
-    """Whether ``spec`` trains one of :data:`GPU_WORKLOADS` on GPU workers (``device: cuda``, or an
-    instance type the catalog lists with accelerators and ``device`` not ``cpu``)."""
-    c = spec.cluster
-    if spec.workload.name not in GPU_WORKLOADS or str(c.device) == "cpu" or c.kind != "vm":
-        return False
-    if str(c.device) == "cuda":
-        return True
-    from spotwise.spec.plane_choice import gpus_of
-
-    types = [p.instance_type for p in c.pools] if c.pools else [c.instance_type]
-    return any((gpus_of(t, [str(p) for p in spec.market.catalog], c.cloud) or ("", 0))[1] > 0 for t in types)
-
-
-class PilotSkipped(Exception):
-    """No in-process pilot was trained (a GPU workload without a GPU here, or one too slow for the
-    budget): the plan uses the stated prior error model and says how to measure it."""
-
-
 def prior_error_model(lr: float, workers: float) -> tuple[ErrorModel, str]:
     """The error model with no measurement at all: initial gap ``G1 = 1``, ``beta = ASSUMED_BETA``,
     floor ``ASSUMED_FLOOR_FRACTION G1`` (stated assumptions, as :func:`assumed_error_model`'s)."""
@@ -535,7 +506,7 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None,
                          "workload.precision")
     workers = int(spec.cluster.workers)
     batch = workers * int(wl.batch_size)
-    if _trains_on_gpus(spec) and not cuda_available():
+    if trains_on_gpus(spec) and not cuda_available():
         raise PilotSkipped(f"the job trains {wl.name} on GPUs and this machine has no CUDA: its pilot is not trained "
                            "on the CPU")
     workload = make_workload(wl, seed)
@@ -546,12 +517,12 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None,
     losses = np.empty(steps)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: threading costs more than it saves
-    clock = _PilotClock(steps, budget_s if budget_s is not None else PILOT_BUDGET_S)
+    clock = PilotClock(steps, budget_s if budget_s is not None else PILOT_BUDGET_S)
     try:
         if wl.plain_sgd_recipe:
-            _sgd(torch, workload, model, sampler, batch, lr, losses, seed, clock)
+            sgd_steps(torch, workload, model, sampler, batch, lr, losses, seed, clock)
         else:  # the job's own recipe (issue 28): its optimizer, schedule, clipping, micro-batches, precision
-            _recipe_steps(torch, spec, workload, model, sampler, batch, lr, losses, seed, clock)
+            recipe_steps(torch, spec, workload, model, sampler, batch, lr, losses, seed, clock)
     finally:
         torch.set_num_threads(threads)
         clock.done()
@@ -584,104 +555,3 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None,
     return err, rt
 
 
-class _PilotClock:
-    """How many of a pilot's steps fit its time budget (projected from the steps so far), with
-    progress on stderr once it has run for more than 2 s."""
-
-    def __init__(self, steps: int, budget_s: float) -> None:
-        self.planned, self.steps, self.budget_s = int(steps), int(steps), float(budget_s)
-        self.t0 = time.perf_counter()
-        self.projected_s = 0.0
-        self._shown = 0.0
-
-    def after(self, done: int) -> bool:
-        """``done`` steps are done: whether to go on."""
-        el = time.perf_counter() - self.t0
-        per = el / max(1, done)
-        self.projected_s = per * MIN_POINTS
-        if done >= 2 and per * self.steps > self.budget_s:  # keep what fits, never fewer than MIN_POINTS
-            self.steps = max(min(self.steps, int(self.budget_s / per)), MIN_POINTS)
-            if per * MIN_POINTS > self.budget_s:
-                self.steps = done
-                return False
-        if el > 2.0 and el - self._shown >= 2.0:
-            self._shown = el
-            print(f"plan: in-process pilot step {done}/{self.steps} ({el:.0f} s; budget {self.budget_s:g} s)",
-                  file=sys.stderr, flush=True)
-        return done < self.steps
-
-    def done(self) -> None:
-        if self._shown:
-            print(f"plan: pilot done: {self.steps} steps in {time.perf_counter() - self.t0:.0f} s", file=sys.stderr,
-                  flush=True)
-
-
-def _pilot_loop(torch: Any, sampler: Any, batch: int, losses: np.ndarray, seed: int,
-                step: Callable[[int, np.ndarray], float], clock: "_PilotClock | None" = None) -> None:
-    """``losses[j] = step(j, indices)`` for global batches from ``sampler`` (a seeded, forked RNG),
-    as many as ``clock`` lets run (all of them without one)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for j in range(losses.size):
-            block = sampler.reserve(batch)
-            if block is None:  # pragma: no cover - nothing else holds reservations here
-                raise RuntimeError("the epoch sampler has no samples left to reserve")
-            losses[j] = step(j, block.indices)
-            sampler.commit(block)
-            if clock is not None and not clock.after(j + 1):
-                return
-
-
-def _recipe_steps(torch: Any, spec: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float,
-                  losses: np.ndarray, seed: int, clock: "_PilotClock | None" = None) -> None:
-    """Like :func:`_sgd` with the job's recipe: the real optimizer through the same
-    :class:`~spotwise.training.state.Updater` the runtime uses, the schedule at the samples committed."""
-    from spotwise.training.recipe import UserOptimizerError, recipe_of
-    from spotwise.training.state import FlatModel, Updater, forward_backward
-
-    recipe = recipe_of(spec.workload, spec.planned_samples())
-    fm = FlatModel(model, "cpu")
-    try:
-        up = Updater(fm, recipe, lr)
-
-        def step(j: int, idx: np.ndarray) -> float:
-            model.zero_grad(set_to_none=True)
-            loss = forward_backward(model, workload.loss, workload.train.batch, idx, recipe, fm.device)
-            grad = torch.cat([(p.grad.to_dense() if p.grad.is_sparse else p.grad).reshape(-1) if p.grad is not None
-                              else torch.zeros(p.numel()) for p in fm.params])
-            if not up.apply(grad, recipe.lr_at(lr, j * batch)):
-                raise InputError(f"the pilot's loss diverged at step {j + 1} (NaN or infinite gradient)",
-                                 "lower the learning rate, add a warm-up or grad_clip_norm", "workload.optimizer")
-            return float(loss)
-
-        _pilot_loop(torch, sampler, batch, losses, seed, step, clock)
-    except UserOptimizerError as e:  # e.g. capturable: true, fine on the job's GPUs, not on the pilot's CPU
-        e.fix += ("; the in-process pilot steps the optimizer on this machine's CPU: to plan a GPU job from "
-                  "elsewhere, pass --pilot DIR (a run of the job)")
-        e.args = (e.message,)
-        raise
-
-
-def _sgd(torch: Any, workload: Any, model: Any, sampler: Any, batch: int, lr: float, losses: np.ndarray, seed: int,
-         clock: "_PilotClock | None" = None) -> None:
-    """Plain SGD ``w -= lr g`` on global batches from ``sampler``; ``losses[j]`` = loss before step j's update."""
-
-    from spotwise.workloads.base import check_loss
-
-    def step(j: int, idx: np.ndarray) -> float:
-        model.zero_grad(set_to_none=True)
-        loss = check_loss(workload.loss(model, workload.train.batch(idx)))  # a vector: exit 2 naming its shape
-        if not math.isfinite(float(loss.detach())):  # as the runs do (issue 30 item 10): a diverged pilot is no fit
-            raise InputError(f"the pilot's loss is {float(loss.detach())} at step {j + 1}: training diverged",
-                             "lower the learning rate (workload.lr), add a warm-up or grad_clip_norm, or fix the "
-                             "workload's loss", "workload")
-        loss.backward()
-        with torch.no_grad():
-            for p in model.parameters():
-                if p.grad is None:
-                    continue
-                g = p.grad.to_dense() if p.grad.is_sparse else p.grad
-                p.sub_(lr * g)
-        return float(loss.detach())
-
-    _pilot_loop(torch, sampler, batch, losses, seed, step, clock)

@@ -1,0 +1,77 @@
+"""What a loaded spec settles once it is whole: its data plane, a built-in's family, epochs in samples.
+
+Each takes a :class:`~spotwise.config.JobSpec` and fills in what its fields imply
+(:func:`settle_data_plane`: ``cluster.data_plane: auto``; :func:`resolve_family`: a built-in
+workload's own throughput family, issue 42 item 2; :func:`resolve_epochs`: ``target.epochs`` in
+samples once the training set's size is known, issue 41 item 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotwise.errors import InputError
+from spotwise.spec.plane_choice import choose_data_plane
+
+
+def resolve_family(spec: Any) -> None:
+    """A family the spec did not give (a built-in's own, :data:`IMPLIED_FAMILIES`) is kept where the
+    instance type (every pool's) has a throughput profile for it, else it is ``mlp`` -- the CPU types'
+    (issue 42 item 2: ``resnet18-cifar`` on a V100 is planned as resnet18 without ``family:``)."""
+    w = spec.workload
+    if not w.__dict__.get("_family_implied") or w.family == "mlp":
+        return
+    from spotwise.spec.plane_choice import _packaged_catalog
+
+    catalog = _packaged_catalog()
+    try:
+        for path in spec.market.catalog:
+            catalog = catalog.extend(path)
+    except InputError:
+        return  # a catalog file not readable from here: the market's build reports it
+    c = spec.cluster
+    types = [p.instance_type for p in c.pools] if c.pools else [c.instance_type]
+    for name in types:
+        if not name:  # not picked yet (cluster.accelerators): settled after spotwise.spec.hardware picks it
+            return
+        try:
+            it = catalog.instance(name, cloud=c.cloud, region=c.region)
+        except InputError:
+            return  # an unknown type: the market's build names it
+        if catalog._throughput_or_none(it, w.family) is None:
+            w.family = "mlp"
+            return
+
+
+def resolve_epochs(spec: Any, n_train: int | None = None) -> None:
+    """``target.epochs`` in samples: the training set's size (``n_train``, else the workload built
+    once here) kept on the spec, and the recipe checked against the length it gives.  Nothing for
+    a spec without ``target.epochs`` or already resolved."""
+    t = spec.target
+    if t.epochs is None or t.__dict__.get("_n_train"):
+        return
+    if n_train is None:
+        from spotwise.elastic.describe import workload_for
+
+        n_train = len(workload_for(spec.workload, spec.seed).train)
+    t.__dict__["_n_train"] = int(n_train)  # not a spec field: never written to spec.json
+    spec._check_recipe()
+
+
+def settle_data_plane(spec: Any) -> None:
+    """``cluster.data_plane: auto`` becomes the plane the job's workers get, and the checks that depend
+    on the plane run again (:mod:`spotwise.spec.plane_choice`); why is kept for ``plan`` and ``run``
+    (:func:`data_plane_why`)."""
+    c = spec.cluster
+    plane, why = choose_data_plane(c, [str(p) for p in spec.market.catalog], script=spec.workload.script is not None)
+    c.__dict__["_plane_why"] = why  # not a spec field: never written to spec.json
+    if plane != c.data_plane:
+        c.data_plane = plane  # type: ignore[assignment]
+        c._check_data_plane()
+        spec._check_recipe()
+
+
+def data_plane_why(spec: Any) -> str:
+    """Why the job trains on ``cluster.data_plane`` (``the workers have GPUs (p3.2xlarge: 1 x V100) ...``)."""
+    c = spec.cluster
+    return str(c.__dict__.get("_plane_why") or choose_data_plane(c, script=spec.workload.script is not None)[1])
