@@ -89,7 +89,7 @@ class WorkloadSpec:
 
     name: str = ""
     #: unset: the built-in's own (:data:`IMPLIED_FAMILIES`) where the instance type has a profile for it, else mlp
-    family: str = ""
+    family: str | None = None
     batch_size: int = 32
     lr: float = 0.05
     dataset: str | None = None
@@ -157,11 +157,11 @@ class WorkloadSpec:
             if not mod or not fn or not all(p.isidentifier() for p in mod.split(".")) or not fn.isidentifier():
                 raise InputError(f"malformed workload reference {self.name!r}", "write it as 'package.module:function'", "name")
             refuse_unsafe_reference(self.name, "workload", "name")
-        if not isinstance(self.family, str):
-            raise InputError(f"must be a model family name, got {self.family!r}", "e.g. family: resnet50", "family")
-        if not self.family:  # unset: the workload's own family, settled against the catalog (resolve_family)
+        if self.family is None:  # unset: the workload's own family, settled against the catalog (resolve_family)
             self.__dict__["_family_implied"] = True
             self.family = IMPLIED_FAMILIES.get(self.name, "mlp")
+        if not isinstance(self.family, str) or not self.family:
+            raise InputError("must not be empty", "name the model family used for throughput profiles, e.g. 'mlp'", "family")
         _positive(self.batch_size, "batch_size", "use a positive mini-batch size per worker, e.g. 32")
         _positive(self.lr, "lr", "use a positive base learning rate, e.g. 0.05")
         if self.model_mb is not None and not (0 < self.model_mb < 1e6):
