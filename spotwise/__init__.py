@@ -5,6 +5,7 @@ The Python API (issue 22; the ``spotwise`` command is a thin layer over it, see 
 * :func:`load_spec` -- a validated :class:`JobSpec` from a YAML path or a dict;
 * :func:`plan` -- the recommended :class:`Plan` (strategy, workers, bids, expected cost and time, P(deadline));
 * :func:`run` -- real training on the emulated spot market (or a Ray cluster), a :class:`RunSummary`;
+* :func:`launch` -- :func:`run` of your own training script (``spotwise.elastic``) under a spec's cluster and target;
 * :func:`simulate` -- a modelled run in virtual time, a :class:`RunSummary`;
 * :func:`sweep` -- strategies (built-in, or your own :class:`Policy`) replayed over real traces, a :class:`SweepResult`;
 * :func:`report` -- a run's report, or one HTML page comparing runs and sweeps, a :class:`Report`.
@@ -30,7 +31,7 @@ __version__ = "0.1.0"
 #: lazily imported names -> their module (``import spotwise`` stays light: no torch, no Ray)
 _LAZY = {
     "load_spec": "spotwise.api", "check_spec": "spotwise.api", "plan": "spotwise.api", "run": "spotwise.api",
-    "simulate": "spotwise.api", "sweep": "spotwise.api", "report": "spotwise.api",
+    "launch": "spotwise.api", "simulate": "spotwise.api", "sweep": "spotwise.api", "report": "spotwise.api",
     "JobSpec": "spotwise.config", "RunSummary": "spotwise.events", "Plan": "spotwise.planner.plan.records",
     "SweepResult": "spotwise.sim.sweep", "Strategy": "spotwise.sim.sweep", "Report": "spotwise.reports.compare",
     "UserPolicyError": "spotwise.policies.user",

@@ -282,6 +282,17 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
                    uri=fetch_uri, fetch=fetch_uri is not None, resume_spec=given, trust_code=trust_code)
 
 
+def launch(spec: str | os.PathLike[str] | Mapping[str, Any], script: str | os.PathLike[str],
+           args: Sequence[str] | None = None, out: str | os.PathLike[str] | None = None, **run_kw: Any) -> "RunSummary":
+    """Train the user's own ``script`` (with its command-line ``args``) as the job ``spec`` describes
+    (``spotwise launch SPEC train.py -- ARGS``): the spec's cluster, market, target and outputs, the
+    script as its ``workload.script`` (:mod:`spotwise.spec.launch`).  ``run_kw`` are :func:`run`'s
+    (``resume=True`` continues a launched run: pass the same spec and script)."""
+    from spotwise.spec.launch import launch_spec
+
+    return run(launch_spec(spec, script, args), out, **run_kw)
+
+
 def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot: str | os.PathLike[str] | None = None,
              pilot_steps: int = 200, train_size: int | None = None, overwrite: bool = False, progress: bool = False,
              plots: bool | None = None) -> "RunSummary":

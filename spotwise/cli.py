@@ -1,4 +1,4 @@
-"""The ``spotwise`` command line: ``demo | plan | run | simulate | report | traces``.
+"""The ``spotwise`` command line: ``demo | plan | run | launch | simulate | report | runs | status | traces``.
 
 Contracts (DESIGN.md): ``--json`` prints exactly one JSON object on stdout (logs go to stderr);
 bad input exits 2 with one message saying what is wrong and how to fix it, never a traceback;
@@ -363,6 +363,35 @@ def run(
                     autoscale=autoscale, notice_source=notice_source, metadata_url=metadata_url,
                     compare_on_demand=compare_on_demand, redis_url=redis_url, lithops_config=lithops_config,
                     emulate_network_mbps=emulate_network_mbps, trust_code=trust_code)
+
+
+@app.command(**command_kw("launch"))
+@guarded
+def launch(
+    spec: Path = typer.Argument(..., help="Job spec (YAML): cluster, market, target, workload.batch_size."),
+    script: Path = typer.Argument(..., help="Your training script (spotwise.elastic), relative to this folder."),
+    args: Optional[list[str]] = typer.Argument(None, help="After --: the script's own arguments."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write (default: from outputs.uri)."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Resume the launched run in this directory or URI."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing spotwise run in --out."),
+) -> None:
+    """Train your own script through revocations: the spec says where and how long, the script how (its
+    workload.script and args; `spotwise run SPEC` does the same for a spec naming the script)."""
+    from spotwise.remote.uri import default_staging_dir, is_uri
+    from spotwise.spec.launch import launch_spec
+
+    _preflight()
+    job = launch_spec(spec, script, list(args) if args else None)
+    uri = resume if resume is not None and is_uri(resume) else None
+    target: Any = uri or (Path(resume) if resume is not None else out)
+    if target is None:
+        if job.outputs.uri is None:
+            raise InputError("no output directory", "pass --out DIR, or set outputs.uri", "--out")
+        target = default_staging_dir(job.outputs.uri)
+    _run_and_report(job, target, as_json=as_json, resume=resume is not None, overwrite=overwrite,
+                    ray_address=ray_address, staging=(out or default_staging_dir(uri)) if uri else None)
 
 
 @app.command(**command_kw("simulate"))

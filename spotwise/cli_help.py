@@ -16,6 +16,7 @@ EXAMPLES: dict[str, str] = {
     "demo": "spotwise demo --out spotwise-demo",
     "plan": "spotwise plan job.yaml --trace traces/aws --write-spec planned.yaml",
     "run": "spotwise run job.yaml --out runs/job1",
+    "launch": "spotwise launch job.yaml train.py --out runs/job1 -- --lr 3e-4",
     "simulate": "spotwise simulate job.yaml --out runs/job1-sim",
     "report": "spotwise report runs/job1 runs/job1-sim --out compare.html",
     "runs": "spotwise runs runs/",

@@ -26,7 +26,7 @@ from spotwise.inputfiles import read_input_text
 from spotwise.remote.uri import check_uri
 from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
-from spotwise.spec.resolve import data_plane_why, resolve_epochs, resolve_family, settle_data_plane  # noqa: F401
+from spotwise.spec.resolve import data_plane_why, resolve_epochs, resolve_family, resolve_paths, settle_data_plane  # noqa: F401
 from spotwise.spec.script import check_script_workload
 from spotwise.spec.target import TargetSpec  # noqa: F401  (re-exported)
 from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive, _seed, check_sinks  # noqa: F401  (re-exported)
@@ -549,25 +549,33 @@ def spec_from_dict(data: Any, source: str = "spec", *, resolve: bool = True) -> 
         raise
 
 
-def load_spec(path: str | Path) -> JobSpec:
-    """Load and validate a YAML job spec.  Relative paths inside it are resolved against its folder.
-
-    Raises :class:`InputError` (exit 2) for a missing, non-regular, oversized or non-UTF-8 file,
-    bad YAML and every invalid field.  Loading never imports a user workload module.
-    """
+def read_spec_file(path: str | Path) -> dict[str, Any]:
+    """A spec file's parsed YAML mapping, read as untrusted input: a missing, non-regular, oversized or
+    non-UTF-8 file, bad YAML (duplicate keys, nesting deeper than 64, 5000-digit integers) or a
+    non-mapping is an :class:`InputError` (exit 2)."""
     p = Path(path)
     if not p.exists():
         raise InputError("file not found", "check the path to the spec (examples are in examples/)", str(p))
     if p.is_dir():
         raise InputError("is a directory, not a spec file", "pass a YAML file such as examples/demo.yaml", str(p))
-    # regular files only (not /dev/zero or a FIFO), at most $SPOTWISE_MAX_FILE_MB, UTF-8
     text = read_input_text(p, "spec file", "pass a readable UTF-8 YAML file such as examples/demo.yaml")
-    # duplicate keys, nesting deeper than 64 and 5000-digit integers are InputErrors (spotwise.safeparse)
     data = load_yaml(text, str(p), "spec file")
     if not isinstance(data, dict):
         raise InputError("the spec must be a YAML mapping", "start from examples/demo.yaml", str(p))
-    spec = spec_from_dict(data, str(p), resolve=False)
-    _resolve_paths(spec, p.parent)
+    return data
+
+
+def load_spec(path: str | Path, data: dict[str, Any] | None = None) -> JobSpec:
+    """Load and validate a YAML job spec.  Relative paths inside it are resolved against its folder.
+    ``data``: the file's mapping as :func:`read_spec_file` read it, changed by the caller (``spotwise
+    launch`` names the script); its paths are still the file's.
+
+    Raises :class:`InputError` (exit 2) for a missing, non-regular, oversized or non-UTF-8 file,
+    bad YAML and every invalid field.  Loading never imports a user workload module.
+    """
+    p = Path(path)
+    spec = spec_from_dict(read_spec_file(p) if data is None else data, str(p), resolve=False)
+    resolve_paths(spec, p.parent)
     try:
         settle_data_plane(spec)  # after the paths (a market.catalog file is relative to the spec)
         resolve_family(spec)  # the built-in's own family where its instance type has a profile (issue 42 item 2)
@@ -579,21 +587,3 @@ def load_spec(path: str | Path) -> JobSpec:
         e.where = f"{p}: {e.where}" if e.where else str(p)
         raise
     return spec
-
-
-def _resolve_paths(spec: JobSpec, base: Path) -> None:
-    def res(s: str) -> str:
-        q = Path(s).expanduser()
-        return str(q if q.is_absolute() else (base / q).resolve())
-
-    m = spec.market
-    m.traces = [res(t) for t in m.traces]
-    m.catalog = [res(c) for c in m.catalog]
-    if m.synthetic is not None and m.synthetic.fit_to is not None:
-        m.synthetic.fit_to = res(m.synthetic.fit_to)
-    if m.revocation.lifetimes is not None:
-        m.revocation.lifetimes = res(m.revocation.lifetimes)
-    if spec.workload.dataset is not None:
-        spec.workload.dataset = res(spec.workload.dataset)
-    if spec.workload.script is not None:
-        spec.workload.script = res(spec.workload.script)

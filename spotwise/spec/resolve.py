@@ -8,6 +8,7 @@ samples once the training set's size is known, issue 41 item 4).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from spotwise.errors import InputError
@@ -75,3 +76,23 @@ def data_plane_why(spec: Any) -> str:
     """Why the job trains on ``cluster.data_plane`` (``the workers have GPUs (p3.2xlarge: 1 x V100) ...``)."""
     c = spec.cluster
     return str(c.__dict__.get("_plane_why") or choose_data_plane(c, script=spec.workload.script is not None)[1])
+
+
+def resolve_paths(spec: Any, base: Path) -> None:
+    """The spec file's relative paths (traces, catalogs, lifetimes, dataset, script) made absolute
+    against the folder it was read from."""
+    def res(s: str) -> str:
+        q = Path(s).expanduser()
+        return str(q if q.is_absolute() else (base / q).resolve())
+
+    m = spec.market
+    m.traces = [res(t) for t in m.traces]
+    m.catalog = [res(c) for c in m.catalog]
+    if m.synthetic is not None and m.synthetic.fit_to is not None:
+        m.synthetic.fit_to = res(m.synthetic.fit_to)
+    if m.revocation.lifetimes is not None:
+        m.revocation.lifetimes = res(m.revocation.lifetimes)
+    if spec.workload.dataset is not None:
+        spec.workload.dataset = res(spec.workload.dataset)
+    if spec.workload.script is not None:
+        spec.workload.script = res(spec.workload.script)
