@@ -67,6 +67,8 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # a training script (issue 41): what it logged for a step (``job.log``); how it ended
     "metrics": ("step", "values"),
     "script": ("outcome",),
+    # a metrics sink's run elsewhere (W&B, MLflow): its id, continued on resume (spotwise.control.sinks)
+    "sink": ("sink", "id"),
 }
 #: Fields that must be numbers when present.
 _NUMERIC = {"t", "wall", "price", "step", "loss", "active", "lr", "total", "duration"}

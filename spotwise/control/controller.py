@@ -216,7 +216,7 @@ class JobController:
             self.checkpointer.restore()
         else:
             self._fresh_start()
-        for sink in make_sinks(spec.outputs.sinks, self.out):  # TensorBoard, ... (issue 41 item 6)
+        for sink in make_sinks(spec.outputs.sinks, self.out, spec=spec, log=self.log, resume=resume):  # issue 41 item 6
             self.log.add_sink(sink)
         self.plane.started()
 

@@ -53,19 +53,28 @@ def _plain_text(value: object, name: str, fix: str = "") -> None:
                              "not allowed here)", fix or "use plain printable text on one line", name)
 
 
-#: the metrics sinks ``outputs.sinks`` may name (issue 41 item 6), and the package each needs
-SINKS: dict[str, str] = {"tensorboard": "tensorboard"}
+#: the metrics sinks ``outputs.sinks`` may name (issue 41 item 6), and the packages each needs
+SINKS: dict[str, tuple[str, ...]] = {"tensorboard": ("tensorboard",), "wandb": ("wandb",),
+                                     "mlflow": ("mlflow", "sqlalchemy", "alembic")}
 
 
 def check_sinks(names: list[str]) -> None:
-    """InputError (at load) for an unknown sink or one whose package is not installed."""
+    """InputError (at load) for an unknown or repeated sink, or one whose packages are not installed.
+    MLflow's default store is a SQLite file (SQLAlchemy, Alembic); a tracking server needs neither."""
     import importlib.util
+    import os
 
-    for name in names:
+    for i, name in enumerate(names):
         if name not in SINKS:
-            raise InputError(f"unknown sink {name!r}", f"valid sinks are {', '.join(SINKS)} (W&B and MLflow are not "
-                             "built yet)", "outputs.sinks")
-        if importlib.util.find_spec(SINKS[name]) is None:
-            raise InputError(f"the {name} sink needs the {SINKS[name]} package, which is not installed",
-                             f"pip install {SINKS[name]} (or spotwise[metrics]), or remove it from outputs.sinks",
+            raise InputError(f"unknown sink {name!r}", f"valid sinks are {', '.join(SINKS)}", "outputs.sinks")
+        if name in names[:i]:
+            raise InputError(f"{name!r} is named twice", "name each sink once", "outputs.sinks")
+        need = SINKS[name]
+        if name == "mlflow" and os.environ.get("MLFLOW_TRACKING_URI", "sqlite").split(":")[0] not in ("sqlite", ""):
+            need = need[:1]
+        missing = [m for m in need if importlib.util.find_spec(m) is None]
+        if missing:
+            pkgs = " ".join("mlflow-skinny" if m == "mlflow" else m for m in missing)
+            raise InputError(f"the {name} sink needs {', '.join(missing)}, not installed here",
+                             f"pip install {pkgs} (or spotwise[metrics]), or remove {name} from outputs.sinks",
                              "outputs.sinks")
