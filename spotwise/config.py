@@ -482,14 +482,15 @@ class JobSpec:
     def _check_recipe(self) -> None:
         """The training recipe against the job (issue 28): the schedule's length, fp16's device."""
         w = self.workload
-        if w.schedule is not None and not ((self.target.epochs is not None or self.target.hours is not None)
+        t = self.target
+        if w.schedule is not None and not ((t.epochs is not None or t.hours is not None or t.tokens is not None)
                                            and self.planned_samples() is None):
-            # (target.epochs / hours: checked once they are samples / iterations, resolve_epochs / resolve_hardware)
+            # (target.epochs / tokens / hours: checked once they are samples / iterations, resolve_epochs / _hardware)
             planned = self.planned_samples()
             sched = w.schedule.resolved(planned)
             if planned is not None and sched.total is not None and sched.total > planned:
-                why = ("target.samples" if self.target.samples is not None else
-                       f"target.iterations {self.target.iterations} x {planned // int(self.target.iterations or 1):,} samples a step")
+                why = next((f"target.{k}" for k in ("samples", "epochs", "tokens") if getattr(t, k) is not None),
+                           f"target.iterations {t.iterations} x {planned // int(t.iterations or 1):,} samples a step")
                 raise InputError(f"the schedule spans {sched.total:,} samples but the job commits {planned:,} ({why})",
                                  f"shorten workload.schedule.total to at most {planned:,}, or remove it (it then spans the job)", "workload.schedule.total")
             if sched.warmup and sched.total is not None and sched.warmup >= sched.total:

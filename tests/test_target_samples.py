@@ -134,3 +134,31 @@ def test_epochs_are_the_training_sets_size_times_passes(tmp_path: Path) -> None:
         spec_with(BASE, target={"samples": 10, "epochs": 1})
     with pytest.raises(InputError, match="positive number of passes"):
         spec_with(BASE, target={"epochs": -1})
+
+
+def test_tokens_are_samples_of_the_workloads_sequence_length(tmp_path: Path) -> None:
+    """target.tokens (issue 41 item 4): samples = tokens / a sample's tokens (gpt-bytes: its block_size
+    next-byte targets), rounded up; a run commits them all and the schedule spans them; a workload
+    that does not say its tokens per sample exits 2 naming target.tokens."""
+    from spotwise.config import resolve_epochs
+
+    gpt = {**BASE, "workload": {"name": "gpt-bytes", "batch_size": 4, "lr": 0.001, "eval_every": 1000,
+                                "params": {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "max_eval": 32},
+                                "optimizer": {"name": "AdamW"}, "schedule": {"decay": "cosine", "warmup": 8}},
+           "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large"}}
+    spec = spec_with(gpt, target={"tokens": 3000})
+    assert spec.planned_samples() is None, "not known before the workload is built"
+    resolve_epochs(spec)
+    assert spec.target_samples() == 94 and spec.expected_iterations() == 12  # ceil(3000 / 32), ceil(94 / 8)
+    assert recipe_of(spec.workload, spec.planned_samples()).schedule.total == 94
+    assert "_tokens_per_sample" not in str(spec.to_dict())
+    coord, summary = _run(spec_with(gpt, target={"tokens": 3000}), tmp_path / "run")
+    assert summary.status == "completed" and 94 <= coord.counters.samples < 94 + 8
+    with pytest.raises(InputError, match="target.samples and target.tokens"):
+        spec_with(gpt, target={"samples": 10, "tokens": 100})
+    with pytest.raises(InputError, match="positive number of tokens"):
+        spec_with(gpt, target={"tokens": 0})
+    digits = spec_with(BASE, target={"tokens": 1000})
+    with pytest.raises(InputError, match="does not say how many tokens a sample holds") as e:
+        resolve_epochs(digits)
+    assert e.value.where.endswith("target.tokens")

@@ -3,7 +3,8 @@
 Each takes a :class:`~spotwise.config.JobSpec` and fills in what its fields imply
 (:func:`settle_data_plane`: ``cluster.data_plane: auto``; :func:`resolve_family`: a built-in
 workload's own throughput family, issue 42 item 2; :func:`resolve_epochs`: ``target.epochs`` in
-samples once the training set's size is known, issue 41 item 4).
+samples once the training set's size is known, and ``target.tokens`` once its tokens per sample
+are, issue 41 item 4).
 """
 
 from __future__ import annotations
@@ -45,18 +46,41 @@ def resolve_family(spec: Any) -> None:
 
 
 def resolve_epochs(spec: Any, n_train: int | None = None) -> None:
-    """``target.epochs`` in samples: the training set's size (``n_train``, else the workload built
-    once here) kept on the spec, and the recipe checked against the length it gives.  Nothing for
-    a spec without ``target.epochs`` or already resolved."""
+    """``target.epochs`` or ``target.tokens`` in samples: the training set's size (``n_train``, else
+    the workload built once here) or the workload's tokens per sample (``info["tokens_per_sample"]``,
+    a ``gpt-bytes`` sample's ``block_size``) kept on the spec, and the recipe checked against the
+    length it gives.  Nothing for a spec without either or already resolved.  A workload that does
+    not say its tokens per sample is an InputError."""
     t = spec.target
-    if t.epochs is None or t.__dict__.get("_n_train"):
-        return
-    if n_train is None:
-        from spotwise.elastic.describe import workload_for
+    if t.epochs is not None and not t.__dict__.get("_n_train"):
+        if n_train is None:
+            from spotwise.elastic.describe import workload_for
 
-        n_train = len(workload_for(spec.workload, spec.seed).train)
-    t.__dict__["_n_train"] = int(n_train)  # not a spec field: never written to spec.json
-    spec._check_recipe()
+            n_train = len(workload_for(spec.workload, spec.seed).train)
+        t.__dict__["_n_train"] = int(n_train)  # not a spec field: never written to spec.json
+        spec._check_recipe()
+    if t.tokens is not None and not t.__dict__.get("_tokens_per_sample"):
+        t.__dict__["_tokens_per_sample"] = tokens_per_sample(spec)
+        spec._check_recipe()
+
+
+def tokens_per_sample(spec: Any) -> int:
+    """The tokens one training sample of ``spec.workload`` holds (its loss's targets): the workload's
+    ``info["tokens_per_sample"]``, or a ``gpt-bytes`` window's ``block_size``."""
+    w = spec.workload
+    if w.script is not None:
+        raise InputError("target.tokens needs the workload's tokens per sample, which a training script does not "
+                         "declare", "give the job's length as target.samples (tokens / your sequence length)",
+                         "target.tokens")
+    from spotwise.elastic.describe import workload_for
+
+    info = workload_for(w, spec.seed).info or {}
+    tps = info.get("tokens_per_sample")
+    if isinstance(tps, bool) or not isinstance(tps, int) or tps < 1:
+        raise InputError(f"workload {w.name!r} does not say how many tokens a sample holds",
+                         "use target.samples or target.epochs, or (your module:function workload) set "
+                         "info['tokens_per_sample'] on the Workload it returns", "target.tokens")
+    return int(tps)
 
 
 def settle_data_plane(spec: Any) -> None:

@@ -380,6 +380,7 @@ def make_gpt_bytes(spec: Any, seed: int) -> Workload:
             "n_bytes": n_bytes,
             "source": source,
             "block_size": block,
+            "tokens_per_sample": block,  # next-byte targets a window trains on (target.tokens)
             "stride": stride,
         },
     )
