@@ -170,6 +170,32 @@ def test_frozen_parameters_are_not_trained_by_the_members(ray_session: Any, tmp_
     assert_only_trainable_moved(before, job.state.model)
 
 
+def test_frozen_parameters_stay_out_of_what_moves_and_a_joiner_whose_own_differ_gets_them(
+        ray_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41 item 3: replicas and regroups move the trainable parameters and the buffers only; a
+    frozen layer is every process's own.  Here it is drawn from fresh entropy in every process: the
+    first generation's digest hands the members the coordinator's, and after member 1 is revoked and
+    comes back, its new frozen layer differs from the survivor's (the regroup's fingerprint finds it)
+    and it is handed the whole vector.  Every sample is the same and the rate ~0, so every committed
+    step's mean loss is one number exactly when the members agree on the frozen layer."""
+    from spotwise.capacity.faults import ScriptedRevocation, outage
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    spec = spec_with(BASE, workload={"name": "tests.user_workloads.bn_models:unseeded_frozen", "batch_size": 16,
+                                     "eval_every": 1000, "optimizer": {"name": "SGD", "lr": 1e-30}},
+                     cluster__workers=2, cluster__standby=0, target__iterations=12, cluster__replica_every=3)
+    job, summary = run(spec, tmp_path / "run", revocation=ScriptedRevocation((outage(3, 6, [1]),)))
+    assert summary.status == "completed" and summary.steps == 12
+    steps = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["step"]))
+    assert {e["active"] for e in steps} == {1, 2}, "steps ran before, during and after the outage"
+    assert any(r["source"] >= 0 and len(r["members"]) == 2 for r in read_events(tmp_path / "run" / "events.jsonl",
+                                                                               kinds=["regroup"]))
+    losses = [e["loss"] for e in steps]
+    assert max(losses) - min(losses) <= 1e-6 * abs(losses[0]), losses
+    fm = job.state.fm
+    assert fm.M < fm.P + fm.B, "the frozen layer is outside the moving ranges"
+
+
 def test_members_whose_initial_parameters_differ_start_from_the_coordinators(ray_session: Any, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A fresh run's first generation hands the members a digest of the coordinator's parameters instead

@@ -74,6 +74,27 @@ def num_float_buffer_entries(model: torch.nn.Module) -> int:
     return sum(b.numel() for _, _, b in _float_buffers(model))
 
 
+def moving_ranges(params: list[torch.Tensor], n_buffers: int) -> tuple[tuple[int, int], ...]:
+    """The ranges of a flat vector (``params`` in order, then ``n_buffers`` buffer entries) that training
+    changes: the parameters that require a gradient and the buffers, adjacent ranges merged."""
+    out: list[list[int]] = []
+    off = 0
+    for p in params:
+        k = p.numel()
+        if p.requires_grad and k:
+            if out and out[-1][1] == off:
+                out[-1][1] = off + k
+            else:
+                out.append([off, off + k])
+        off += k
+    if n_buffers:
+        if out and out[-1][1] == off:
+            out[-1][1] = off + n_buffers
+        else:
+            out.append([off, off + n_buffers])
+    return tuple((a, b) for a, b in out)
+
+
 class FlatModel:
     """A model whose parameters and float buffers are views into one flat float32 vector (module docstring)."""
 
@@ -103,6 +124,13 @@ class FlatModel:
                 self.flat[off:off + k].copy_(b.detach().reshape(-1))
                 mod._buffers[name] = self.flat[off:off + k].view_as(b)
                 off += k
+        #: issue 41 item 3: the ``[start, end)`` ranges of :attr:`flat` that training changes -- the
+        #: parameters that require a gradient (as the model is wrapped) and the float buffers.  Frozen
+        #: parameters (a backbone, LoRA's base weights) stay out of what replicas and regroups move:
+        #: every process builds them itself, the same way (:meth:`frozen_fingerprint` checks it)
+        self.moving = moving_ranges(self.params, self.B)
+        #: entries in :attr:`moving` (``P + B`` when nothing is frozen)
+        self.M = sum(b - a for a, b in self.moving)
 
     @property
     def param_vec(self) -> torch.Tensor:
@@ -111,6 +139,42 @@ class FlatModel:
     @property
     def buffer_vec(self) -> torch.Tensor:
         return self.flat[self.P:]
+
+    def moving_views(self) -> list[torch.Tensor]:
+        """Views of the :attr:`moving` ranges of :attr:`flat` (one view when nothing is frozen)."""
+        return [self.flat[a:b] for a, b in self.moving]
+
+    def pack_moving(self) -> torch.Tensor:
+        """The :attr:`moving` entries as one vector: :attr:`flat` itself when nothing is frozen, else a copy."""
+        views = self.moving_views()
+        return views[0] if len(views) == 1 and self.M == self.flat.numel() else torch.cat(views)
+
+    def unpack_moving(self, vec: torch.Tensor) -> None:
+        """Take ``vec`` -- the :attr:`moving` entries (``M``) or the whole vector (``P + B``) -- into :attr:`flat`."""
+        v = vec.reshape(-1)
+        if v.numel() == self.flat.numel():
+            self.flat.copy_(v)
+            return
+        if v.numel() != self.M:
+            raise ValueError(f"a model whose trainable parameters and buffers are {self.M} entries cannot take "
+                             f"{v.numel()} values")
+        off = 0
+        for a, b in self.moving:
+            self.flat[a:b].copy_(v[off:off + b - a])
+            off += b - a
+
+    def frozen_fingerprint(self) -> torch.Tensor:
+        """Two float64 sums (of the frozen entries and of their squares) on the model's device: equal
+        wherever the frozen parameters were built the same way, computed without a host copy."""
+        out = torch.zeros(2, dtype=torch.float64, device=self.flat.device)
+        at = 0
+        for a, b in [*self.moving, (self.flat.numel(), self.flat.numel())]:
+            if a > at:
+                x = self.flat[at:a].double()
+                out[0] += x.sum()
+                out[1] += (x * x).sum()
+            at = b
+        return out
 
     def set_flat(self, vec: torch.Tensor | np.ndarray) -> None:
         v = torch.as_tensor(vec).reshape(-1)

@@ -73,3 +73,25 @@ def unseeded_init(seed: int = 0):
         return factory()
 
     return model, crit, train, test
+
+
+def unseeded_frozen(seed: int = 0):
+    """A frozen first layer initialised from fresh entropy in every process (issue 41 item 3: frozen
+    parameters do not travel with replicas and regroups, so a joiner whose own differ must be handed
+    the whole vector).  Every sample is the same, so with a learning rate of ~0 every step's mean loss
+    is the same number exactly when every member holds the same frozen layer."""
+    import os
+
+    x = torch.randn(1, 8, generator=torch.Generator().manual_seed(5)).repeat(512, 1)
+    data = torch.utils.data.TensorDataset(x, torch.ones(512, dtype=torch.long))
+
+    def model() -> nn.Module:
+        m = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 2))
+        g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+        with torch.no_grad():
+            m[0].weight.copy_(torch.randn(16, 8, generator=g))
+            m[0].bias.copy_(torch.randn(16, generator=g))
+        m[0].requires_grad_(False)
+        return m
+
+    return model, nn.CrossEntropyLoss(), data, data

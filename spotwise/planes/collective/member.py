@@ -67,6 +67,7 @@ import torch
 
 from spotwise.planes.collective.bucketed import load_ddp_machinery
 from spotwise.planes.collective.heartbeat import WorkBeat
+from spotwise.planes.collective.moving import whole_state_needed
 from spotwise.planes.collective.offers import OfferSchedule, ReplicaOffers
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
 from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
@@ -305,7 +306,8 @@ class CollectiveMember:
             self._adopt(int(head["step"]), int(head["epoch"]), int(head["pos"]))
             return
         src = self.member == plan.source
-        vec = rep.flat if src else rep.zeros(rep.N)  # a broadcast only reads the source's buffer
+        whole = whole_state_needed(g, rep.fm, src, plan.source)  # else frozen parameters stay (issue 41)
+        vec = (rep.flat if whole else rep.fm.pack_moving()) if src else rep.zeros(rep.N if whole else rep.fm.M)
         prog = rep.tensor([self.step, self.cursor.epoch, self.cursor.pos], torch.float64)
         g.broadcast(vec, plan.source)
         g.broadcast(prog, plan.source)
@@ -320,7 +322,7 @@ class CollectiveMember:
             if not src:
                 extra = decode_extra(to_host(data).tobytes())
         if not src:  # adopted only once every broadcast succeeded: a failure leaves the replica whole
-            rep.flat.copy_(vec)
+            rep.fm.unpack_moving(vec)
             rep.load_extra_state(extra)
             self._adopt(int(prog[0]), int(prog[1]), int(prog[2]))
 
@@ -560,7 +562,9 @@ class CollectiveMember:
         assert offers is not None, "the member loop makes the offers"
         head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
                 "member": self.member, "want": self._want_served}
-        spent = offers.offer(head, rep.flat, rep.extra_state() if rep.has_extra else None, wait=why == "final")
+        # the moving part only: frozen parameters are the coordinator's own (issue 41 item 3)
+        spent = offers.offer(head, rep.fm.moving_views(), rep.extra_state() if rep.has_extra else None,
+                             wait=why == "final")
         if why == "periodic":
             self._offer_schedule.offered(self.step)
             # the cost of an offer: the previous one's, now complete (this thread's seconds and the

@@ -148,16 +148,19 @@ class ReplicaOffers:
         #: the last offer's cost: seconds on the training thread, CPU seconds of the background thread
         self.last_cost: tuple[float, float] = (0.0, 0.0)
 
-    def offer(self, head: dict[str, Any], vec: torch.Tensor, extra: dict[str, Any] | None, *,
+    def offer(self, head: dict[str, Any], vec: torch.Tensor | list[torch.Tensor], extra: dict[str, Any] | None, *,
               wait: bool = False) -> float:
-        """Offer the state ``vec`` (the flat parameters) and ``extra`` (optimizer state etc.; ``None``:
-        none) under ``head`` (step, epoch, position, why ...); returns the seconds it took on this
-        thread.  ``wait``: serialise and push before returning (the final offer: nothing trains after)."""
+        """Offer the state ``vec`` (the flat parameters; or its parts -- the moving ranges when some
+        parameters are frozen -- offered as one vector, concatenated) and ``extra`` (optimizer state
+        etc.; ``None``: none) under ``head`` (step, epoch, position, why ...); returns the seconds it
+        took on this thread.  ``wait``: serialise and push before returning (the final offer: nothing
+        trains after)."""
         t0 = time.perf_counter()
         self.settle()  # the previous offer's buffers are about to be reused:
         with self._lock:  # its bytes are no longer served (only the newest offer is kept)
             self._outbox.clear()
-        tensors: list[torch.Tensor] = [vec.reshape(-1)]
+        tensors: list[torch.Tensor] = [v.reshape(-1) for v in (vec if isinstance(vec, list) else [vec])]
+        head = {**head, "parts": len(tensors)}
         tree = _tensors_of(extra, tensors) if extra is not None else None
         if wait and self.copier.device.type != "cuda":  # the final offer: nothing changes the state after it
             copies, ready = [t.detach() for t in tensors], (lambda: None)
@@ -189,7 +192,9 @@ class ReplicaOffers:
                 on_thread: float, stable: bool) -> None:
         c0 = time.thread_time()
         ready()
-        vec = np.ascontiguousarray(copies[0].numpy(), dtype=np.float32)
+        k = int(head.pop("parts", 1))
+        vec = np.ascontiguousarray(copies[0].numpy(), dtype=np.float32) if k == 1 else \
+            np.concatenate([c.numpy().astype(np.float32, copy=False) for c in copies[:k]])
         extra: Packed | _Encoded = _Encoded(b"")
         if tree is not None:
             state = _rebuild(tree, copies)  # the copies (or, for the final offer, the state nothing changes now)

@@ -68,7 +68,13 @@ class StateCopy:
             return False
         params, extra = got
         job = self._job()
-        job.params = params
+        fm = getattr(job.state, "fm", None)
+        if fm is not None and params.size == fm.M < job.params.size:  # frozen parameters: not offered, ours kept
+            import torch
+
+            fm.unpack_moving(torch.from_numpy(np.ascontiguousarray(params, dtype=np.float32)))
+        else:
+            job.params = params
         if extra:
             job.state.load_extra_state(decode_extra(extra))
         return True
