@@ -10,12 +10,17 @@ gradient accumulation and precision, one torch thread, on this machine, in the s
   gloo group, the commit all-reduce, replica offers every 20 steps as by default); its per-step
   wall time is the difference of consecutive commit times (``commit_wall`` of the step events).
 
-Medians over the timed steps (after ``--warmup``), repetitions interleaved; the ratio is plain /
-spotwise step time (1.0: no overhead).  One member, because this 2-core machine cannot time N > 1
-members against N DDP ranks without them competing for the cores; the goal of issue 41 (>= 0.95x
+With ``--members K`` (K > 1) the baseline is DDP: the converted script under ``torchrun
+--standalone --nproc-per-node K`` (a plain DDP job over PyTorch's own gloo group, :mod:`spotwise.elastic.local`;
+its ranks' logged ``ms``), against a ``spotwise run`` with K members; one torch thread per process.
+
+Medians over the timed steps (after ``--warmup``), repetitions interleaved; the ratio is baseline /
+spotwise step time (1.0: no overhead).  On this 2-core machine K = 2 puts one process on each core
+beside Ray's own processes (and the spotwise side's coordinator); the goal of issue 41 (>= 0.95x
 DDP) is for GPUs, where this was not measured.
 
     .venv/bin/python benchmarks/own_loop.py --steps 60 --reps 3
+    .venv/bin/python benchmarks/own_loop.py --steps 40 --reps 3 --members 2
 """
 
 from __future__ import annotations
@@ -52,6 +57,18 @@ def plain_once(a: argparse.Namespace, tmp: Path) -> float:
     return float(med(ms)) / 1000.0
 
 
+def ddp_once(a: argparse.Namespace, tmp: Path) -> float:
+    log = tmp / "ddp.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.members),
+                    str(Path(__file__).resolve().parent / "_timed_script.py"), str(log),
+                    str(EX / "train_gpt_spotwise.py"), *model_args(a), "--max-iters", str(a.warmup + a.steps),
+                    "--log-interval", "1", "--out-dir", str(tmp / "ddp-out")], check=True, env=env, timeout=1800)
+    rows = json.loads(Path(f"{log}.0").read_text())  # rank 0's own per-iteration times
+    ms = [r["ms"] for r in rows if "ms" in r and r["iter"] > a.warmup]
+    return float(med(ms)) / 1000.0
+
+
 def spotwise_once(a: argparse.Namespace, tmp: Path, rep: int) -> float:
     import spotwise
     from spotwise.events import read_events
@@ -61,8 +78,8 @@ def spotwise_once(a: argparse.Namespace, tmp: Path, rep: int) -> float:
         "name": "own-loop-bench", "seed": 0,
         "workload": {"script": str(EX / "train_gpt_spotwise.py"), "batch_size": a.batch,
                      "args": [*model_args(a), "--max-iters", "100000000", "--out-dir", str(tmp / "sw-out")]},
-        "target": {"samples": (a.warmup + a.steps + 1) * per_step},
-        "cluster": {"instance_type": "c5.xlarge", "workers": 1, "coordinator_instance": "c5.large", "standby": 0},
+        "target": {"samples": (a.warmup + a.steps + 1) * per_step * a.members},
+        "cluster": {"instance_type": "c5.xlarge", "workers": a.members, "coordinator_instance": "c5.large", "standby": 0},
         "market": {"synthetic": {"kind": "constant", "price": 0.07}},
         "outputs": {"checkpoint_every": 0, "plots": False},
     }
@@ -83,20 +100,23 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--accum", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--members", type=int, default=1, help="K > 1: spotwise with K members vs torchrun DDP with K ranks")
     a = ap.parse_args()
     start_ray(2)
     plain, sw = [], []
     with tempfile.TemporaryDirectory(prefix="sw-own-loop-") as d:
         tmp = Path(d)
         for rep in range(a.reps):
-            plain.append(plain_once(a, tmp))
+            plain.append(plain_once(a, tmp) if a.members == 1 else ddp_once(a, tmp))
             sw.append(spotwise_once(a, tmp, rep))
-            print(f"rep {rep}: plain {plain[-1] * 1000:.1f} ms/step, spotwise {sw[-1] * 1000:.1f} ms/step", flush=True)
+            print(f"rep {rep}: baseline {plain[-1] * 1000:.1f} ms/step, spotwise {sw[-1] * 1000:.1f} ms/step", flush=True)
     p, s = float(med(plain)), float(med(sw))
-    print(table(["side", "median ms/step", "reps"], [["plain script", f"{p * 1000:.1f}", len(plain)],
-                                                      ["spotwise (1 member)", f"{s * 1000:.1f}", len(sw)]]))
-    print(f"ratio plain/spotwise step time: {p / s:.3f}x (1.0: no overhead)")
-    write_result("own_loop", {"args": vars(a), "plain_s": plain, "spotwise_s": sw, "ratio": p / s})
+    base = "plain script" if a.members == 1 else f"torchrun DDP, {a.members} ranks"
+    print(table(["side", "median ms/step", "reps"], [[base, f"{p * 1000:.1f}", len(plain)],
+                                                      [f"spotwise ({a.members} member(s))", f"{s * 1000:.1f}", len(sw)]]))
+    print(f"ratio {base}/spotwise step time: {p / s:.3f}x (1.0: no overhead)")
+    write_result("own_loop" if a.members == 1 else f"own_loop_{a.members}", {"args": vars(a), "baseline_s": plain,
+                                                                              "spotwise_s": sw, "ratio": p / s})
 
 
 if __name__ == "__main__":

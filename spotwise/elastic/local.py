@@ -1,15 +1,23 @@
-"""The user-loop API in a plain process: the script started without spotwise (``python train.py``).
+"""The user-loop API without spotwise: ``python train.py``, or ``torchrun --nproc-per-node K train.py``.
 
 One process, no group: the model is called as it is, ``optimizer.step()`` steps, and the data
 come in the same seeded epoch orders a spotwise run uses (:mod:`spotwise.elastic.positions`), so
 a script is debugged here and trains the same samples in the same order under spotwise with one
 member.  The data end after ``epochs`` when ``job.data`` is given them, else never (the script's
 own loop bounds it).
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) the script is a plain DDP job: the
+process group is PyTorch's own (``init_process_group``: NCCL on GPUs, gloo on CPUs; each rank on
+``cuda:LOCAL_RANK`` where there are GPUs), the model is wrapped in
+``DistributedDataParallel``, and rank ``r`` of ``k`` takes block ``r`` of each step's ``k`` batches
+-- the split a spotwise run with ``k`` members makes -- so the same script runs the same samples
+under both (a fixed membership here: nothing survives a lost rank).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any
 
@@ -31,6 +39,18 @@ class LocalBackend:
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
         self.device = resolve_device("auto")  # a GPU where there is one
+        #: torchrun's DDP over PyTorch's own process group (module docstring); None: one process
+        self.ddp: Any = None
+        self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            self.rank = int(os.environ.get("RANK", "0"))
+            if self.device.type == "cuda":
+                self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(self.device)
+            if not dist.is_initialized():
+                dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
         self.module: torch.nn.Module | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
         self.states: dict[str, Any] = {}
@@ -56,13 +76,18 @@ class LocalBackend:
 
     def register_model(self, module: torch.nn.Module, find_unused: bool) -> None:
         self.module = module
+        if self.world > 1:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.ddp = DistributedDataParallel(module, device_ids=[self.device] if self.device.type == "cuda" else None,
+                                               find_unused_parameters=find_unused)
 
     def forward_module(self) -> Any:
         assert self.module is not None
-        return self.module
+        return self.ddp if self.ddp is not None else self.module
 
     def no_sync(self) -> Any:
-        return contextlib.nullcontext()
+        return self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
 
     def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
         self.optimizers = optimizers
@@ -84,6 +109,16 @@ class LocalBackend:
     def next_batch(self) -> Any:
         if self._pos is None:
             raise RuntimeError("iterate the object job.data() returned")
+        if self.world > 1:  # torchrun: block r of each of the step's k batches, as a spotwise member takes
+            k = self.world
+            if self._end is not None and self._samples + self._pulled * k * self._b >= self._end:
+                self._feed.close()
+                raise StopIteration
+            if self._pulled == 0:
+                self._feed.plan(self._pos, k, self.rank, self._per_step, self._b)
+            idx = self._pos.block(self._pulled * k + self.rank, self._b)
+            self._pulled += 1
+            return self._feed.batch(idx)
         start = self._pulled * self._b
         if self._end is not None and self._samples + start >= self._end:
             self._feed.close()
@@ -103,7 +138,7 @@ class LocalBackend:
             raise RuntimeError("optimizer.step() before any batch of this step: take a batch from job.data() first")
         for o in self.optimizers:
             o.step()
-        taken = self._pulled * self._b
+        taken = self._pulled * self._b * self.world
         if self._end is not None:
             taken = min(taken, self._end - self._samples)
         assert self._pos is not None

@@ -305,6 +305,18 @@ def _alt_preemptible(inp: Inputs, spec: JobSpec, sync: str, n_sync: int | None, 
                                             price=inp.fixed_price, q=q)
     except (InfeasibleError, InputError) as e:
         return Alternative("preemptible-thm7", (), inp.n, inp.J, None, None, None, False, "closed-form", e.message)
+    # a job whose length is in samples (target.samples / epochs / tokens) trains all of them: Thm 7's
+    # J* (the fewest iterations its error target needs) is raised to commit them with its n* workers
+    J, notes = wp.iterations, tuple(wp.notes)
+    need = spec.target_samples()
+    if need is not None:
+        per_worker = max(1, spec.samples_per_step() // max(1, inp.n))
+        J_len = -(-int(need) // (wp.n_workers * per_worker))
+        if J_len > J:
+            notes += (f"J raised from Thm 7's J* = {J} to {J_len}: the job's length is {need:,} samples "
+                      f"({wp.n_workers} workers x {per_worker} a step)",)
+            J = J_len
+    wp = replace(wp, iterations=J, notes=notes)
     # Thm 7 chooses n* and J*; what they cost and take is priced on the market's real churn
     # (spotwise.planner.estimate.churn), like the run of the spec it would write
     try:
@@ -403,4 +415,7 @@ def compare(inp: Inputs, spec: JobSpec) -> list[Alternative]:
         pass  # no on-demand price in the catalog
     if inp.serverless is not None:
         alts.append(_alt_serverless(inp))
-    return [_hold_to_error_target(a, inp.eps) for a in alts]
+    # a job whose length is in samples (target.samples / epochs / tokens) is done when they are committed:
+    # the error bound is what that length gives, shown, not a target a strategy must meet
+    gate = math.inf if spec.target_samples() is not None and spec.target.loss is None else inp.eps
+    return [_hold_to_error_target(a, gate) for a in alts]
