@@ -33,6 +33,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring's paragraph is reflowed to the terminal, not broken where it was typed
     **command_kw(""),
 )
 traces_app = typer.Typer(help="Inspect price and availability traces.", no_args_is_help=True, **command_kw("traces"))
@@ -290,7 +291,7 @@ def plan(
     emit: list[str] = typer.Option([], "--emit", help="KIND=FILE: write ray-cluster=cluster.yaml or skypilot=task.yaml for the recommended place."),
     install: Optional[str] = typer.Option(None, "--install", help="With --emit: how the nodes get spotwise (git URL, wheel or source folder)."),
 ) -> None:
-    """Recommend workers, bids and iterations; compare the strategies of paper 000 (Thm 3, Thm 4, dynamic).
+    """Recommend what to provision (spot or on-demand, bids, workers, where) to finish by the deadline for least.
 
     With price traces: also the place (zone, type) cheapest at the start, and how often the job met
     its deadline on the traces' past windows (a measured probability, with its 95% interval).
@@ -321,24 +322,24 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory to write."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Resume the run in this directory, or at this s3://, gs:// "
                                          "or file:// URI (staged in --out or a cache folder), from its last checkpoint."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster.", rich_help_panel="On a Ray cluster"),
     autoscale: bool = typer.Option(False, "--autoscale", help="With --ray-address: the cluster's autoscaler provides the "
-                                   "spot nodes (ray up); ask it for the job's worker slots and replace lost nodes."),
+                                   "spot nodes (ray up); ask it for the job's worker slots and replace lost nodes.", rich_help_panel="On a Ray cluster"),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing spotwise run in --out (only the files spotwise wrote are removed)."),
     notice_source: str = typer.Option("none", "--notice-source", help="With --ray-address: watch each spot node's "
-                                      "metadata service for preemption notices (none, aws or gcp)."),
+                                      "metadata service for preemption notices (none, aws or gcp).", rich_help_panel="On a Ray cluster"),
     metadata_url: Optional[str] = typer.Option(None, "--metadata-url", help="Metadata service URL (default: the cloud's "
-                                               "link-local address)."),
+                                               "link-local address).", rich_help_panel="On a Ray cluster"),
     compare_on_demand: bool = typer.Option(False, "--compare-on-demand", help="Afterwards, train the same samples on "
                                            "on-demand workers (emulated, never revoked) and report both: accuracy, time, cost."),
     redis_url: Optional[str] = typer.Option(None, "--redis-url", help="cluster.kind serverless: use this Redis "
-                                            "(redis://\\[:password@]host:port\\[/db]) instead of starting a private redis-server."),
+                                            "(redis://\\[:password@]host:port\\[/db]) instead of starting a private redis-server.", rich_help_panel="Serverless (cluster.kind: serverless)"),
     lithops_config: Optional[Path] = typer.Option(None, "--lithops-config", help="cluster.kind serverless: a Lithops config "
-                                                  "file selecting a cloud function backend (default: Lithops localhost)."),
+                                                  "file selecting a cloud function backend (default: Lithops localhost).", rich_help_panel="Serverless (cluster.kind: serverless)"),
     emulate_network_mbps: float = typer.Option(0.0, "--emulate-network-mbps", help="cluster.kind serverless, experiments: "
                                                "delay each function's transfers as over a link of this many Mbit/s to Redis, "
-                                               "shared by the workers (e.g. 1000, the paper's NIC); 0 = off."),
+                                               "shared by the workers (e.g. 1000 for a 1 Gbit/s NIC); 0 = off.", rich_help_panel="Serverless (cluster.kind: serverless)"),
     trust_code: bool = typer.Option(False, "--trust-code", help="With --resume: import the user code, and read the "
                                     "dataset, the run's spec.json names without checking them against your spec (only for "
                                     "run directories you trust)."),
@@ -407,32 +408,32 @@ def simulate(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier run in --out (its files only)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     trace: Optional[list[Path]] = typer.Option(None, "--trace", help="Sweep mode: replay these price/availability "
-                                               "traces (files or folders; repeatable) from many start times."),
+                                               "traces (files or folders; repeatable) from many start times.", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     strategies: Optional[str] = typer.Option(None, "--strategies", help="Sweep: comma-separated strategies "
                                              "(on-demand, no-interruptions, thm3-bid, thm3-bid+guard, spot+guard, spotwise, spotwise-avail; "
-                                             "or package.module:ClassName user policies)."),
+                                             "or package.module:ClassName user policies).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     starts: str = typer.Option("6h", "--starts", help="Sweep: a start every this long (e.g. 6h), from --history after "
-                               "the traces begin to a deadline before they end."),
-    all_zones: bool = typer.Option(False, "--all-zones", help="Sweep: every zone of the traces is a home (else cluster.region)."),
+                               "the traces begin to a deadline before they end.", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
+    all_zones: bool = typer.Option(False, "--all-zones", help="Sweep: every zone of the traces is a home (else cluster.region).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     types: Optional[str] = typer.Option(None, "--types", help="Sweep: instance types the job may use, comma-separated "
-                                        "(default: cluster.instance_type)."),
+                                        "(default: cluster.instance_type).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     work_hours: Optional[float] = typer.Option(None, "--work-hours", help="Sweep: the job's compute hours on its cluster "
-                                               "(default: target.iterations x the expected step time)."),
-    deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", help="Sweep: the deadline (default: the spec's)."),
-    restart: str = typer.Option("300s", "--restart", help="Sweep: time lost by each (re)start or move (cold start + restore)."),
-    history: str = typer.Option("7d", "--history", help="Sweep: price history a strategy may use before each start."),
-    plot: bool = typer.Option(True, "--plot/--no-plot", help="Sweep: CDF plots of cost vs oracle and finish time into --out."),
+                                               "(default: target.iterations x the expected step time).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
+    deadline_hours: Optional[float] = typer.Option(None, "--deadline-hours", help="Sweep: the deadline (default: the spec's).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
+    restart: str = typer.Option("300s", "--restart", help="Sweep: time lost by each (re)start or move (cold start + restore).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
+    history: str = typer.Option("7d", "--history", help="Sweep: price history a strategy may use before each start.", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
+    plot: bool = typer.Option(True, "--plot/--no-plot", help="Sweep: CDF plots of cost vs oracle and finish time into --out.", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     spot_price: Optional[float] = typer.Option(None, "--spot-price", help="Sweep: $/h of spot capacity that has an "
-                                               "availability trace but no price trace (SkyPilot)."),
+                                               "availability trace but no price trace (SkyPilot).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     spec_market: bool = typer.Option(False, "--spec-market", help="Sweep over the spec's own market (synthetic prices, "
-                                     "its revocation model's capacity, e.g. GCP lifetimes) instead of --trace."),
-    horizon: str = typer.Option("30d", "--horizon", help="With --spec-market: how long a market to generate."),
+                                     "its revocation model's capacity, e.g. GCP lifetimes) instead of --trace.", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
+    horizon: str = typer.Option("30d", "--horizon", help="With --spec-market: how long a market to generate.", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     max_runs: Optional[int] = typer.Option(None, "--max-runs", help="Sweep: the most window runs (starts x homes x "
-                                           "strategies, 1-3 ms each) before the sweep is refused (default 60000)."),
+                                           "strategies, 1-3 ms each) before the sweep is refused (default 60000).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     breakdown: bool = typer.Option(False, "--breakdown", help="Sweep: also show where the hours went per strategy (spot, "
-                                   "on-demand, restarts/moves billed without progress, idle)."),
+                                   "on-demand, restarts/moves billed without progress, idle).", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
     hindsight: bool = typer.Option(False, "--hindsight", help="Sweep: also build each window's hindsight schedule (the "
-                                   "best schedule knowing the future that pays its restarts) and compare with it."),
+                                   "best schedule knowing the future that pays its restarts) and compare with it.", rich_help_panel="Sweep over traces (--trace / --spec-market)"),
 ) -> None:
     """Simulate a job in virtual time (no Ray): one run on its market, or with --trace a sweep over real traces.
 

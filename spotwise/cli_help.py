@@ -8,19 +8,24 @@ from typing import Any
 #: ``-h`` works as ``--help`` on the root and, through click's context inheritance, on every sub-command
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
 
-#: one example per command, keyed by its path below ``spotwise``
+#: the real AWS spot prices beside a clone (the project's shared data; README "Your first job")
+AWS_TRACES = "../shared/data/traces/training-on-a-dime/logs/aws/cost"
+
+#: one example per command, keyed by its path below ``spotwise``; they run as written from a clone's
+#: root, in this order (tests/test_cli_examples.py checks each parses and its inputs exist)
 EXAMPLES: dict[str, str] = {
-    "": "spotwise plan examples/demo.yaml --trace traces/aws",
-    "traces": "spotwise traces show traces/aws --plot prices.png",
-    "traces show": "spotwise traces show traces/aws --plot prices.png",
+    "": f"spotwise plan examples/resnet18-v100.yaml --trace {AWS_TRACES}",
+    "traces": f"spotwise traces show {AWS_TRACES}/us-east-1 --plot prices.png",
+    "traces show": f"spotwise traces show {AWS_TRACES}/us-east-1 --plot prices.png",
     "demo": "spotwise demo --out spotwise-demo",
-    "plan": "spotwise plan job.yaml --trace traces/aws --write-spec planned.yaml",
-    "run": "spotwise run job.yaml --out runs/job1",
-    "launch": "spotwise launch job.yaml train.py --out runs/job1 -- --lr 3e-4",
-    "simulate": "spotwise simulate job.yaml --out runs/job1-sim",
-    "report": "spotwise report runs/job1 runs/job1-sim --out compare.html",
+    "plan": f"spotwise plan examples/resnet18-v100.yaml --trace {AWS_TRACES} --write-spec planned.yaml",
+    "run": "spotwise run examples/demo.yaml --out runs/demo",
+    "launch": "spotwise launch examples/own-loop/gpt.yaml examples/own-loop/train_gpt_spotwise.py --out runs/gpt "
+              "-- --max-iters 200",
+    "simulate": "spotwise simulate examples/demo.yaml --out runs/demo-sim",
+    "report": "spotwise report runs/demo runs/demo-sim --out compare.html",
     "runs": "spotwise runs runs/",
-    "status": "spotwise status runs/job1 --watch",
+    "status": "spotwise status runs/demo --watch",
 }
 
 

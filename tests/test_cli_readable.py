@@ -65,6 +65,54 @@ def test_every_registered_command_has_an_example() -> None:
     assert set(_commands()) <= set(EXAMPLES), set(_commands()) - set(EXAMPLES)
 
 
+def test_every_example_line_runs_as_written_from_a_clone_dry() -> None:
+    """Issue 42 item 4: each command's ``Example:`` parses (click parses its options and arguments
+    without running it), every spec, script and trace it reads exists from the clone's root (the traces
+    where the shared data is beside the clone), and every run directory it reads is one an earlier
+    example writes.  The help never names a folder that does not exist."""
+    import shlex
+
+    import typer.main
+
+    from spotwise.cli_help import AWS_TRACES, EXAMPLES
+
+    root = typer.main.get_command(app)
+    written: set[str] = set()
+    checked = traces = 0
+    for command, line in EXAMPLES.items():
+        words = shlex.split(line)
+        assert words[0] == "spotwise", line
+        argv = words[1:]
+        cmd: Any = root
+        depth = 0
+        while hasattr(cmd, "commands"):  # down to the command the line runs
+            assert depth < len(argv) and argv[depth] in cmd.commands, line
+            cmd = cmd.commands[argv[depth]]
+            depth += 1
+        assert command.split() == argv[:len(command.split())], line
+        with cmd.make_context(argv[depth - 1], list(argv[depth:])) as ctx:  # parses, runs nothing
+            params = dict(ctx.params)
+        for key in ("spec", "script"):
+            if params.get(key) is not None:
+                assert (ROOT / str(params[key])).is_file(), (line, params[key])
+                checked += 1
+        for p in list(params.get("trace") or []) + ([params["paths"]] if isinstance(params.get("paths"), str) else
+                                                       list(params.get("paths") or [])):
+            traces += 1
+            if str(p).startswith(AWS_TRACES) and not (ROOT / AWS_TRACES).exists():
+                continue  # the shared traces are not beside this clone
+            assert (ROOT / str(p)).exists(), (line, p)
+        reads = [str(r) for r in (params.get("run_dirs") or [])] if command == "report" else \
+            [str(params["run_dir"])] if command == "status" and params.get("run_dir") else []
+        for r in reads:
+            assert r.rstrip("/") in written, (line, r, written)
+            checked += 1
+        if params.get("out") is not None:
+            written.add(str(params["out"]).rstrip("/"))
+    assert {"runs/demo", "runs/demo-sim"} <= written
+    assert checked >= 9 and traces >= 4, (checked, traces)
+
+
 # ------------------------------------------------------------------------------------ time units
 def test_one_time_unit_family() -> None:
     from spotwise.reports import fmt_duration
