@@ -181,7 +181,7 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
         plot_cost_vs_deadline(job, result, gather_inputs(job, trace_list, pilot_dir, pilot_steps), str(plot))
         written.append(f"plot written to {plot}")
     if write_spec is not None:
-        written.append(write_planned_spec(job, result, write_spec))
+        written.append(write_planned_spec(job, result, write_spec, source=spec_file))
     written += write_emits(emits, job, result)
     if notes is not None:
         notes.extend(written)

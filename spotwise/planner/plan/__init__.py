@@ -28,8 +28,8 @@ from spotwise.planner.plan.compose import (
     dynamic_policy_params,
     make_plan,
     plot_cost_vs_deadline,
-    write_planned_spec,
 )
+from spotwise.planner.plan.planned_spec import write_planned_spec
 from spotwise.planner.plan.inputs import error_model_for, gather_inputs
 from spotwise.planner.plan.records import Alternative, Inputs, Plan
 from spotwise.planner.plan.strategies import compare

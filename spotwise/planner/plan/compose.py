@@ -292,21 +292,6 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     return d
 
 
-def write_planned_spec(spec: JobSpec, plan: Plan, path: str | Path) -> str:
-    """``spotwise plan --write-spec FILE``: the spec with the plan applied (:func:`apply_plan`), as YAML that loads
-    back; :class:`InputError` when it cannot be written.  Returns the message saying where it went."""
-    import yaml
-
-    from spotwise.config import spec_from_dict
-    from spotwise.outputfiles import write_output_text, yaml_comment
-
-    planned = apply_plan(spec, plan)
-    spec_from_dict(planned, "planned spec")  # what we write must load
-    write_output_text(path, yaml_comment(f"{spec.name} with the plan applied: {plan.strategy} ({plan.why})")
-                      + yaml.safe_dump(planned, sort_keys=False), "--write-spec")
-    return f"planned spec written to {path}"
-
-
 def _apply_serverless(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     d = spec.to_dict()
     d["target"]["iterations"] = plan.iterations
