@@ -71,7 +71,6 @@ Where the parts live (this module makes the plan, writes it into a spec and plot
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
