@@ -544,14 +544,16 @@ def report(
 @app.command(**command_kw("runs"))
 @guarded
 def runs(
-    root: Path = typer.Argument(Path("."), help="Folder holding run directories (default: the current one)."),
+    root: str = typer.Argument(".", help="Folder (or s3://, gs://, file:// prefix) holding run directories "
+                               "(default: the current folder)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object {dir, runs: [...]} on stdout."),
 ) -> None:
     """List the run directories below DIR: status, steps done of the target, cost so far, deadline and time left."""
-    from spotwise.reports.runs_view import list_runs, runs_table
+    from spotwise.remote.view import list_states
+    from spotwise.reports.runs_view import runs_table
 
     notes: list[str] = []
-    states = list_runs(root, notes)
+    states = list_states(root, notes)
     for line in notes:
         err_console.print(f"note: {line}", highlight=False, soft_wrap=True)
     if as_json:
@@ -563,22 +565,27 @@ def runs(
 @app.command(**command_kw("status"))
 @guarded
 def status(
-    run_dir: Path = typer.Argument(..., help="A run directory (the --out of spotwise run or simulate), running or finished."),
+    run_dir: str = typer.Argument(..., help="A run directory (the --out of spotwise run or simulate) or its "
+                                  "outputs.uri (s3://, gs://, file://), running or finished."),
     as_json: bool = typer.Option(False, "--json", help="Print the run's state as one JSON object on stdout."),
     watch: bool = typer.Option(False, "--watch", help="Keep the view up to date until the run ends (Ctrl-C stops)."),
     interval: float = typer.Option(2.0, "--interval", help="With --watch: seconds between updates."),
 ) -> None:
-    """One run's state, read from its event log while it runs: status, steps, loss, workers, cost so far, time left."""
-    from spotwise.reports.runs_view import one_run, status_table, watch_status
+    """One run's state, read from its event log while it runs: status, steps, loss, workers, cost so far, time left
+    (a cloud run's from its outputs.uri)."""
+    from spotwise.reports.runs_view import status_table, watch_status
 
     if watch and as_json:
         raise InputError("--watch and --json together", "use --json for one snapshot, --watch to follow the run", "--watch")
+    from spotwise.remote.view import state_reader
+
+    read = state_reader(run_dir)
     if watch:
-        watch_status(run_dir, Console(), interval)
+        watch_status(run_dir, Console(), interval, read=read)
     elif as_json:
-        print_json(one_run(run_dir).to_dict())
+        print_json(read().to_dict())
     else:
-        Console().print(status_table(one_run(run_dir)))
+        Console().print(status_table(read()))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -87,7 +87,8 @@ def _samples(spec: dict[str, Any]) -> int:
     return spec["target"]["iterations"] * spec["cluster"]["workers"] * spec["workload"]["batch_size"]
 
 
-def test_a_run_writes_events_checkpoints_and_summary_to_s3(s3: dict[str, str], ray_session: Any, tmp_path: Path) -> None:
+def test_a_run_writes_events_checkpoints_and_summary_to_s3(s3: dict[str, str], ray_session: Any, tmp_path: Path,
+                                                          cli: Any) -> None:
     import spotwise
 
     spec = _spec(f"s3://{BUCKET}/runs/a")
@@ -108,6 +109,46 @@ def test_a_run_writes_events_checkpoints_and_summary_to_s3(s3: dict[str, str], r
     with pytest.raises(spotwise.InputError, match="already holds a run"):
         spotwise.run(spec, tmp_path / "other")
     assert not (tmp_path / "other").exists()
+    # issue 42 item 6: the run followed from its URI, as a folder is
+    code, out, err = cli("status", f"s3://{BUCKET}/runs/a", "--json")
+    assert code == 0, err
+    st = json.loads(out)
+    assert st["status"] == "completed" and st["steps"] == 40 and st["dir"] == f"s3://{BUCKET}/runs/a"
+    code, out, err = cli("runs", f"s3://{BUCKET}/runs", "--json")
+    assert code == 0, err
+    listed = json.loads(out)["runs"]
+    assert [(r["name"], r["status"], r["steps"]) for r in listed] == [("a", "completed", 40)]
+    code, _, err = cli("status", f"s3://{BUCKET}/runs/none")
+    assert code == 2 and "no spotwise run at this URI" in err
+
+
+def test_status_of_a_uri_says_running_while_its_lease_beats(tmp_path: Path, cli: Any) -> None:
+    """A run in progress on another machine: its mirrored events and a fresh lease at the URI."""
+    import time
+
+    from spotwise.remote.lease import RemoteLease
+    from spotwise.remote.uri import connect
+
+    remote_dir = tmp_path / "bucket" / "run"
+    remote_dir.mkdir(parents=True)
+    (remote_dir / "spec.json").write_text(json.dumps(_spec(f"file://{remote_dir}")))
+    now = time.time()
+    events = [{"t": 0.0, "wall": now - 30, "kind": "header", "schema": 1},
+              {"t": 5.0, "wall": now - 20, "kind": "step", "step": 1, "loss": 2.0, "active": 2, "lr": 0.1,
+               "sync": "full", "samples": 16, "cost": 0.001}]
+    (remote_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    lease = RemoteLease(connect(f"file://{remote_dir}"))
+    lease.acquire()
+    try:
+        code, out, err = cli("status", f"file://{remote_dir}", "--json")
+    finally:
+        lease.release()
+    assert code == 0, err
+    st = json.loads(out)
+    assert st["status"] == "running" and st["steps"] == 1, st
+    assert any("the URI's lease" in n for n in st["notes"]) and 15 <= st["updated_age_s"] <= 300
+    code, out, err = cli("status", f"file://{remote_dir}", "--json")  # the lease gone: nobody runs it
+    assert json.loads(out)["status"] != "running"
 
 
 def test_file_uri_and_the_output_alias(ray_session: Any, tmp_path: Path) -> None:

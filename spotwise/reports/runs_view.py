@@ -266,13 +266,16 @@ def _from_events(st: RunState, events: list[dict[str, Any]], cut: bool, holder: 
         st.status, st.detail = "interrupted", "no end event and no process holds the run's lock"
 
 
-def run_state(d: Path, name: str | None = None, *, events_cap: int = EVENTS_TAIL_STATUS) -> RunState:
-    """The state of the run directory ``d``; RunDirError when its files are malformed."""
+def run_state(d: Path, name: str | None = None, *, events_cap: int = EVENTS_TAIL_STATUS,
+              holder: int | None | bool = False) -> RunState:
+    """The state of the run directory ``d``; RunDirError when its files are malformed.  ``holder``: who
+    holds the run (a pid, or None for nobody) when it is known otherwise (a URI's lease,
+    :mod:`spotwise.remote.view`); by default the lock file in ``d`` says."""
     st = RunState(dir=str(d), name=name or d.name, status="unknown")
     spec = _json_object(d, "spec.json")
     summary = _json_object(d, "summary.json")
     st.job, st.target_steps, st.deadline_s = _spec_numbers(spec if spec is not None else (summary or {}).get("spec"))
-    holder = lock_holder(d)
+    holder = lock_holder(d) if holder is False else holder
     if d.name == "on-demand" and not os.path.lexists(d / ".spotwise.lock") and is_run_dir(d.parent):
         holder = holder if holder is not None else lock_holder(d.parent)  # the baseline runs under its spot run's lock
         st.target_steps = None  # its step target is only a bound: it stops at the spot run's samples
@@ -445,20 +448,23 @@ def status_table(s: RunState) -> Any:
     return t
 
 
-def watch_status(d: str | os.PathLike[str], console: Any, interval: float = 2.0, *, max_updates: int | None = None) -> RunState:
-    """``spotwise status DIR --watch``: redraw the run's table every ``interval`` seconds while it runs."""
+def watch_status(d: str | os.PathLike[str], console: Any, interval: float = 2.0, *, max_updates: int | None = None,
+                 read: Any = None) -> RunState:
+    """``spotwise status DIR --watch``: redraw the run's table every ``interval`` seconds while it runs.
+    ``read``: how to read the state (default :func:`one_run` of ``d``; a URI's: :mod:`spotwise.remote.view`)."""
     import math
 
     from rich.live import Live
 
     if not (math.isfinite(interval) and interval > 0):
         raise InputError(f"--interval must be a positive number of seconds, got {interval!r}", "e.g. --interval 2", "--interval")
-    s = one_run(d)
+    read = read or (lambda: one_run(d))
+    s = read()
     n = 0
     with Live(status_table(s), console=console, auto_refresh=False) as live:
         while s.status == "running" and (max_updates is None or n < max_updates):
             time.sleep(interval)
-            s, n = one_run(d), n + 1
+            s, n = read(), n + 1
             live.update(status_table(s), refresh=True)
     return s
 

@@ -112,8 +112,13 @@ def planned_text(spec: JobSpec, plan: Plan, path: str | Path, source: str | Path
     yaml.width = 100
     yaml.preserve_quotes = True
     if source is not None and Path(source).is_file():
+        from spotwise.inputfiles import read_input_text
+        from spotwise.safeparse import load_yaml
+
         src_dir = os.path.dirname(_abs(source))
-        doc = yaml.load(Path(source).read_text(encoding="utf-8"))
+        text = read_input_text(Path(source), "spec file", "pass a readable UTF-8 YAML file")
+        load_yaml(text, str(source), "spec file")  # checked as every spec is, before the round trip reads it
+        doc = yaml.load(text)
         for keys in PATH_FIELDS:  # the user's own paths, now relative to the written file
             v = _get(doc, keys)
             if v is not None:
