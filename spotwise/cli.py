@@ -256,8 +256,8 @@ def _run_and_report(job: Any, out: Path, *, as_json: bool, **kw: Any) -> None:
         console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}; report: {out / 'report' / 'index.html'}")
         return
     console.print(_summary_table(summary, out, elapsed_s=time.monotonic() - t0))
-    console.print(f"report: {out / 'report' / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png "
-                  f"beside it); events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
+    console.print(f"report: {out / 'report' / 'index.html'} (plots: loss_vs_time.png, loss_vs_cost.png, workers_price.png, "
+                  f"training.png beside it); events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}")
 
 
 @app.command(**command_kw("demo"))

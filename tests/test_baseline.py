@@ -112,6 +112,19 @@ def test_item7_baseline_trains_the_same_samples_and_reports_its_accuracy(spot_ru
     # time and money of the same samples with the same runtime model: 4 workers, no idle time
     assert od["time_s"] > 0 and od["cost_usd"] > 0
     assert math.isclose(od["cost_usd"], od["cost_breakdown"]["total"], rel_tol=1e-9)
+    # issue 42 item 6: the report draws the baseline beside the spot run's loss-vs-money curve, and the run
+    # over wall-clock time (loss, samples/s, learning rate)
+    from spotwise.reports.run import load_run
+    from spotwise.reports.run.plots import _on_demand_curve
+
+    curve = _on_demand_curve(load_run(out))
+    assert curve is not None and len(curve[0]) == od["steps"] and curve[0][-1] == pytest.approx(
+        base_steps[-1]["cost"])
+    import spotwise
+
+    spotwise.report(out)
+    assert (out / "report" / "training.png").stat().st_size > 1000
+    assert "training.png" in (out / "report" / "index.html").read_text()
 
 
 def test_item7_demo_table_shows_both_accuracies(spot_run: tuple[Any, Path]) -> None:

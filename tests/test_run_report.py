@@ -208,7 +208,7 @@ def test_write_report_writes_pngs_and_html(realistic, tmp_path: Path) -> None:
 def test_write_report_defaults_to_out_report(tmp_path: Path) -> None:
     make_realistic_run(tmp_path, n_steps=60)
     paths = write_report(tmp_path)
-    assert all(p.parent == tmp_path / "report" for p in paths) and len(paths) == 4
+    assert all(p.parent == tmp_path / "report" for p in paths) and len(paths) == len(PLOT_FILES) + 1
 
 
 def test_thousands_of_steps(tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_degenerate_runs(tmp_path: Path, kind: str) -> None:
     _degenerate(tmp_path, kind)
     run = load_run(tmp_path)
     paths = write_report(tmp_path)
-    _assert_pngs(paths[:3], min_bytes=5_000)
+    _assert_pngs(paths[:len(PLOT_FILES)], min_bytes=5_000)
     j = report_json(run)
     json.dumps(j, allow_nan=False)
     assert j["mismatches"] == []

@@ -18,7 +18,7 @@ from spotwise.events import EVENTS_FILE, SUMMARY_FILE, RunSummary, read_events, 
 from spotwise.reports import fmt_duration
 
 
-PLOT_FILES = ("loss_vs_time.png", "loss_vs_cost.png", "workers_price.png")
+PLOT_FILES = ("loss_vs_time.png", "loss_vs_cost.png", "workers_price.png", "training.png")
 #: Above this many points a line is thinned for plotting (the data in RunData are never thinned).
 MAX_PLOT_POINTS = 4000
 _F = np.float64
@@ -106,6 +106,8 @@ class RunData:
     member_active: np.ndarray = field(default_factory=lambda: np.empty(0))  # ... and the active count after each
     #: issue 41 item 6: what a training script logged (``metrics`` events): name -> rows (step, t, wall, value)
     script_metrics: dict[str, np.ndarray] = field(default_factory=dict)
+    #: samples each committed step took (all workers; NaN where a step event does not say)
+    step_samples: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     @property
     def idle_s(self) -> float:
@@ -188,6 +190,7 @@ def load_run(out_dir: str | Path) -> RunData:
         step_active=col("step", "active"),
         step_cost=col("step", "cost"),
         step_lr=col("step", "lr"),
+        step_samples=col("step", "samples"),
         step_duration=step_duration,
         step_retries=col("step", "retries"),
         step_epoch=col("step", "epoch"),

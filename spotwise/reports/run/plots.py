@@ -1,4 +1,5 @@
-"""The three PNGs of a run report (``loss_vs_time.png``, ``loss_vs_cost.png``, ``workers_price.png``),
+"""The PNGs of a run report (``loss_vs_time.png``, ``loss_vs_cost.png`` -- with the on-demand baseline when one
+was run --, ``workers_price.png``, ``training.png``: loss, samples/s and learning rate over wall-clock time),
 drawn from a :class:`~spotwise.reports.run.data.RunData` by :func:`plot_run`.
 """
 
@@ -141,6 +142,10 @@ def _plot_loss_vs_cost(run: RunData, path: Path, root: Path) -> Path:
         cost_at = np.interp(run.eval_t[ok], run.step_t[okc], run.step_cost[okc])
         ax.plot(cost_at, run.eval_loss[ok], "s--", color="C2", markersize=4, linewidth=1, label="held-out loss")
         drew = True
+    base = _on_demand_curve(run)
+    if base is not None:  # the measured on-demand run of the same samples (--compare-on-demand)
+        ax.plot(base[0], base[1], color="C7", linewidth=1.2, alpha=0.9, label="on-demand baseline (same samples)")
+        drew = True
     if not drew:
         _empty(ax, "no (cost, loss) pairs recorded" if run.step_t.size else "no steps recorded")
     ax.set_xlim(left=0)
@@ -151,6 +156,25 @@ def _plot_loss_vs_cost(run: RunData, path: Path, root: Path) -> Path:
     _merge_legends(ax)
     _save(fig, path, root)
     return path
+
+
+def _on_demand_curve(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
+    """(cumulative cost, loss) of the run's on-demand baseline (``OUT/on-demand``), if one was run."""
+    from spotwise.events import read_events
+
+    path = run.out_dir / "on-demand" / "events.jsonl"
+    if not path.is_file() or path.is_symlink() or (run.out_dir / "on-demand").is_symlink():
+        return None
+    try:
+        steps = list(read_events(path, kinds=["step"]))
+    except InputError:
+        return None
+    pts = [(float(e["cost"]), float(e["loss"])) for e in steps
+           if isinstance(e.get("cost"), (int, float)) and isinstance(e.get("loss"), (int, float))]
+    if len(pts) < 2:
+        return None
+    arr = np.asarray(pts, dtype=float)
+    return arr[:, 0], _smooth(arr[:, 1], max(1, len(pts) // 50))
 
 
 def _active_timeline(run: RunData) -> tuple[np.ndarray, np.ndarray]:
@@ -266,9 +290,65 @@ def plot_run(run: RunData, out_dir: str | Path, root: str | Path | None = None) 
         _plot_loss_vs_cost(run, d / PLOT_FILES[1], base),
         _plot_workers_price(run, d / PLOT_FILES[2], base),
     ]
+    out.append(_plot_training(run, d / PLOT_FILES[3], base))
     if run.script_metrics:
         out.append(_plot_script_metrics(run, d / METRICS_FILE, base))
     return out
+
+
+def _plot_training(run: RunData, path: Path, root: Path) -> Path:
+    """Three panels against the run's wall clock (minutes from its first committed step): the training
+    loss, samples per second (a step's samples over the wall time since the previous commit, smoothed
+    over 10 steps) with the active workers, and the learning rate of each step."""
+    fig = _new_fig((11, 8))
+    ok = np.isfinite(run.step_wall)
+    if not ok.any():
+        _empty(fig.add_subplot(), "no steps recorded")
+        _save(fig, path, root)
+        return path
+    wall0 = float(run.step_wall[ok][0])
+    div, unit = _time_unit(float(np.nanmax(run.step_wall) - wall0))
+    minutes = (run.step_wall - wall0) / div
+    ax1 = fig.add_subplot(3, 1, 1)
+    if not _plot_loss_line(ax1, minutes, run.step_loss):
+        _empty(ax1, "no finite loss recorded")
+    ax1.set_ylabel("loss")
+    ax1.grid(alpha=0.3)
+    ax1.legend(loc="upper right", fontsize=8)
+    ax2 = fig.add_subplot(3, 1, 2, sharex=ax1)
+    samples = run.step_samples if run.step_samples.size == run.step_wall.size else np.full(run.step_wall.size, np.nan)
+    dt = np.diff(run.step_wall)
+    rate = np.full(run.step_wall.size, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate[1:] = np.where(dt > 0, samples[1:] / dt, np.nan)
+    good = np.isfinite(rate)
+    if good.sum() >= 2:
+        ax2.plot(minutes[good], _smooth(rate[good], 10), color="C0", linewidth=1.2, label="samples/s (10-step mean)")
+        ax2.set_ylim(bottom=0)
+    else:
+        _empty(ax2, "no per-step samples recorded")
+    ax2.set_ylabel("samples / s")
+    ax2.grid(alpha=0.3)
+    okw = np.isfinite(run.step_active)
+    if okw.any():
+        tw = ax2.twinx()
+        tw.step(minutes[okw], run.step_active[okw], where="post", color="C2", linewidth=0.8, alpha=0.7,
+                label="active workers")
+        tw.set_ylabel("active workers", color="C2")
+        tw.set_ylim(bottom=0)
+        _merge_legends(ax2, tw)
+    ax3 = fig.add_subplot(3, 1, 3, sharex=ax1)
+    okl = np.isfinite(run.step_lr)
+    if okl.any():
+        ax3.plot(minutes[okl], run.step_lr[okl], color="C1", linewidth=1.2)
+    else:
+        _empty(ax3, "no learning rate recorded")
+    ax3.set_ylabel("learning rate")
+    ax3.set_xlabel(f"wall-clock time ({unit} from the first committed step)")
+    ax3.grid(alpha=0.3)
+    fig.suptitle(_title(run, "Training over wall-clock time"))
+    _save(fig, path, root)
+    return path
 
 
 #: the chart of what a training script logged (issue 41 item 6), drawn when it logged anything
