@@ -183,6 +183,7 @@ def plan(spec: SpecLike, *, traces: Sequence[str | os.PathLike[str]] = (), objec
     if write_spec is not None:
         written.append(write_planned_spec(job, result, write_spec, source=spec_file))
     written += write_emits(emits, job, result)
+    written.sort(key=lambda line: not line.startswith("note: on SkyPilot"))  # what the launch changes, first
     if notes is not None:
         notes.extend(written)
     return result

@@ -11,6 +11,7 @@ so it is not run here).  Each validator is also shown to refuse a broken file.  
 from __future__ import annotations
 
 import copy
+import re
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -298,6 +299,11 @@ def test_plan_emit_writes_both_files(cli: Any, tmp_path: Path) -> None:
                        "--emit", f"ray-cluster={cluster}", "--emit", f"skypilot={task}", "--install", "git+https://x/s.git")
     assert code == 0, err
     assert "ray-cluster file written" in err and "skypilot file written" in err
+    # issue 42 item 3: the first line says a preemption relaunches the whole SkyPilot job, and what that costs
+    first = " ".join(err.split("skypilot file written")[0].split())
+    assert first.startswith("note: on SkyPilot every node is spot, the coordinator (rank 0) too: a preemption"), first
+    assert "relaunches the whole job from its last checkpoint" in first and "emit ray-cluster" in first
+    assert re.search(r"Each costs about [0-9.]+ min .* and ~\$[0-9.,]+ at the plan's rate", first), first
     cfg = yaml.safe_load(cluster.read_text())
     ray_validate(cfg)
     # the nodes read the planned spec, rewritten beside the file (its inputs at their mounted copies)

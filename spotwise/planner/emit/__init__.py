@@ -285,6 +285,29 @@ def prepare_emits(values: Sequence[str], spec: JobSpec, *, install: str | None, 
     return EmitPlan(reqs, parse_install(install), Path(planned_spec or spec_file), planned_spec is not None)
 
 
+#: seconds a SkyPilot managed job takes to come back after a preemption: new nodes, setup, Ray, the restore
+#: (an assumption, as the trace sweeps' default --restart; a cold GPU node's provisioning alone is minutes)
+SKY_RELAUNCH_S = 300.0
+
+
+def skypilot_restart_note(spec: JobSpec, plan: Any, nodes: int) -> str:
+    """What a preemption costs a SkyPilot managed job: every node is spot, the coordinator too, so SkyPilot
+    relaunches the whole job from its last checkpoint (not spotwise's in-place recovery)."""
+    from spotwise.reports.units import human_duration
+
+    step_s = float(plan.expected_time_s) / max(1, int(plan.iterations)) if plan.expected_time_s else 0.0
+    every = int(spec.outputs.checkpoint_every or 0)
+    lost_s = step_s * every / 2.0  # on average half a checkpoint interval of steps is redone
+    rate = float(plan.expected_cost) / float(plan.expected_time_s) if plan.expected_time_s and plan.expected_cost else 0.0
+    each = SKY_RELAUNCH_S + lost_s
+    return (f"note: on SkyPilot every node is spot, the coordinator (rank 0) too: a preemption of any of the {nodes} "
+            "node(s) relaunches the whole job from its last checkpoint (SkyPilot's managed-job recovery), not spotwise's "
+            f"in-place recovery. Each costs about {human_duration(each)} (~{human_duration(SKY_RELAUNCH_S)} to relaunch, "
+            f"assumed, and {human_duration(lost_s)} of steps redone: half of checkpoint_every = {every} steps) and "
+            f"~${each * rate:,.2f} at the plan's rate; the plan's cost and P(deadline) assume in-place recovery. For that, "
+            "emit ray-cluster (an on-demand head runs the coordinator).")
+
+
 def write_emits(ep: EmitPlan | None, spec: JobSpec, plan: Any) -> list[str]:
     """Write every requested file for ``plan`` (a :class:`~spotwise.planner.plan.records.Plan`); one message per file
     and per note.  ``ep.spec_file`` is the spec mounted on the nodes (the ``--write-spec`` file when given)."""
@@ -328,6 +351,8 @@ def write_emits(ep: EmitPlan | None, spec: JobSpec, plan: Any) -> list[str]:
         else:
             out.append(f"{r.kind} file written to {r.path} (the nodes' spec: {node_path.name}): head {head} on demand, "
                        f"{where}; see its header for the commands")
+    if any(r.kind == "skypilot" for r in ep.requests) and t.spot:
+        out.insert(0, skypilot_restart_note(spec, plan, t.nodes))
     if not ep.install.pip_arg:
         out.append("note: no --install given: the nodes' setup stops until SPOTWISE_INSTALL names spotwise's git URL or "
                    "wheel (spotwise is not on PyPI)")
