@@ -10,8 +10,12 @@ here).  Relaunched, it finds the run completed and does nothing.  The Ray cluste
 (written by its head setup) then runs against a Ray head with ``spot`` slots, as the launcher's would be.
 
 The "image" is this machine's base Python with this test venv's packages on ``PYTHONPATH`` (as an
-image's preinstalled packages), so pip installs only spotwise from the mounted source folder.
-Ray processes started by the run script are ended by their session id (never ``ray stop``).
+image's preinstalled packages) -- except spotwise and s3fs, so pip installs spotwise from the mounted
+source folder and the setup must install what ``outputs.uri`` needs (issue 42 item 3).  The bucket is
+``s3://`` on moto's S3 server (127.0.0.1); the "node" is killed (SIGKILL of its whole session, Ray
+included) after the run's first checkpoint reached the bucket, and relaunched as SkyPilot would: the
+run resumes from the bucket and completes.  Ray processes started by the run script are ended by
+their session id (never ``ray stop``).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ def _image(tmp: Path) -> dict[str, str]:
     base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
     (bin_dir / "python3").symlink_to(base)
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if not entry.name.startswith(("spotwise", "__editable__", "_spotwise")) and entry.suffix != ".pth":
+        if not entry.name.startswith(("spotwise", "__editable__", "_spotwise", "s3fs")) and entry.suffix != ".pth":
             (site / entry.name).symlink_to(entry)
     return {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(site)}
 
@@ -104,13 +108,13 @@ def _end_session(sid: int) -> None:
         time.sleep(0.5)
 
 
-def _spec(tmp: Path, uri: str | None) -> Path:
+def _spec(tmp: Path, uri: str | None, iterations: int = 40) -> Path:
     (tmp / "catalog.yaml").write_text("instances:\n  - {name: rehearsal-extra, cloud: aws, vcpus: 2, memory_gb: 4, "
                                       "on_demand_per_hour: 0.2, throughput: {mlp: 1.0}, source: rehearsal}\n")
     d: dict[str, Any] = {
         "name": "rehearsal", "seed": 0,
         "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
-        "target": {"iterations": 40}, "deadline": "1h",
+        "target": {"iterations": iterations}, "deadline": "1h",
         "cluster": {"instance_type": "c5.xlarge", "workers": 1, "coordinator_instance": "c5.large", "region": "us-east-1b"},
         "market": {"synthetic": {"kind": "constant", "price": 0.07}, "catalog": ["catalog.yaml"]},
         "outputs": {"checkpoint_every": 10, "plots": False, **({"uri": uri} if uri else {})},
@@ -120,10 +124,41 @@ def _spec(tmp: Path, uri: str | None) -> Path:
     return p
 
 
-def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_path: Path) -> None:
-    bucket = tmp_path / "bucket" / "rehearsal"
-    uri = f"file://{bucket}"
-    spec = _spec(tmp_path, uri)
+@pytest.fixture
+def s3() -> Any:
+    """moto's S3 server on 127.0.0.1 with the bucket ``rehearsal``; the AWS variables that reach it."""
+    import logging
+
+    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket="rehearsal")
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_path: Path, s3: dict[str, str]) -> None:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    uri = "s3://rehearsal/job"
+    spec = _spec(tmp_path, uri, iterations=400)
     task_file, cluster_file = tmp_path / "task.yaml", tmp_path / "cluster.yaml"
     code, _, err = cli("plan", str(spec), "--pilot-steps", "10", "--write-spec", str(tmp_path / "planned.yaml"),
                        "--emit", f"skypilot={task_file}", "--emit", f"ray-cluster={cluster_file}", "--install", str(REPO))
@@ -146,19 +181,39 @@ def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_pa
            "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", "LANG": "C.UTF-8",
            # what SkyPilot sets on the one node of this job, and the task's envs (the port moved off 6379)
            "SKYPILOT_NODE_IPS": "127.0.0.1", "SKYPILOT_NODE_RANK": "0", "SKYPILOT_NUM_NODES": "1",
-           **{k: str(v) for k, v in task["envs"].items()}, "SPOTWISE_RAY_PORT": str(port)}
+           **{k: str(v) for k, v in task["envs"].items()}, "SPOTWISE_RAY_PORT": str(port),
+           **s3, "SPOTWISE_LEASE_TTL_S": "5"}  # the node's cloud credentials; a killed node's lease goes stale in 5 s
+    assert "s3fs" in task["setup"]
     setup = _bash(task["setup"], env, tmp_path / "setup.log", 600)
     assert setup.returncode == 0, setup.stdout[-4000:]
     assert (home / "spotwise-venv" / "bin" / "spotwise").exists()
+    assert list((home / "spotwise-venv").glob("lib/python*/site-packages/s3fs")), "the setup installed s3fs itself"
 
     run = subprocess.Popen(["bash", "-c", task["run"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, start_new_session=True)
     try:
-        out, _ = run.communicate(timeout=bound(400))
-        assert run.returncode == 0, out[-4000:]
-        summary = json.loads((bucket / "summary.json").read_text())
-        assert summary["status"] == "completed", summary.get("status")
-        assert (bucket / "checkpoints" / "manifest.json").exists()
+        # the node is lost once its first checkpoint is in the bucket: SIGKILL of the whole session
+        deadline = time.monotonic() + bound(300)
+        while not fs.exists("rehearsal/job/checkpoints/manifest.json"):
+            assert run.poll() is None, (run.stdout.read() if run.stdout else "")[-4000:]
+            assert time.monotonic() < deadline, "no checkpoint reached the bucket"
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        _end_session(run.pid)
+        killed_at = json.loads(fs.cat_file("rehearsal/job/checkpoints/manifest.json"))["checkpoints"][-1]["step"]
+        assert not fs.exists("rehearsal/job/summary.json") or \
+            json.loads(fs.cat_file("rehearsal/job/summary.json"))["status"] != "completed", "killed before the end"
+        # relaunched as SkyPilot's recovery would: a fresh node (its venv kept by the image), the run resumed
+        relaunch = _bash(task["run"], env, tmp_path / "relaunch.log", bound(400))
+        assert relaunch.returncode == 0, relaunch.stdout[-4000:]
+        summary = json.loads(fs.cat_file("rehearsal/job/summary.json"))
+        assert summary["status"] == "completed" and summary["steps"] == 400, summary.get("status")
+        events = [json.loads(line) for line in fs.cat_file("rehearsal/job/events.jsonl").decode().splitlines()]
+        restores = [e for e in events if e["kind"] == "restore"]
+        assert restores and restores[-1]["step"] >= killed_at >= 10, (restores, killed_at)
+        steps = {e["step"] for e in events if e["kind"] == "step"}
+        assert steps >= set(range(1, 401)), "every step committed, none lost"
         # relaunched (SkyPilot's recovery after the job ended): the completed run is left alone
         again = subprocess.run(["bash", "-c", task["run"]], env=env, capture_output=True, text=True, timeout=bound(200))
         assert again.returncode == 0 and "has completed; nothing to do" in again.stdout, again.stdout + again.stderr
@@ -177,7 +232,7 @@ def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_pa
         (home2 / "spotwise-job" / "spec.yaml").write_text(yaml.safe_dump(ray_spec))
         wrote = _bash(cfg["head_setup_commands"][-1], env2, tmp_path / "head-setup.log", 60)
         assert wrote.returncode == 0, wrote.stdout
-        script = (home2 / "spotwise-job" / "run.sh").read_text().replace(str(bucket), str(bucket2))
+        script = (home2 / "spotwise-job" / "run.sh").read_text().replace(uri, f"file://{bucket2}")
         ray_run = _bash(script, env2, tmp_path / "ray-run.log", 400)
         assert ray_run.returncode == 0, ray_run.stdout[-4000:]
         assert json.loads((bucket2 / "summary.json").read_text())["status"] == "completed"
