@@ -352,3 +352,14 @@ def test_on_its_own_a_map_dataset_and_a_stream_come_in_the_runs_order(workers: i
     assert taken(Stream(), num_workers=workers) == list(range(50)) * 2, "a stream is read in order"
     if workers:
         assert feeds[0].loader.stats["prefetched"] >= 15, feeds[0].loader.stats  # built ahead by the workers
+
+
+def test_a_script_job_is_planned_on_an_assumed_loss_curve_saying_how_to_measure_it(tmp_path: Path) -> None:
+    """Issue 42 item 1 for scripts: spotwise never runs the user's loop in process to fit its loss curve; the plan
+    is made on the stated assumed error model and says how to measure the real one (a short run, --pilot)."""
+    import spotwise
+
+    plan = spotwise.plan(script_spec(), pilot_steps=10)
+    assert plan.workers >= 1 and plan.expected_time_s and plan.expected_time_s > 0
+    said = [a for a in plan.assumed if a.startswith("no pilot: the job trains your own script")]
+    assert said and "--pilot" in said[0] and "assumed error model" in said[0]

@@ -495,9 +495,8 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None,
     seed = int(spec.seed if seed is None else seed)
     wl = spec.workload
     if getattr(wl, "script", None) is not None:  # issue 41: the loop is the script's, not spotwise's to run here
-        raise InputError("a training script's job is planned from a run of it: spotwise does not run your loop in "
-                         "process to fit its loss curve", "run it briefly first (spotwise run SPEC --out pilot, with a "
-                         "small target.samples) and pass --pilot pilot", "workload.script")
+        raise PilotSkipped("the job trains your own script, whose loss curve spotwise does not fit by running your "
+                           "loop in process")
     from spotwise.workloads.device import cuda_available
 
     if str(wl.precision) == "fp16" and not cuda_available():  # before any training (the pilot trains here)
