@@ -299,9 +299,10 @@ def plan(
     from spotwise.api import plan as api_plan
 
     notes: list[str] = []
-    result = api_plan(spec, traces=trace, objective=objective, pilot=pilot, pilot_steps=pilot_steps,
-                      types=[t.strip() for t in types.split(",") if t.strip()] if types else None, plot=plot,
-                      write_spec=write_spec, emit=emit, install=install, notes=notes)
+    with err_console.status("planning: the spec, the loss model, each strategy priced on the market ..."):
+        result = api_plan(spec, traces=trace, objective=objective, pilot=pilot, pilot_steps=pilot_steps,
+                          types=[t.strip() for t in types.split(",") if t.strip()] if types else None, plot=plot,
+                          write_spec=write_spec, emit=emit, install=install, notes=notes)
     for line in notes:
         err_console.print(line)
     if as_json:
