@@ -122,7 +122,7 @@ class MarketActions:
         """
         job = self.job
         if job.speeds.pools.multi:
-            return "a job of several pools does not migrate: each pool keeps its own place (issue 21)"
+            return "a job of several pools does not migrate: each pool keeps its own place"
         if not job.provider.supports_migration:
             return "the provider cannot move the job to another place"
         if d.cloud is not None and d.cloud != job.market.instance.cloud:

@@ -143,10 +143,10 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              "cheapest place at the start (hold-out), migration on price divergence, Uniform Progress guard"),
     Strategy("spotwise-avail", "cheapest", "on-demand", "spot", ("availability-guard",),
              "cheapest place at the start, then by the slack: move to the steadiest place with capacity, wait while "
-             "the slack allows, on-demand only near the safety net and back to spot when it returns (issue 23)"),
+             "the slack allows, on-demand only near the safety net and back to spot when it returns"),
     Strategy("hybrid", "home", "on-demand", "spot", ("hybrid-topup",),
              "the home place, Uniform Progress over node counts: train on the k spot nodes it gives, add on-demand nodes "
-             "for the rest while behind the uniform progress line and at the safety net (issue 31)"),
+             "for the rest while behind the uniform progress line and at the safety net"),
 )}
 DEFAULT_STRATEGIES = ("on-demand", "no-interruptions", "thm3-bid", "spot+guard", "spotwise", "spotwise-avail")
 
