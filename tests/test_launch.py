@@ -94,3 +94,16 @@ def test_launch_trains_the_script_with_its_args_and_resume_names_a_changed_arg(
     # resuming with other arguments: the field is named, nothing runs
     with pytest.raises(InputError, match="workload.args"):
         spotwise.launch(spec, SCRIPT, ["--lr", "0.05"], out, resume=True)
+
+
+def test_emitted_files_mount_the_training_script_and_say_what_else_the_nodes_need(tmp_path: Path) -> None:
+    """A script job's launch files carry the script (its node spec points at the mounted copy) and a note
+    says its own imports and packages must be on the nodes."""
+    from spotwise.planner.emit.files import node_files, node_spec_dict
+
+    spec = launch_spec(job_file(tmp_path), SCRIPT, ["--lr", "0.02"])
+    files = node_files(spec, tmp_path)
+    assert files.mounts == {"~/spotwise-job/inputs/0-train_mlp.py": str(SCRIPT.resolve())}
+    node = node_spec_dict(spec, files, tmp_path)["workload"]
+    assert node["script"] == "inputs/0-train_mlp.py" and node["args"] == ["--lr", "0.02"]
+    assert any("training script is mounted on its own" in n for n in files.notes)

@@ -110,6 +110,8 @@ def _spec_paths(d: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
     wl = d.get("workload")
     if isinstance(wl, dict) and wl.get("dataset"):
         yield "workload.dataset", wl, "dataset"
+    if isinstance(wl, dict) and wl.get("script"):  # the user's training script (spotwise.elastic)
+        yield "workload.script", wl, "script"
     for j, pool in enumerate((d.get("cluster") or {}).get("pools") or []):
         if isinstance(pool, dict):
             rev = pool.get("revocation")
@@ -185,6 +187,9 @@ def node_files(spec: JobSpec, base: Path | None = None) -> NodeFiles:
             name = _UNSAFE_REMOTE.sub("_", p.resolve().name).strip("._") or "input"
             inputs[local] = f"inputs/{len(inputs)}-{name[:100]}"
     code, notes = workload_code(spec, base)
+    if getattr(spec.workload, "script", None):
+        notes.append("the training script is mounted on its own: modules it imports from its folder and the packages "
+                     "it needs must be on the nodes (the image, or a package of yours named with --install)")
     return NodeFiles(tuple(inputs.items()), code, tuple(notes))
 
 
