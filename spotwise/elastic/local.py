@@ -26,7 +26,7 @@ import torch
 from spotwise.elastic.batches import BatchFeed
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.positions import StreamPosition
-from spotwise.workloads.device import resolve_device
+from spotwise.workloads.device import collective_backend, ddp_device_ids, local_rank_device, resolve_device
 
 
 class LocalBackend:
@@ -46,11 +46,9 @@ class LocalBackend:
             import torch.distributed as dist
 
             self.rank = int(os.environ.get("RANK", "0"))
-            if self.device.type == "cuda":
-                self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-                torch.cuda.set_device(self.device)
+            self.device = local_rank_device(self.device, int(os.environ.get("LOCAL_RANK", "0")))
             if not dist.is_initialized():
-                dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+                dist.init_process_group(collective_backend(self.device))
         self.module: torch.nn.Module | None = None
         self.optimizers: list[torch.optim.Optimizer] = []
         self.states: dict[str, Any] = {}
@@ -79,7 +77,7 @@ class LocalBackend:
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
-            self.ddp = DistributedDataParallel(module, device_ids=[self.device] if self.device.type == "cuda" else None,
+            self.ddp = DistributedDataParallel(module, device_ids=ddp_device_ids(self.device),
                                                find_unused_parameters=find_unused)
 
     def forward_module(self) -> Any:

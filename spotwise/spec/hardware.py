@@ -207,6 +207,8 @@ def resolve_hardware(spec: HardwareSpec, catalog: Catalog | None = None) -> None
                 raise InputError(f"{its} steps cannot take only {t.hours:g} h: the synchronisation overhead alone "
                                  f"is {o:.3g} s a step", "raise target.hours or shorten the job", "target.hours")
             given = float(spec.workload.step_time_s)
+            if math.isclose(given, want, rel_tol=1.0 / its):
+                want = given  # iterations these hours became (a spec written back): within one step's rounding
             if not math.isclose(given, 1.0) and not math.isclose(given, want, rel_tol=0.01):
                 raise InputError(f"target.hours {t.hours:g} h, {size} and workload.step_time_s "
                                  f"{given:g} s disagree ({its} steps take {its * (k * given + o) / 3600:.3g} h)",

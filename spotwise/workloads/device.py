@@ -85,6 +85,15 @@ def collective_backend(device: torch.device) -> str:
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
 
 
+def local_rank_device(device: torch.device, local_rank: int) -> torch.device:
+    """A torchrun rank's device: ``cuda:LOCAL_RANK`` (made the current one) where ``device`` is a GPU, else ``device``."""
+    if torch.device(device).type != "cuda":
+        return torch.device(device)
+    out = torch.device("cuda", int(local_rank))
+    torch.cuda.set_device(out)
+    return out
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of ``model``'s first parameter (``cpu`` for a model without parameters)."""
     for p in model.parameters():

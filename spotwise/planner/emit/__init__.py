@@ -295,10 +295,11 @@ def skypilot_restart_note(spec: JobSpec, plan: Any, nodes: int) -> str:
     relaunches the whole job from its last checkpoint (not spotwise's in-place recovery)."""
     from spotwise.reports.units import human_duration
 
-    step_s = float(plan.expected_time_s) / max(1, int(plan.iterations)) if plan.expected_time_s else 0.0
+    time_s, cost = getattr(plan, "expected_time_s", None), getattr(plan, "expected_cost", None)
+    step_s = float(time_s) / max(1, int(getattr(plan, "iterations", 1) or 1)) if time_s else 0.0
     every = int(spec.outputs.checkpoint_every or 0)
     lost_s = step_s * every / 2.0  # on average half a checkpoint interval of steps is redone
-    rate = float(plan.expected_cost) / float(plan.expected_time_s) if plan.expected_time_s and plan.expected_cost else 0.0
+    rate = float(cost) / float(time_s) if time_s and cost else 0.0
     each = SKY_RELAUNCH_S + lost_s
     return (f"note: on SkyPilot every node is spot, the coordinator (rank 0) too: a preemption of any of the {nodes} "
             "node(s) relaunches the whole job from its last checkpoint (SkyPilot's managed-job recovery), not spotwise's "

@@ -174,7 +174,7 @@ def _on_demand_curve(run: RunData) -> tuple[np.ndarray, np.ndarray] | None:
     if len(pts) < 2:
         return None
     arr = np.asarray(pts, dtype=float)
-    return arr[:, 0], _smooth(arr[:, 1], max(1, len(pts) // 50))
+    return arr[:, 0], _smooth(arr[:, 1], max(1, min(len(pts), len(pts) // 50)))
 
 
 def _active_timeline(run: RunData) -> tuple[np.ndarray, np.ndarray]:
@@ -323,7 +323,8 @@ def _plot_training(run: RunData, path: Path, root: Path) -> Path:
         rate[1:] = np.where(dt > 0, samples[1:] / dt, np.nan)
     good = np.isfinite(rate)
     if good.sum() >= 2:
-        ax2.plot(minutes[good], _smooth(rate[good], 10), color="C0", linewidth=1.2, label="samples/s (10-step mean)")
+        ax2.plot(minutes[good], _smooth(rate[good], min(10, int(good.sum()))), color="C0", linewidth=1.2,
+                 label="samples/s (10-step mean)")
         ax2.set_ylim(bottom=0)
     else:
         _empty(ax2, "no per-step samples recorded")
