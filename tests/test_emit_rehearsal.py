@@ -127,30 +127,12 @@ def _spec(tmp: Path, uri: str | None, iterations: int = 40) -> Path:
 @pytest.fixture
 def s3() -> Any:
     """moto's S3 server on 127.0.0.1 with the bucket ``rehearsal``; the AWS variables that reach it."""
-    import logging
-
-    moto_server = pytest.importorskip("moto.server")
+    pytest.importorskip("moto.server")
     pytest.importorskip("s3fs")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        import boto3
+    from _s3 import moto_s3
 
-        boto3.client("s3").create_bucket(Bucket="rehearsal")
+    with moto_s3("rehearsal") as env:
         yield env
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
 
 
 def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_path: Path, s3: dict[str, str]) -> None:

@@ -10,10 +10,8 @@ committed step is lost; ``file://`` works the same; bad URIs exit 2 before train
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 from _load import bound
+from _s3 import free_port as _free_port, moto_s3
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -38,35 +37,11 @@ def _spec(uri: str, iterations: int = 40, every: int = 10, key: str = "outputs")
             key: {"checkpoint_every": every, "plots": False, "uri": uri}}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
     """A local S3 server with the bucket ``spotwise-test``; the AWS variables that reach it."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        import boto3
-
-        boto3.client("s3").create_bucket(Bucket=BUCKET)
+    with moto_s3(BUCKET) as env:
         yield env
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        server.stop()
 
 
 def _fs() -> Any:
