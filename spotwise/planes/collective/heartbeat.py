@@ -92,13 +92,21 @@ class WorkBeat:
 class BeatReader:
     """The controller's side: whether any of a generation's members did work since the last read."""
 
+    #: a baseline older than this is taken anew: CPU trickling in more slowly (a waiting thread's wake-ups)
+    #: never adds up to work
+    window_s = 5.0
+
     def __init__(self) -> None:
-        self._last: dict[int, float] = {}
+        #: member -> (its training thread's CPU seconds at the baseline, when the baseline was taken)
+        self._last: dict[int, tuple[float, float]] = {}
 
     def working(self, store: Any, members: list[int]) -> bool:
         """Whether the training thread of some member in ``members`` used at least :data:`MIN_WORK_S` CPU
-        seconds since this reader last saw its beat (a beat is untrusted input: a value that is not a
-        finite, non-negative number counts as none)."""
+        seconds since its baseline: the beat this reader saw when it last counted work, or at most
+        :attr:`window_s` ago -- so a busy thread starved of CPU on a loaded machine, whose every beat adds
+        less than ``MIN_WORK_S``, still counts (a beat is untrusted input: a value that is not a finite,
+        non-negative number counts as none)."""
+        now = time.monotonic()
         busy = False
         for m in members:
             key = beat_key(m)
@@ -110,8 +118,10 @@ class BeatReader:
                 continue
             if not math.isfinite(cpu) or cpu < 0:
                 continue
-            before = self._last.get(m)
-            self._last[m] = cpu
-            if before is not None and cpu - before >= MIN_WORK_S:
+            base = self._last.get(m)
+            if base is None or cpu < base[0] or now - base[1] > self.window_s:
+                self._last[m] = (cpu, now)  # the first beat, a restarted member's, or a stale baseline
+            elif cpu - base[0] >= MIN_WORK_S:
                 busy = True
+                self._last[m] = (cpu, now)
         return busy
