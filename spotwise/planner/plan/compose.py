@@ -232,8 +232,17 @@ def apply_plan(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     ``serverless``: the spec becomes (or stays) ``cluster.kind: serverless`` -- ISP (MLLess's default) for a
     VM spec, no spot market, only the scale-in policy.  A VM strategy on a serverless spec writes its VM
     twin (:func:`vm_twin`) on the comparison instance; :class:`InputError` when that instance's throughput
-    was derived by the plan (the written spec could not run).
+    was derived by the plan (the written spec could not run).  A job whose length is in samples, epochs
+    or tokens keeps it (no ``target.iterations`` is set).
     """
+    d = _applied(spec, plan)
+    t = spec.target
+    if t.samples is not None or t.epochs is not None or t.tokens is not None:
+        d["target"]["iterations"] = None  # the job's length stays in the user's unit: the plan's steps estimate it
+    return d
+
+
+def _applied(spec: JobSpec, plan: Plan) -> dict[str, Any]:
     if plan.strategy == "serverless":
         return _apply_serverless(spec, plan)
     if plan.strategy == "pool-mix":

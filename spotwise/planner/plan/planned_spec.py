@@ -94,18 +94,11 @@ def _set(doc: Any, keys: tuple[str, ...], value: Any, mark: bool) -> None:
         node.yaml_add_eol_comment(MARK, keys[-1])
 
 
-def _keep_length(spec: JobSpec, planned: dict[str, Any]) -> None:
-    t = spec.target
-    if t.samples is not None or t.epochs is not None or t.tokens is not None:
-        planned["target"]["iterations"] = None  # the job's length stays in the user's unit
-
-
 def planned_text(spec: JobSpec, plan: Plan, path: str | Path, source: str | Path | None = None) -> str:
     """The YAML ``--write-spec`` writes to ``path`` (module docstring); ``source``: the user's spec file."""
     from ruamel.yaml import YAML
 
     planned = apply_plan(spec, plan)
-    _keep_length(spec, planned)
     out_dir = os.path.dirname(_abs(path))
     base = spec.to_dict()
     yaml = YAML(typ="rt")
