@@ -35,10 +35,15 @@ def member_main(address: StoreAddress, member: int, out: Any, rounds: int, size:
     while step < rounds:
         if g.store.check(["stop"]):
             break
-        if step == die_at:
-            os._exit(3)
-        if step == freeze_at:
-            os.kill(os.getpid(), 19)  # SIGSTOP: a frozen process
+        if step in (die_at, freeze_at):
+            # ``out``'s feeder thread writes under a lock shared by every process using the queue: a
+            # process killed or frozen while it holds it would silence the survivors' results too
+            # (the frozen-member test once saw none for 120 s); flush this member's results first
+            out.close()
+            out.join_thread()
+            if step == die_at:
+                os._exit(3)
+            os.kill(os.getpid(), 19)  # SIGSTOP: a frozen process (it reports nothing more)
         y = torch.ones(size)
         try:
             g.allreduce(y)
