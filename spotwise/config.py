@@ -27,6 +27,7 @@ from spotwise.remote.uri import check_uri
 from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
 from spotwise.spec.resolve import data_plane_why, resolve_epochs, resolve_family, resolve_paths, settle_data_plane  # noqa: F401
+from spotwise.spec.packages import check_packages, check_requirements
 from spotwise.spec.script import check_script_workload
 from spotwise.spec.target import TargetSpec  # noqa: F401  (re-exported)
 from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive, _seed, check_sinks  # noqa: F401  (re-exported)
@@ -111,8 +112,12 @@ class WorkloadSpec:
     #: issue 41: the user's training script and its command-line arguments
     script: str | None = None
     args: list[str] = field(default_factory=list)
+    #: issue 42: the workload's own pip requirements and requirements file, installed by emitted setups
+    packages: list[str] = field(default_factory=list)
+    requirements: str | None = None
 
     def __post_init__(self) -> None:
+        self.packages, self.requirements = check_packages(self.packages), check_requirements(self.requirements)
         if self.script is not None:
             check_script_workload(self)
         if self.optimizer is None and self.name in BUILTIN_RECIPES:  # the built-in realistic workloads' recipes

@@ -11,7 +11,8 @@ here).  Relaunched, it finds the run completed and does nothing.  The Ray cluste
 
 The "image" is this machine's base Python with this test venv's packages on ``PYTHONPATH`` (as an
 image's preinstalled packages) -- except spotwise and s3fs, so pip installs spotwise from the mounted
-source folder and the setup must install what ``outputs.uri`` needs (issue 42 item 3).  The bucket is
+source folder and the setup must install what ``outputs.uri`` needs (issue 42 item 3), and the workload's
+own packages (``workload.packages`` and a ``workload.requirements`` file: two hand-built wheels).  The bucket is
 ``s3://`` on moto's S3 server (127.0.0.1); the "node" is killed (SIGKILL of its whole session, Ray
 included) after the run's first checkpoint reached the bucket, and relaunched as SkyPilot would: the
 run resumes from the bucket and completes.  Ray processes started by the run script are ended by
@@ -108,12 +109,33 @@ def _end_session(sid: int) -> None:
         time.sleep(0.5)
 
 
-def _spec(tmp: Path, uri: str | None, iterations: int = 40) -> Path:
+def _wheel(folder: Path, name: str) -> Path:
+    """A pure-Python wheel of package ``name`` (``VALUE = name``), built by hand (PEP 427): what a user's own
+    library or a PyPI package is to the nodes' setup, installable without a network."""
+    import base64
+    import hashlib
+    import zipfile
+
+    dist = f"{name}-0.1.dist-info"
+    files = {f"{name}/__init__.py": f"VALUE = {name!r}\n",
+             f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n",
+             f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: spotwise-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(t.encode())}" for p, t in files.items()]
+    files[f"{dist}/RECORD"] = "\n".join([*record, f"{dist}/RECORD,,"]) + "\n"
+    path = folder / f"{name}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, t in files.items():
+            z.writestr(p, t)
+    return path
+
+
+def _spec(tmp: Path, uri: str | None, iterations: int = 40, **workload: Any) -> Path:
     (tmp / "catalog.yaml").write_text("instances:\n  - {name: rehearsal-extra, cloud: aws, vcpus: 2, memory_gb: 4, "
                                       "on_demand_per_hour: 0.2, throughput: {mlp: 1.0}, source: rehearsal}\n")
     d: dict[str, Any] = {
         "name": "rehearsal", "seed": 0,
-        "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
+        "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000, **workload},
         "target": {"iterations": iterations}, "deadline": "1h",
         "cluster": {"instance_type": "c5.xlarge", "workers": 1, "coordinator_instance": "c5.large", "region": "us-east-1b"},
         "market": {"synthetic": {"kind": "constant", "price": 0.07}, "catalog": ["catalog.yaml"]},
@@ -140,7 +162,12 @@ def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_pa
 
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
     uri = "s3://rehearsal/job"
-    spec = _spec(tmp_path, uri, iterations=400)
+    # the workload's own packages (issue 42 item 3): one named in the spec, one in a requirements file beside it
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (tmp_path / "requirements.txt").write_text(f"swr_from_file @ {_wheel(wheels, 'swr_from_file').as_uri()}\n")
+    spec = _spec(tmp_path, uri, iterations=400, requirements="requirements.txt",
+                 packages=[f"swr_named @ {_wheel(wheels, 'swr_named').as_uri()}"])
     task_file, cluster_file = tmp_path / "task.yaml", tmp_path / "cluster.yaml"
     code, _, err = cli("plan", str(spec), "--pilot-steps", "10", "--write-spec", str(tmp_path / "planned.yaml"),
                        "--emit", f"skypilot={task_file}", "--emit", f"ray-cluster={cluster_file}", "--install", str(REPO))
@@ -170,6 +197,10 @@ def test_emitted_files_set_up_and_run_the_job_on_a_scratch_node(cli: Any, tmp_pa
     assert setup.returncode == 0, setup.stdout[-4000:]
     assert (home / "spotwise-venv" / "bin" / "spotwise").exists()
     assert list((home / "spotwise-venv").glob("lib/python*/site-packages/s3fs")), "the setup installed s3fs itself"
+    got = subprocess.run([str(home / "spotwise-venv" / "bin" / "python"), "-c",
+                          "import swr_named, swr_from_file; print(swr_named.VALUE, swr_from_file.VALUE)"],
+                         env=env, capture_output=True, text=True)
+    assert got.stdout.split() == ["swr_named", "swr_from_file"], got.stderr[-2000:]
 
     run = subprocess.Popen(["bash", "-c", task["run"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, start_new_session=True)

@@ -103,7 +103,8 @@ def data_plane_why(spec: Any) -> str:
 
 
 def resolve_paths(spec: Any, base: Path) -> None:
-    """The spec file's relative paths (traces, catalogs, lifetimes, dataset, script) made absolute
+    """The spec file's relative paths (traces, catalogs, lifetimes, dataset, script,
+    requirements file) made absolute
     against the folder it was read from."""
     def res(s: str) -> str:
         q = Path(s).expanduser()
@@ -120,3 +121,5 @@ def resolve_paths(spec: Any, base: Path) -> None:
         spec.workload.dataset = res(spec.workload.dataset)
     if spec.workload.script is not None:
         spec.workload.script = res(spec.workload.script)
+    if spec.workload.requirements is not None:
+        spec.workload.requirements = res(spec.workload.requirements)

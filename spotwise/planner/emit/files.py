@@ -4,7 +4,8 @@ every file the spec names, and the workload's code.
 * :func:`parse_install` -- how the nodes get spotwise (``--install``): a git URL or requirement, a
   wheel or a source folder (mounted).
 * :func:`node_files` -- every input file the spec names (``market.traces``, ``market.catalog``,
-  ``market.synthetic.fit_to``, ``market.revocation.lifetimes``, ``workload.dataset`` and the pools'
+  ``market.synthetic.fit_to``, ``market.revocation.lifetimes``, ``workload.dataset``, ``workload.script``,
+  ``workload.requirements`` and the pools'
   own traces and lifetimes), each mounted under :data:`REMOTE_INPUTS`, and a ``module:function``
   workload's module or package, mounted under :data:`REMOTE_CODE` (on ``PYTHONPATH`` there).  A
   path that does not exist here cannot be mounted: :class:`InputError` (exit 2).
@@ -112,6 +113,8 @@ def _spec_paths(d: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
         yield "workload.dataset", wl, "dataset"
     if isinstance(wl, dict) and wl.get("script"):  # the user's training script (spotwise.elastic)
         yield "workload.script", wl, "script"
+    if isinstance(wl, dict) and wl.get("requirements"):  # the workload's requirements file (installed by the setup)
+        yield "workload.requirements", wl, "requirements"
     for j, pool in enumerate((d.get("cluster") or {}).get("pools") or []):
         if isinstance(pool, dict):
             rev = pool.get("revocation")
@@ -164,7 +167,7 @@ def workload_code(spec: JobSpec, base: Path | None = None) -> tuple[tuple[str, s
             if (cand.is_dir() and any(cand.glob("*.py"))) or cand.is_file():
                 if {"site-packages", "dist-packages"} & set(cand.resolve().parts):
                     return None, [f"the workload's module {top} is an installed package ({cand}): it is not mounted; "
-                                  "add its pip install to the nodes' setup"]
+                                  "name it in workload.packages so the nodes' setup installs it"]
                 return (str(cand.resolve()), f"{REMOTE_CODE}/{cand.name}"), []
     raise InputError(f"cannot find the workload's module {top!r} here, so --emit cannot mount it on the nodes",
                      f"run spotwise plan from the folder that holds {top}.py (or the {top}/ package), or add that "
@@ -188,8 +191,11 @@ def node_files(spec: JobSpec, base: Path | None = None) -> NodeFiles:
             inputs[local] = f"inputs/{len(inputs)}-{name[:100]}"
     code, notes = workload_code(spec, base)
     if getattr(spec.workload, "script", None):
-        notes.append("the training script is mounted on its own: modules it imports from its folder and the packages "
-                     "it needs must be on the nodes (the image, or a package of yours named with --install)")
+        notes.append("the training script is mounted on its own: modules it imports from its folder must be on the nodes "
+                     "(a package of yours in workload.packages or workload.requirements), as must the packages it needs "
+                     "beyond spotwise's (name them there too)" if not (spec.workload.packages or spec.workload.requirements)
+                     else "the training script is mounted on its own; the setup installs workload.packages and "
+                     "workload.requirements, and modules it imports from its own folder must be among them")
     return NodeFiles(tuple(inputs.items()), code, tuple(notes))
 
 

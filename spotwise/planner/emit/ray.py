@@ -49,6 +49,7 @@ from spotwise.planner.emit.scripts import (
     run_script,
     setup_script,
     uri_packages,
+    workload_installs,
 )
 
 RUN_SCRIPT = f"{REMOTE_DIR}/run.sh"
@@ -154,6 +155,7 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
         provider["availability_zone"] = t.zone
         provider["project_id"] = GCP_PROJECT_PLACEHOLDER
     uri = getattr(spec.outputs, "uri", None)
+    own, req = workload_installs(spec, files)
     run = ray_run_script(t.notice_source, uri)
     cfg: dict[str, Any] = {
         "cluster_name": cluster_name(spec),
@@ -174,7 +176,7 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
         end += "_"
     cfg.update({
         "setup_commands": [setup_script(install, ray_version=ray_version(), ray_extra="default",
-                                        packages=uri_packages(uri))],
+                                        packages=uri_packages(uri), workload_packages=own, requirements=req)],
         "head_setup_commands": [
             f'"{VENV}/bin/python" -m pip install -q ' + ('"boto3>=1.4.8"' if t.cloud == "aws" else "google-api-python-client"),
             # the trailing newline ends the here-document even inside the launcher's "(...)" wrapping

@@ -15,6 +15,7 @@ user wrote is ever inside double quotes, where ``$( )``, backticks and ``$VAR`` 
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from spotwise.planner.emit.files import (
     INSTALL_MISSING,
@@ -22,6 +23,7 @@ from spotwise.planner.emit.files import (
     REMOTE_RUN,
     REMOTE_SPEC,
     Install,
+    NodeFiles,
 )
 
 #: the images, each with the reason it is chosen (a YAML comment in the emitted file)
@@ -84,11 +86,32 @@ def uri_packages(uri: str | None) -> tuple[str, ...]:
     return URI_PACKAGES.get(scheme, ())
 
 
+def workload_installs(spec: Any, files: NodeFiles) -> tuple[tuple[str, ...], str | None]:
+    """What the workload itself needs on the nodes (issue 42 item 3, :mod:`spotwise.spec.packages`): its
+    ``workload.packages`` and the place of its mounted ``workload.requirements`` file (relative to
+    :data:`~spotwise.planner.emit.files.REMOTE_DIR`; ``None`` without one)."""
+    w = spec.workload
+    req = files.remote(str(w.requirements)) if w.requirements else None
+    if w.requirements and req is None:  # node_files mounts every path the spec names
+        raise AssertionError(f"workload.requirements {w.requirements!r} was not mounted")
+    return tuple(w.packages), req
+
+
 def setup_script(install: Install, *, ray_version: str, gpu_check: str = "", from_env: bool = False,
-                 ray_extra: str = "", packages: tuple[str, ...] = ()) -> str:
+                 ray_extra: str = "", packages: tuple[str, ...] = (), workload_packages: tuple[str, ...] = (),
+                 requirements: str | None = None) -> str:
     """Python >= 3.10, the venv :data:`VENV`, Ray (``ray[ray_extra]``, the version that wrote the file),
-    this spotwise and ``packages`` (what ``outputs.uri`` needs: :func:`uri_packages`) in it, the venv on
-    PATH for later commands."""
+    this spotwise and ``packages`` (what ``outputs.uri`` needs: :func:`uri_packages`) in it, then the
+    workload's own (``workload_packages``, each one quoted word, and the mounted ``requirements`` file,
+    relative to the job's folder on the node: :func:`workload_installs`), the venv on PATH for later
+    commands."""
+    own = []
+    if workload_packages:
+        own += ['echo "spotwise setup: installing workload.packages"',
+                f'"{VENV}/bin/python" -m pip install -q ' + " ".join(shlex.quote(p) for p in workload_packages)]
+    if requirements:
+        own += ['echo "spotwise setup: installing workload.requirements"',
+                f'"{VENV}/bin/python" -m pip install -q -r "{_home(REMOTE_DIR)}"/{shlex.quote(requirements)}']
     ray_name = f"ray[{ray_extra}]" if ray_extra else "ray"
     ray_req = shlex.quote(f"{ray_name}=={ray_version}" if ray_version else ray_name)
     return "\n".join([
@@ -113,6 +136,7 @@ def setup_script(install: Install, *, ray_version: str, gpu_check: str = "", fro
         *([f': "${{SPOTWISE_INSTALL:?{INSTALL_MISSING}}}"'] if from_env or install.pip_arg is None else []),
         f'"{VENV}/bin/python" -m pip install -q {_pip_arg(install, from_env)}',
         *([f'"{VENV}/bin/python" -m pip install -q ' + " ".join(shlex.quote(p) for p in packages)] if packages else []),
+        *own,
         f'"{VENV}/bin/spotwise" --help > /dev/null',
         f"grep -qs spotwise-venv ~/.bashrc || echo 'export PATH=\"{VENV}/bin:$PATH\"' >> ~/.bashrc",
     ]) + "\n"

@@ -28,6 +28,7 @@ from spotwise.planner.emit.scripts import (
     setup_script,
     sky_ray_up,
     uri_packages,
+    workload_installs,
 )
 
 #: how often SkyPilot restarts the job after it failed (not after a preemption: those are always recovered)
@@ -56,6 +57,7 @@ def skypilot_task(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_file: st
     uri = uri or job_uri(spec)
     install = install or Install(None)
     files = files if files is not None else node_files(spec)
+    own, req = workload_installs(spec, files)
     places = []
     for region, zone, inst in t.ranked:
         entry: dict[str, Any] = {"region": region}
@@ -88,6 +90,6 @@ def skypilot_task(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_file: st
         "envs": {"SPOTWISE_INSTALL": install.pip_arg or "", "SPOTWISE_RAY_PORT": str(RAY_PORT)},
         "file_mounts": {REMOTE_SPEC: str(spec_file), **install.mounts, **files.mounts},
         "setup": setup_script(install, ray_version=ray_version(), gpu_check=check, from_env=True,
-                              packages=uri_packages(uri)),
+                              packages=uri_packages(uri), workload_packages=own, requirements=req),
         "run": run,
     }

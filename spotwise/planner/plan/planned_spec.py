@@ -26,7 +26,7 @@ from spotwise.planner.plan.records import Plan
 #: the spec fields that hold paths, relative to the spec file's folder when read
 PATH_FIELDS: tuple[tuple[str, ...], ...] = (("market", "traces"), ("market", "catalog"), ("market", "synthetic", "fit_to"),
                                              ("market", "revocation", "lifetimes"), ("workload", "dataset"),
-                                             ("workload", "script"))
+                                             ("workload", "script"), ("workload", "requirements"))
 MARK = "planned"
 
 
