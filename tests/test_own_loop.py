@@ -87,7 +87,9 @@ def test_through_revocations_and_a_crash_every_sample_is_trained_exactly_once(ra
     from spotwise.capacity.faults import ScriptedRevocation, outage
     from spotwise.planes.collective.data_plane import CollectivePlane
 
-    spec = script_spec(cluster__workers=3, cluster__standby=1, target__samples=720)  # 3 epochs of 240
+    # the script's schedule is torch's LambdaLR on the wrapped optimizer, registered with job.scheduler
+    spec = script_spec(cluster__workers=3, cluster__standby=1, target__samples=720,  # 3 epochs of 240
+                       workload__args=["--sched"])
     rev = ScriptedRevocation((outage(3, 9, [0, 1]), outage(14, 16, [0, 1, 2])))
     coord, summary = run(spec, tmp_path / "run", revocation=rev, plane=CollectivePlane(spec, faults={2: {"step": 20, "action": "exit"}}))
     assert summary.status == "completed"
@@ -97,6 +99,17 @@ def test_through_revocations_and_a_crash_every_sample_is_trained_exactly_once(ra
     assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
     assert {e["active"] for e in steps} >= {1, 3}, "steps ran with the members left"
     assert any(r["survivors"] for r in read_events(tmp_path / "run" / "events.jsonl", kinds=["regroup"]))
+    # the scheduler counted committed steps on every member, joiners included (its state travelled with
+    # the regroups; a dropped step did not advance it): the rate logged after step s is the schedule's at s
+    import math
+
+    def rate(s: int) -> float:
+        return 0.01 * ((s + 1) / 4 if s < 4 else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - 4) / 56))))
+
+    logged = {int(e["step"]): e["values"]["lr"] for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["metrics"])}
+    assert len(logged) >= len(steps) // 2, len(logged)
+    assert all(abs(lr - rate(s)) < 1e-12 for s, lr in logged.items()), \
+        [(s, lr, rate(s)) for s, lr in sorted(logged.items()) if abs(lr - rate(s)) >= 1e-12][:5]
 
 
 def test_without_revocations_it_equals_a_plain_loop_on_the_same_samples(ray_session: Any, tmp_path: Path) -> None:
@@ -224,6 +237,102 @@ def test_on_its_own_the_api_is_a_plain_loop_and_drops_bad_metrics(capsys: pytest
     assert "not finite: dropped" in err and "not a number" in err
     with pytest.raises(RuntimeError, match="called twice"):
         job.data(data, batch_size=2)
+
+
+@pytest.mark.parametrize("kind", ["cosine", "warmup-then-cosine", "one-cycle", "lambda-on-the-raw-optimizer"])
+def test_torchs_lr_schedulers_on_the_wrapped_optimizer_step_as_in_a_plain_loop(kind: str) -> None:
+    """A scheduler is built on what job.optimizer() returned (or on the optimizer it wraps), registered
+    with job.scheduler(): the rates and the parameters equal the same loop without spotwise, and the
+    scheduler's state_dict is PyTorch's own (torch.save takes it)."""
+    import io
+
+    import torch
+    from torch.optim import lr_scheduler as L
+
+    from spotwise.elastic.job import Job
+    from spotwise.elastic.local import LocalBackend
+
+    def build(opt: Any, raw: Any) -> Any:
+        if kind == "cosine":
+            return L.CosineAnnealingLR(opt, 12)
+        if kind == "warmup-then-cosine":
+            return L.SequentialLR(opt, [L.LinearLR(opt, 0.1, 1.0, 3), L.CosineAnnealingLR(opt, 9)], [3])
+        if kind == "one-cycle":
+            return L.OneCycleLR(opt, 0.5, total_steps=20)
+        return L.LambdaLR(raw, lambda s: 0.9 ** s)
+
+    data = torch.utils.data.TensorDataset(torch.randn(48, 4, generator=torch.Generator().manual_seed(0)),
+                                          torch.randn(48, 2, generator=torch.Generator().manual_seed(1)))
+
+    def train(wrapped: bool) -> tuple[list[float], Any, Any]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        raw = torch.optim.AdamW(model.parameters(), lr=0.1)
+        opt, batches = raw, None
+        if wrapped:
+            job = Job(LocalBackend(seed=0))
+            model = job.model(model)
+            opt = job.optimizer(raw)
+        sched = build(opt, raw)
+        if wrapped:
+            job.scheduler(sched)
+            batches = job.data(data, batch_size=4, epochs=1)
+        else:  # the same order the job's data come in
+            from spotwise.elastic.positions import StreamPosition
+
+            order = StreamPosition(48, 0).indices(0, 48)
+            batches = [data[torch.as_tensor(order[i:i + 4])] for i in range(0, 48, 4)]
+        rates = []
+        for x, y in batches:
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+            rates.append(opt.param_groups[0]["lr"])
+        return rates, model.state_dict(), sched.state_dict()
+
+    got, params, sd = train(True)
+    want, want_params, want_sd = train(False)
+    assert len(got) == 12 and got == want
+    assert all(torch.equal(params[k], want_params[k]) for k in want_params)
+    assert set(sd) == set(want_sd) and sd["last_epoch"] == want_sd["last_epoch"] == 12
+    torch.save(sd, io.BytesIO())  # the user's own checkpoint of it: nothing of spotwise's in it
+
+
+def test_a_scheduler_skips_a_dropped_step_and_an_unregistered_one_is_refused_at_the_first_batch() -> None:
+    import torch
+
+    from spotwise.elastic.job import Job
+    from spotwise.elastic.local import LocalBackend
+
+    data = torch.utils.data.TensorDataset(torch.randn(16, 2), torch.randn(16, 1))
+    backend = LocalBackend(seed=0)
+    job = Job(backend)
+    model = job.model(torch.nn.Linear(2, 1))
+    opt = job.optimizer(torch.optim.SGD(model.parameters(), lr=1.0))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (s + 1))
+    job.scheduler(sched)
+    commits = iter([True, False, True, True])  # the second step is dropped (a member was lost in it)
+    real = backend.commit
+    backend.commit = lambda: real() and next(commits)  # type: ignore[method-assign]
+    rates = []
+    for x, y in job.data(data, batch_size=4, epochs=1):
+        ((model(x) - y) ** 2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+        rates.append(opt.param_groups[0]["lr"])
+    assert rates == [1 / 2, 1 / 2, 1 / 3, 1 / 4], rates  # the dropped step did not advance the schedule
+
+    job2 = Job(LocalBackend(seed=0))
+    model2 = job2.model(torch.nn.Linear(2, 1))
+    opt2 = job2.optimizer(torch.optim.SGD(model2.parameters(), lr=1.0))
+    torch.optim.lr_scheduler.StepLR(opt2, 2)  # built, never registered
+    with pytest.raises(RuntimeError, match=r"job\.scheduler\(scheduler\) before the first batch"):
+        next(iter(job2.data(data, batch_size=4)))
+    with pytest.raises(ValueError, match="does not wrap"):
+        job2.scheduler(torch.optim.lr_scheduler.StepLR(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), 2))
 
 
 def test_the_nanogpt_style_script_converts_in_10_lines_and_trains_through_revocations(ray_session: Any,

@@ -143,3 +143,14 @@ def test_the_planned_spec_keeps_them_with_the_requirements_path_relative_to_it(t
     assert doc["workload"]["packages"] == PACKAGES[:2]
     spec = load_spec(tmp_path / "out" / "planned.yaml")
     assert Path(spec.workload.requirements) == (tmp_path / "job" / "requirements.txt").resolve()
+
+
+def test_a_resume_may_change_what_the_nodes_install_but_not_the_workload() -> None:
+    from spotwise.control.rundir_io import check_resume_changes
+
+    recorded = spec_from_dict(_spec_dict())
+    given = spec_from_dict(_spec_dict(packages=["timm==1.0.9"], requirements="requirements.txt"))
+    changes = check_resume_changes(recorded, given, "--resume run")
+    assert set(changes) == {"workload.packages", "workload.requirements"}
+    with pytest.raises(InputError, match="workload.batch_size"):
+        check_resume_changes(recorded, spec_from_dict(_spec_dict(packages=["timm"], batch_size=7)), "--resume run")

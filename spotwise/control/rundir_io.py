@@ -75,10 +75,12 @@ def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
 #: rate (the run's current rate, policies' scaling included, is rescaled by new / old), the schedule
 #: and clipping (pure functions of the committed samples / the step), the job's length and targets
 #: (a finished run can be extended), money and time limits, and how often the run evaluates,
-#: checkpoints and offers replicas.  A prefix ends with ".": every field under it.
+#: checkpoints and offers replicas; what the nodes install (``workload.packages``, ``requirements``).
+#: A prefix ends with ".": every field under it.
 RESUME_CHANGEABLE = ("workload.lr", "workload.schedule.", "workload.grad_clip_norm", "workload.eval_every",
                      "target.", "budget_usd", "deadline", "outputs.checkpoint_every", "outputs.plots",
-                     "cluster.replica_every", "cluster.replica_budget", "name")
+                     "cluster.replica_every", "cluster.replica_budget", "name", "workload.packages",
+                     "workload.requirements")
 
 
 def _changeable(field: str) -> bool:

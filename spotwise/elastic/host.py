@@ -370,7 +370,8 @@ class ScriptHost:
                 raise ScriptError(f"the members stepped with different learning rates in step {self._step + 1} "
                                   f"(parameter group {i}: {mine:g} here, {total / k:g} on average): compute them from "
                                   "job.step or job.samples, the same on every member, not from a counter of the "
-                                  "script's own (a member that joins later starts its script afresh)")
+                                  "script's own (a member that joins later starts its script afresh), or register "
+                                  "a torch.optim.lr_scheduler with job.scheduler(scheduler)")
         loss = loss_sum / loss_n if loss_n > 0 else math.nan
         if loss_n > 0 and not math.isfinite(loss):
             self._end_step(Outcome("diverged", why=f"the loss is {loss}"))

@@ -110,12 +110,26 @@ class ElasticModel(torch.nn.Module):
         return self.module.load_state_dict(*args, **kwargs)
 
 
-class ElasticOptimizer:
-    """The user's optimizer(s); :meth:`step` commits the step on every member or on none."""
+class ElasticOptimizer(torch.optim.Optimizer):
+    """The user's optimizer(s); :meth:`step` commits the step on every member or on none.
 
-    def __init__(self, optimizers: list[torch.optim.Optimizer], backend: Backend) -> None:
+    A ``torch.optim.Optimizer`` to PyTorch's own code, so an LR scheduler is built on it as on the
+    optimizer itself (``CosineAnnealingLR(optimizer, ...)``; register it with :meth:`Job.scheduler`)
+    and ``GradScaler.step(optimizer)`` works; its ``param_groups`` and ``state`` are the wrapped
+    optimizers' own.  (``Optimizer.__init__`` is not run: it would own parameters.)"""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer], backend: Backend) -> None:  # noqa: D107
+        from collections import OrderedDict
+
         self.optimizers = list(optimizers)
         self._backend = backend
+        #: the wrapped optimizers' defaults (a scheduler reads them: OneCycleLR looks for momentum or betas)
+        self.defaults: dict[str, Any] = {k: v for o in reversed(self.optimizers) for k, v in o.defaults.items()}
+        for hooks in ("step_pre", "step_post", "state_dict_pre", "state_dict_post", "load_state_dict_pre",
+                      "load_state_dict_post"):  # what Optimizer's hook registration methods expect
+            setattr(self, f"_optimizer_{hooks}_hooks", OrderedDict())
+        #: whether the last :meth:`step` committed (a registered scheduler steps only after one that did)
+        self.last_committed = True
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
@@ -131,23 +145,28 @@ class ElasticOptimizer:
             merged.update(o.state)
         return merged
 
-    def step(self, closure: Callable[[], Any] | None = None) -> bool:
+    def step(self, closure: Callable[[], Any] | None = None) -> bool:  # type: ignore[override]
         """Commit the step: True if every member applied it, False if it was dropped on all (a member
         was lost; the script's next batches retry the same samples)."""
         if closure is not None:
             raise TypeError("spotwise commits a step across members: step(closure) (LBFGS) is not supported")
-        return self._backend.commit()
+        self.last_committed = bool(self._backend.commit())
+        return self.last_committed
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise RuntimeError("add parameter groups to the wrapped optimizer before job.optimizer(): the job's state "
+                           "layout is fixed when the script takes its first batch")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:  # type: ignore[override]
         for o in self.optimizers:
             o.zero_grad(set_to_none=set_to_none)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
         if len(self.optimizers) == 1:
             return self.optimizers[0].state_dict()
         return {"optimizers": [o.state_dict() for o in self.optimizers]}
 
-    def load_state_dict(self, sd: dict[str, Any]) -> None:
+    def load_state_dict(self, sd: dict[str, Any]) -> None:  # type: ignore[override]
         if len(self.optimizers) == 1:
             self.optimizers[0].load_state_dict(sd)
             return
@@ -157,15 +176,19 @@ class ElasticOptimizer:
 
 class ElasticData:
     """Batches of the run's data position, exactly once per epoch (module docstring); an iterator
-    that ends when the job does."""
+    that ends when the job does.  ``before_first`` runs once, before the first batch is asked for."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, before_first: Callable[[], None] | None = None) -> None:
         self._backend = backend
+        self._before_first = before_first
 
     def __iter__(self) -> Iterator[Any]:
         return self
 
     def __next__(self) -> Any:
+        if self._before_first is not None:
+            check, self._before_first = self._before_first, None
+            check()
         return self._backend.next_batch()
 
 
@@ -176,7 +199,8 @@ class Job:
         self._backend = backend
         self._data_made = False
         self._model_made = False
-        self._optimizer_made = False
+        self._optimizer: ElasticOptimizer | None = None
+        self._schedulers: list[Any] = []
 
     # ------------------------------------------------------------------ who and where
     @property
@@ -230,14 +254,49 @@ class Job:
     def optimizer(self, *optimizers: torch.optim.Optimizer) -> ElasticOptimizer:
         """Wrap the optimizer(s) of the model's parameters (several: e.g. Muon for the matrices and
         AdamW for the rest); their ``step()`` together is the step's commit."""
-        if self._optimizer_made:
+        if self._optimizer is not None:
             raise RuntimeError("job.optimizer() was called twice: pass every optimizer in one call, "
                                "job.optimizer(opt_a, opt_b)")
-        if not optimizers or not all(isinstance(o, torch.optim.Optimizer) for o in optimizers):
+        if not optimizers or not all(isinstance(o, torch.optim.Optimizer) and not isinstance(o, ElasticOptimizer)
+                                     for o in optimizers):
             raise TypeError("job.optimizer() takes one or more torch.optim.Optimizer objects")
-        self._optimizer_made = True
         self._backend.register_optimizers(list(optimizers))
-        return ElasticOptimizer(list(optimizers), self._backend)
+        self._optimizer = ElasticOptimizer(list(optimizers), self._backend)
+        return self._optimizer
+
+    def scheduler(self, *schedulers: Any) -> None:
+        """Register the script's ``torch.optim.lr_scheduler`` objects (built on the optimizer
+        :meth:`optimizer` returned, or on the optimizers it wraps), before the first batch: their state
+        travels with regroups, replicas and checkpoints (a member that joins later continues the
+        schedule where the job is), and their ``step()`` does nothing after a step that was dropped,
+        so the schedule counts committed steps (call it after ``optimizer.step()``, once per step).
+        A scheduler built on the job's optimizers and not registered is an error at the first batch."""
+        from torch.optim.lr_scheduler import LRScheduler
+
+        if self._optimizer is None:
+            raise RuntimeError("job.scheduler() before job.optimizer(): wrap the optimizer(s) first")
+        mine = [self._optimizer, *self._optimizer.optimizers]
+        for s in schedulers:
+            if not isinstance(s, LRScheduler):
+                raise TypeError(f"job.scheduler() takes torch.optim.lr_scheduler objects, got {type(s).__name__}")
+            if not any(s.optimizer is o for o in mine):
+                raise ValueError(f"the {type(s).__name__} passed to job.scheduler() steps an optimizer the job does "
+                                 "not wrap: build it on the object job.optimizer() returned")
+            if any(s is t for t in self._schedulers):
+                continue
+            self._backend.register_state(f"lr_scheduler/{len(self._schedulers)}", s)
+            self._schedulers.append(s)
+            _gate_scheduler(s, self._optimizer)
+
+    def _check_schedulers(self) -> None:
+        """At the first batch: every LR scheduler PyTorch attached to the job's optimizers is registered."""
+        if self._optimizer is None:
+            return
+        for o in (self._optimizer, *self._optimizer.optimizers):
+            if getattr(o.step, "_wrapped_by_lr_sched", False) and not any(s.optimizer is o for s in self._schedulers):
+                raise RuntimeError("an LR scheduler (torch.optim.lr_scheduler) was built on the job's optimizer and not "
+                                   "registered: call job.scheduler(scheduler) before the first batch, so its state "
+                                   "travels to members that join later and it counts committed steps only")
 
     def data(self, dataset: Any, batch_size: int | None = None, *, collate_fn: Callable[[list[Any]], Any] | None = None,
              epochs: float | None = None, num_workers: int = 0, prefetch: int = 2,
@@ -253,7 +312,7 @@ class Job:
         self._data_made = True
         self._backend.register_data(dataset, batch_size, collate_fn, epochs,
                                     {"num_workers": num_workers, "prefetch": prefetch, "pin_memory": pin_memory})
-        return ElasticData(self._backend)
+        return ElasticData(self._backend, before_first=self._check_schedulers)
 
     def state(self, name: str, obj: Any) -> None:
         """Make ``obj`` (``state_dict()`` / ``load_state_dict()``: an EMA model, a teacher, a counter
@@ -278,6 +337,23 @@ class Job:
         merged = dict(metrics or {})
         merged.update(values)
         self._backend.log(merged)
+
+
+def _gate_scheduler(scheduler: Any, optimizer: ElasticOptimizer) -> None:
+    """Make ``scheduler.step()`` do nothing when ``optimizer``'s last step was dropped.  The instance
+    gets a subclass of its own class (same name) whose ``step`` checks: nothing is added to its
+    ``__dict__``, so its ``state_dict()`` -- which is its ``__dict__`` -- stays what PyTorch writes."""
+    base = type(scheduler)
+    if getattr(base, "_spotwise_gated", False):
+        return
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not optimizer.last_committed:
+            return None
+        return base.step(self, *args, **kwargs)
+
+    scheduler.__class__ = type(base.__name__, (base,), {"step": step, "_spotwise_gated": True,
+                                                        "__module__": base.__module__, "__qualname__": base.__qualname__})
 
 
 _LOCK = threading.Lock()

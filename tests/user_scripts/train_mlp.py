@@ -7,6 +7,7 @@ is every member's loop.  ``--fail-at STEP`` raises there (the tests of a failing
 
 import argparse
 import json
+import math
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +25,7 @@ p.add_argument("--seed", type=int, default=0, help="the data order when run on i
 p.add_argument("--no-bn", action="store_true")
 p.add_argument("--save", default=None, help="torch.save the final model state_dict here")
 p.add_argument("--loader-workers", type=int, default=0, help="DataLoader worker processes building the batches")
+p.add_argument("--sched", action="store_true", help="warmup + cosine by torch's LambdaLR, registered with job.scheduler")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -41,6 +43,9 @@ decay = [q for q in model.parameters() if q.dim() >= 2]
 rest = [q for q in model.parameters() if q.dim() < 2]
 opt = job.optimizer(torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
                                       lr=args.lr))
+if args.sched:  # torch's own scheduler on the wrapped optimizer: 4 steps of warmup, then cosine over 60
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / 4 if s < 4 else 0.5 * (1 + math.cos(math.pi * min(1.0, (s - 4) / 56))))
+    job.scheduler(sched)
 seen = []
 for x, y, ids in job.data(data, batch_size=args.batch, epochs=args.epochs, num_workers=args.loader_workers):
     if args.fail_at is not None and job.step + 1 == args.fail_at:
@@ -50,6 +55,8 @@ for x, y, ids in job.data(data, batch_size=args.batch, epochs=args.epochs, num_w
     if opt.step():
         seen.append(ids.tolist())
     opt.zero_grad()
+    if args.sched:
+        sched.step()  # after a dropped step it does nothing: the schedule counts committed steps
     job.log(loss=loss, lr=opt.param_groups[0]["lr"])
 if args.seen:
     with open(args.seen, "a") as f:
