@@ -315,7 +315,7 @@ def test_a_scheduler_skips_a_dropped_step_and_an_unregistered_one_is_refused_at_
     job.scheduler(sched)
     commits = iter([True, False, True, True])  # the second step is dropped (a member was lost in it)
     real = backend.commit
-    backend.commit = lambda: real() and next(commits)  # type: ignore[method-assign]
+    backend.commit = lambda amp=None: real(amp) and next(commits)  # type: ignore[method-assign]
     rates = []
     for x, y in job.data(data, batch_size=4, epochs=1):
         ((model(x) - y) ** 2).mean().backward()
@@ -335,11 +335,79 @@ def test_a_scheduler_skips_a_dropped_step_and_an_unregistered_one_is_refused_at_
         job2.scheduler(torch.optim.lr_scheduler.StepLR(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), 2))
 
 
+@pytest.mark.parametrize("unscale_first", [False, True], ids=["scaler-step", "unscale-clip-step"])
+def test_a_gradscaler_skips_overflows_and_unscales_as_in_a_plain_loop(unscale_first: bool) -> None:
+    """torch.amp.GradScaler given to job.optimizer(..., scaler=): the step takes the scaler's found_inf
+    and grad_scale (PyTorch's amp-scaling protocol) -- overflowing steps update nothing, the others are
+    unscaled -- and the parameters and the scale's history equal the same loop without spotwise (the
+    scaler starting so high that the first steps overflow, then growing back)."""
+    import torch
+
+    from spotwise.elastic.job import Job
+    from spotwise.elastic.local import LocalBackend
+    from spotwise.elastic.positions import StreamPosition
+
+    data = torch.utils.data.TensorDataset(torch.randn(96, 4, generator=torch.Generator().manual_seed(0)),
+                                          torch.randn(96, 2, generator=torch.Generator().manual_seed(1)))
+
+    def train(wrapped: bool) -> tuple[list[float], dict[str, Any]]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        raw = torch.optim.AdamW(model.parameters(), lr=0.05)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127, growth_interval=3)
+        if wrapped:
+            job = Job(LocalBackend(seed=0))
+            model = job.model(model)
+            opt: Any = job.optimizer(raw, scaler=scaler)
+            batches: Any = job.data(data, batch_size=4, epochs=1)
+        else:
+            opt = raw
+            order = StreamPosition(96, 0).indices(0, 96)
+            batches = [data[torch.as_tensor(order[i:i + 4])] for i in range(0, 96, 4)]
+        scales = []
+        for x, y in batches:
+            loss = ((model(x) - y) ** 2).mean() * 1e3
+            scaler.scale(loss).backward()
+            if unscale_first:
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+            scales.append(scaler.get_scale())
+        return scales, model.state_dict()
+
+    got, params = train(True)
+    want, want_params = train(False)
+    assert got == want, (got, want)
+    assert any(b < a for a, b in zip(got, got[1:])) and any(b > a for a, b in zip(got, got[1:])), "skips and growth"
+    assert all(torch.equal(params[k], want_params[k]) for k in want_params)
+
+
+def test_a_gradscaler_not_given_to_the_job_is_refused_at_the_first_step() -> None:
+    import torch
+
+    from spotwise.elastic.job import Job
+    from spotwise.elastic.local import LocalBackend
+
+    job = Job(LocalBackend(seed=0))
+    model = job.model(torch.nn.Linear(2, 1))
+    opt = job.optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = next(iter(job.data(torch.utils.data.TensorDataset(torch.randn(8, 2), torch.randn(8, 1)), batch_size=4)))
+    scaler.scale(((model(x) - y) ** 2).mean()).backward()
+    with pytest.raises(RuntimeError, match=r"job\.optimizer\(\.\.\., scaler=scaler\)"):
+        scaler.step(opt)
+    with pytest.raises(TypeError, match="GradScaler"):
+        Job(LocalBackend(seed=0)).optimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), scaler=object())
+
+
 def test_the_nanogpt_style_script_converts_in_10_lines_and_trains_through_revocations(ray_session: Any,
                                                                                       tmp_path: Path) -> None:
     """examples/own-loop: the converted script differs from the user's in at most 10 lines (diff), and
     as a job it trains every sample of its epochs exactly once through revocations."""
     import difflib
+    import math
 
     from spotwise.capacity.faults import ScriptedRevocation, outage
 
@@ -349,8 +417,9 @@ def test_the_nanogpt_style_script_converts_in_10_lines_and_trains_through_revoca
     changed = [ln for ln in difflib.unified_diff(a, b, lineterm="", n=0) if ln.startswith("+") and not ln.startswith("+++")]
     assert 0 < len(changed) <= 10, changed
     spec = script_spec(workload__script=str(ex / "train_gpt_spotwise.py"), workload__batch_size=8,
+                       # fp16 with its GradScaler (as on V100s): the scale travels to the members that join
                        workload__args=["--n-layer", "1", "--n-embd", "32", "--eval-interval", "1000", "--grad-accum", "2",
-                                       "--out-dir", str(tmp_path / "gpt-out")],
+                                       "--dtype", "float16", "--out-dir", str(tmp_path / "gpt-out")],
                        target__samples=640, cluster__workers=3, cluster__standby=1)
     rev = ScriptedRevocation((outage(4, 9, [1]), outage(12, 14, [0, 2])))
     coord, summary = run(spec, tmp_path / "run", revocation=rev)
@@ -359,8 +428,9 @@ def test_the_nanogpt_style_script_converts_in_10_lines_and_trains_through_revoca
     steps = positions_contiguous(tmp_path / "run", n)
     assert 640 <= coord.counters.samples
     assert all(e["samples"] == 2 * 8 * e["contributions"] or e.get("unreported") for e in steps), "2 micro-batches a member"
-    losses = [e["loss"] for e in steps if e["loss"] is not None]
+    losses = [e["loss"] for e in steps if e["loss"] is not None and math.isfinite(e["loss"])]
     assert losses[-1] < losses[0], "it learns"
+    assert max(losses) < 10.0, "the recorded losses are unscaled (the GradScaler's scale is 65536)"
 
 
 def test_a_run_directory_naming_a_script_is_not_resumed_without_the_users_word(tmp_path: Path) -> None:

@@ -182,7 +182,7 @@ config = GPTConfig(block_size=args.block_size, n_layer=args.n_layer, n_head=args
 model = GPT(config)
 model = job.model(model.to(device))
 scaler = torch.amp.GradScaler(device_type, enabled=(args.dtype == "float16"))
-optimizer = job.optimizer(model.configure_optimizers(args.weight_decay, args.lr, (0.9, 0.95)))
+optimizer = job.optimizer(model.configure_optimizers(args.weight_decay, args.lr, (0.9, 0.95)), scaler=scaler)
 if args.compile:
     model = torch.compile(model)
 os.makedirs(args.out_dir, exist_ok=True)

@@ -35,10 +35,14 @@ from typing import Any
 import torch
 
 from spotwise.elastic.batches import BatchFeed
-from spotwise.elastic.job import install_host
+from spotwise.elastic.job import AmpStep, install_host, unscale_grads
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.positions import StreamPosition
 
+#: entries of a step's commit vector after the float buffers: the loss sum, whether there is one, the
+#: gradient hook's failure flag, the batches taken and their square, a GradScaler's non-finite count
+#: (:meth:`~spotwise.planes.collective.script_member.ScriptReplica.fill_tail`); the learning rates follow
+TAIL_HEAD = 6
 #: outcomes after which the script thread is over (no :class:`Go` follows)
 TERMINAL = ("ended", "raised", "usage")
 
@@ -341,7 +345,7 @@ class ScriptHost:
         else:
             self._pending.update(metrics)
 
-    def commit(self) -> bool:
+    def commit(self, amp: AmpStep | None = None) -> bool:
         go, rep = self._go, self.replica
         if self._stopped:
             raise ScriptError("optimizer.step() after the job ended (the data iteration stopped): leave the loop")
@@ -352,20 +356,23 @@ class ScriptHost:
         k, b, pulled = go.k, self.batch_size, self._pulled
         n_local = pulled * b
         lrs = [float(g.get("lr", 0.0)) for o in self.optimizers for g in o.param_groups]
-        tail = rep.fill_tail(n_local, self._loss_sum, self._loss_n, pulled, lrs)
+        loss_sum = self._loss_sum
+        if amp is not None and amp.loss_scale is not None and loss_sum is not None:
+            loss_sum = loss_sum / amp.loss_scale.to(loss_sum.device)  # the losses came scaled (on the device)
+        tail = rep.fill_tail(n_local, loss_sum, self._loss_n, pulled, lrs, None if amp is None else amp.found_inf)
         try:
             go.group.allreduce(tail)
             vals = tail[rep.B:].tolist()  # the step's one host read
         except GroupFailed as e:
             return self._drop(f"the step's commit all-reduce failed: {e}")
-        loss_sum, loss_n, failed, pulled_sum, pulled_sq = vals[:5]
+        loss_sum, loss_n, failed, pulled_sum, pulled_sq, found_inf = vals[:TAIL_HEAD]
         if failed > 0:
             return self._drop(rep.hook_failed() or "a member's gradient all-reduce failed")
         if int(pulled_sum) != k * pulled or int(pulled_sq) != k * pulled * pulled:
             raise ScriptError(f"the members took different numbers of batches in step {self._step + 1} (this one "
                               f"{pulled}, {int(pulled_sum)} in all over {k}): every member must take the same number "
                               "of batches before optimizer.step()")
-        for i, (mine, total) in enumerate(zip(lrs, vals[5:])):  # every member steps with the same rates
+        for i, (mine, total) in enumerate(zip(lrs, vals[TAIL_HEAD:])):  # every member steps with the same rates
             if abs(total - k * mine) > 1e-6 * max(1.0, abs(total)):
                 raise ScriptError(f"the members stepped with different learning rates in step {self._step + 1} "
                                   f"(parameter group {i}: {mine:g} here, {total / k:g} on average): compute them from "
@@ -373,11 +380,17 @@ class ScriptHost:
                                   "script's own (a member that joins later starts its script afresh), or register "
                                   "a torch.optim.lr_scheduler with job.scheduler(scheduler)")
         loss = loss_sum / loss_n if loss_n > 0 else math.nan
-        if loss_n > 0 and not math.isfinite(loss):
+        skip = amp is not None and found_inf > 0  # the GradScaler's skip: no update, the step counts (as in DDP)
+        if skip and not math.isfinite(loss):
+            loss = math.nan  # an overflow of the scaled loss, not a divergence: the scaler backs off
+        elif loss_n > 0 and not math.isfinite(loss):
             self._end_step(Outcome("diverged", why=f"the loss is {loss}"))
             return False
-        for o in self.optimizers:
-            o.step()
+        if not skip:
+            if amp is not None and amp.grad_scale is not None:
+                unscale_grads(self.optimizers, amp.grad_scale)
+            for o in self.optimizers:
+                o.step()
         total = k * n_local
         rep.adopt_buffers(tail, total)
         metrics = clean_metrics(self._pending, self._warn)

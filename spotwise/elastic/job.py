@@ -42,6 +42,7 @@ should be a function of (they survive a resume).
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
 import torch
@@ -64,12 +65,44 @@ class Backend(Protocol):
     def register_state(self, name: str, obj: Any) -> None: ...
     def next_batch(self) -> Any: ...
     def backward(self, loss: torch.Tensor) -> None: ...
-    def commit(self) -> bool: ...
+    def commit(self, amp: AmpStep | None = None) -> bool: ...
     def log(self, metrics: dict[str, float]) -> None: ...
     @property
     def step(self) -> int: ...
     @property
     def samples(self) -> int: ...
+
+
+@dataclass
+class AmpStep:
+    """What ``torch.amp.GradScaler.step`` hands the job's optimizer (PyTorch's amp-scaling protocol for
+    optimizers that handle the scale themselves, ``_step_supports_amp_scaling``): instead of reading
+    ``found_inf`` on the host and stepping only when it is 0, the scaler leaves the decision to the
+    step, which folds it into the commit's one read.
+
+    ``found_inf``: a device tensor, > 0 when a gradient is not finite (the step then updates nothing,
+    on every member, as the scaler would skip it); ``grad_scale``: the scale the gradients still carry
+    (``None`` when the script called ``scaler.unscale_`` first, e.g. to clip); ``loss_scale``: the
+    scale of the losses given to ``job.backward`` (the registered scaler's), taken out of the step's
+    recorded loss."""
+
+    found_inf: torch.Tensor
+    grad_scale: torch.Tensor | None
+    loss_scale: torch.Tensor | None
+
+
+def unscale_grads(optimizers: list[torch.optim.Optimizer], grad_scale: torch.Tensor) -> None:
+    """Divide the optimizers' gradients by ``grad_scale`` as ``GradScaler.unscale_`` does (the same
+    float32 reciprocal, one ``_foreach_mul_`` per device and dtype), on the device."""
+    inv = grad_scale.double().reciprocal().float()
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for o in optimizers:
+        for g in o.param_groups:
+            for q in g["params"]:
+                if q.grad is not None and not q.grad.is_sparse:
+                    groups.setdefault((q.grad.device, q.grad.dtype), []).append(q.grad)
+    for (device, _), grads in groups.items():
+        torch._foreach_mul_(grads, inv.to(device))
 
 
 class ElasticModel(torch.nn.Module):
@@ -118,11 +151,17 @@ class ElasticOptimizer(torch.optim.Optimizer):
     and ``GradScaler.step(optimizer)`` works; its ``param_groups`` and ``state`` are the wrapped
     optimizers' own.  (``Optimizer.__init__`` is not run: it would own parameters.)"""
 
-    def __init__(self, optimizers: list[torch.optim.Optimizer], backend: Backend) -> None:  # noqa: D107
+    #: ``torch.amp.GradScaler`` hands :meth:`step` its ``found_inf`` and ``grad_scale`` (:class:`AmpStep`)
+    _step_supports_amp_scaling = True
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer], backend: Backend,
+                 scaler: Any = None) -> None:  # noqa: D107
         from collections import OrderedDict
 
         self.optimizers = list(optimizers)
         self._backend = backend
+        #: the script's ``torch.amp.GradScaler`` (``job.optimizer(..., scaler=)``), else None
+        self.scaler = scaler
         #: the wrapped optimizers' defaults (a scheduler reads them: OneCycleLR looks for momentum or betas)
         self.defaults: dict[str, Any] = {k: v for o in reversed(self.optimizers) for k, v in o.defaults.items()}
         for hooks in ("step_pre", "step_post", "state_dict_pre", "state_dict_post", "load_state_dict_pre",
@@ -150,8 +189,20 @@ class ElasticOptimizer(torch.optim.Optimizer):
         was lost; the script's next batches retry the same samples)."""
         if closure is not None:
             raise TypeError("spotwise commits a step across members: step(closure) (LBFGS) is not supported")
-        self.last_committed = bool(self._backend.commit())
+        self.last_committed = bool(self._backend.commit(self._amp_step()))
         return self.last_committed
+
+    def _amp_step(self) -> AmpStep | None:
+        """The GradScaler's part of this step, when one called it (it sets ``found_inf`` just before)."""
+        found = self.__dict__.get("found_inf")
+        if found is None:
+            return None
+        if self.scaler is None:
+            raise RuntimeError("a torch.amp.GradScaler steps the job's optimizer but was not given to the job: "
+                               "pass it with job.optimizer(..., scaler=scaler), so its scale travels to members "
+                               "that join later (a member scaling its gradients differently would corrupt the "
+                               "all-reduced gradient) and the recorded loss is unscaled")
+        return AmpStep(found, self.__dict__.get("grad_scale"), getattr(self.scaler, "_scale", None))
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         raise RuntimeError("add parameter groups to the wrapped optimizer before job.optimizer(): the job's state "
@@ -251,17 +302,23 @@ class Job:
         self._backend.register_model(module, bool(find_unused_parameters))
         return ElasticModel(module, self._backend)
 
-    def optimizer(self, *optimizers: torch.optim.Optimizer) -> ElasticOptimizer:
+    def optimizer(self, *optimizers: torch.optim.Optimizer, scaler: Any = None) -> ElasticOptimizer:
         """Wrap the optimizer(s) of the model's parameters (several: e.g. Muon for the matrices and
-        AdamW for the rest); their ``step()`` together is the step's commit."""
+        AdamW for the rest); their ``step()`` together is the step's commit.  ``scaler``: the script's
+        ``torch.amp.GradScaler`` (fp16): its state travels with the job's, and its skip of a step
+        with non-finite gradients is decided in the commit, on every member alike (:class:`AmpStep`)."""
         if self._optimizer is not None:
             raise RuntimeError("job.optimizer() was called twice: pass every optimizer in one call, "
                                "job.optimizer(opt_a, opt_b)")
         if not optimizers or not all(isinstance(o, torch.optim.Optimizer) and not isinstance(o, ElasticOptimizer)
                                      for o in optimizers):
             raise TypeError("job.optimizer() takes one or more torch.optim.Optimizer objects")
+        if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+            raise TypeError(f"job.optimizer(scaler=...) takes a torch.amp.GradScaler, got {type(scaler).__name__}")
         self._backend.register_optimizers(list(optimizers))
-        self._optimizer = ElasticOptimizer(list(optimizers), self._backend)
+        if scaler is not None:
+            self._backend.register_state("grad_scaler", scaler)
+        self._optimizer = ElasticOptimizer(list(optimizers), self._backend, scaler)
         return self._optimizer
 
     def scheduler(self, *schedulers: Any) -> None:

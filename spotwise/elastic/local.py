@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from spotwise.elastic.batches import BatchFeed
+from spotwise.elastic.job import AmpStep, unscale_grads
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.positions import StreamPosition
 from spotwise.workloads.device import collective_backend, ddp_device_ids, local_rank_device, resolve_device
@@ -131,11 +132,16 @@ class LocalBackend:
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
-    def commit(self) -> bool:
+    def commit(self, amp: AmpStep | None = None) -> bool:
         if self._pulled == 0:
             raise RuntimeError("optimizer.step() before any batch of this step: take a batch from job.data() first")
-        for o in self.optimizers:
-            o.step()
+        # a GradScaler's step: skipped when a gradient is not finite (read here, as the scaler reads it;
+        # under torchrun every rank holds the same all-reduced gradients, so the same answer)
+        if amp is None or not float(amp.found_inf.sum()) > 0:
+            if amp is not None and amp.grad_scale is not None:
+                unscale_grads(self.optimizers, amp.grad_scale)
+            for o in self.optimizers:
+                o.step()
         taken = self._pulled * self._b * self.world
         if self._end is not None:
             taken = min(taken, self._end - self._samples)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from spotwise.control.phases import PhaseClock
-from spotwise.elastic.host import Go, Outcome, Parts, ScriptHost
+from spotwise.elastic.host import TAIL_HEAD, Go, Outcome, Parts, ScriptHost
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.training.state import FlatModel
@@ -62,7 +62,7 @@ class ScriptReplica:
         self.reducer: Any = None
         #: ``n * buffers`` (B), the step's loss sum, whether it has one, the failure flag, the batches
         #: taken and their square: what the commit all-reduces (:meth:`ScriptHost.commit`)
-        self.tail = self.zeros(self.B + 5)  # and one entry per parameter group: its learning rate
+        self.tail = self.zeros(self.B + TAIL_HEAD)  # and one entry per parameter group: its learning rate
         if not any(p.requires_grad for p in self.fm.params):
             raise ValueError("no parameter of the script's model requires a gradient")
 
@@ -90,12 +90,16 @@ class ScriptReplica:
 
     # ------------------------------------------------------------------ the commit's tail
     def fill_tail(self, n_local: int, loss_sum: torch.Tensor | None, has_loss: int, pulled: int,
-                  lrs: list[float]) -> torch.Tensor:
-        if self.tail.numel() != self.B + 5 + len(lrs):
-            self.tail = self.zeros(self.B + 5 + len(lrs))
+                  lrs: list[float], found_inf: torch.Tensor | None = None) -> torch.Tensor:
+        """The step's commit vector: the float buffers times this member's samples, then
+        :data:`TAIL_HEAD` entries (the loss sum, whether there is one, the hook's failure flag, the
+        batches taken and their square, a GradScaler's non-finite count), then the learning rates."""
+        h = self.B + TAIL_HEAD
+        if self.tail.numel() != h + len(lrs):
+            self.tail = self.zeros(h + len(lrs))
         t = self.tail
         if lrs:
-            t[self.B + 5:] = torch.tensor(lrs, dtype=t.dtype)
+            t[h:] = torch.tensor(lrs, dtype=t.dtype)
         if self.B:
             t[: self.B].copy_(self.fm.buffer_vec).mul_(float(n_local))
         if loss_sum is not None:
@@ -106,6 +110,10 @@ class ScriptReplica:
         t[self.B + 2] = 1.0 if self.hook_failed() else 0.0
         t[self.B + 3] = float(pulled)
         t[self.B + 4] = float(pulled * pulled)
+        if found_inf is not None:
+            t[self.B + 5].copy_(found_inf.detach().sum().to(t.dtype))
+        else:
+            t[self.B + 5] = 0.0
         return t
 
     def adopt_buffers(self, tail: torch.Tensor, total: int) -> None:
