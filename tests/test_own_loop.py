@@ -400,6 +400,10 @@ def test_a_gradscaler_not_given_to_the_job_is_refused_at_the_first_step() -> Non
         scaler.step(opt)
     with pytest.raises(TypeError, match="GradScaler"):
         Job(LocalBackend(seed=0)).optimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), scaler=object())
+    given = Job(LocalBackend(seed=0))
+    given.optimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), scaler=torch.amp.GradScaler("cpu"))
+    with pytest.raises(ValueError, match="the name is taken"):
+        given.state("grad_scaler", torch.nn.Linear(1, 1))  # one name per object of the job's state
 
 
 def test_the_nanogpt_style_script_converts_in_10_lines_and_trains_through_revocations(ray_session: Any,

@@ -252,6 +252,7 @@ class Job:
         self._model_made = False
         self._optimizer: ElasticOptimizer | None = None
         self._schedulers: list[Any] = []
+        self._state_names: set[str] = set()
 
     # ------------------------------------------------------------------ who and where
     @property
@@ -317,7 +318,7 @@ class Job:
             raise TypeError(f"job.optimizer(scaler=...) takes a torch.amp.GradScaler, got {type(scaler).__name__}")
         self._backend.register_optimizers(list(optimizers))
         if scaler is not None:
-            self._backend.register_state("grad_scaler", scaler)
+            self._register("grad_scaler", scaler)
         self._optimizer = ElasticOptimizer(list(optimizers), self._backend, scaler)
         return self._optimizer
 
@@ -341,7 +342,7 @@ class Job:
                                  "not wrap: build it on the object job.optimizer() returned")
             if any(s is t for t in self._schedulers):
                 continue
-            self._backend.register_state(f"lr_scheduler/{len(self._schedulers)}", s)
+            self._register(f"lr_scheduler/{len(self._schedulers)}", s)
             self._schedulers.append(s)
             _gate_scheduler(s, self._optimizer)
 
@@ -376,7 +377,15 @@ class Job:
         object) part of the job's state: it travels with regroups, replicas and checkpoints."""
         if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
             raise TypeError(f"job.state({name!r}, ...) needs an object with state_dict() and load_state_dict()")
-        self._backend.register_state(str(name), obj)
+        self._register(str(name), obj)
+
+    def _register(self, name: str, obj: Any) -> None:
+        """One name per object of the job's state (the scaler and schedulers take theirs from here too)."""
+        if name in self._state_names:
+            raise ValueError(f"job.state({name!r}, ...): the name is taken (by an earlier job.state call, the "
+                             "GradScaler given to job.optimizer or a job.scheduler): give each object its own name")
+        self._state_names.add(name)
+        self._backend.register_state(name, obj)
 
     # ------------------------------------------------------------------ the step
     def backward(self, loss: torch.Tensor) -> None:
