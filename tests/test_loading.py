@@ -313,3 +313,48 @@ def test_sma_local_steps_read_nothing_from_the_device_but_the_rounds_one_read(mo
     five, loss5 = round_reads(5)
     assert one == five, f"reads grow with the local steps: {one} for 1, {five} for 5"
     assert one <= 2 and math.isfinite(loss1) and math.isfinite(loss5)
+
+
+@pytest.mark.parametrize("kind", ["flat-ssgd", "adpsgd"])
+def test_flat_ssgd_and_adpsgd_steps_read_the_device_once(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Issue 40 item 2: S-SGD's flat step (an epoch's short last step, sparse gradients) and an AD-PSGD
+    step read the device once -- the loss, the sample count and whether the gradient is finite in one
+    copy -- with micro-batches and a recipe's optimizer (no read per micro-batch, no separate finite check);
+    a gradient that is not finite still stops the step, on that one read, with nothing applied."""
+    import types
+
+    from spotwise.planes.collective.replica import Replica
+    from spotwise.planes.collective.steps import Diverged, adpsgd_step, ssgd_step
+
+    monkeypatch.setattr(Replica, "can_bucket", property(lambda self: False))
+    # (SGD with momentum: torch's own single-tensor Adam reads its CPU step counter, which is not a device read)
+    wl = {"name": "mlp-digits", "batch_size": 8, "lr": 0.05, "accumulate": 4,
+          "optimizer": {"name": "SGD", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}}
+    m = CollectiveMember(wl, seed=1)
+    rep, plan = m.replica, types.SimpleNamespace(members=[0], batch=8, gen=0)
+
+    def step() -> float:
+        if kind == "flat-ssgd":
+            return ssgd_step(_Group(), rep, m.cursor, k=1, r=0, b=8, lr=0.01)[0]
+        return adpsgd_step(_Group(), rep, m.cursor, plan, 0, 0, lr=0.01)[0]
+
+    step()  # the optimizer's state exists
+    reads = count_device_reads(monkeypatch)
+    before = rep.flat.clone()
+    loss = step()
+    assert reads["n"] == 1 and math.isfinite(loss) and not torch.equal(rep.flat, before)
+    # a gradient with an infinity (a finite loss): refused on the same read, the replica untouched
+    real = Replica.gradient_on_device
+
+    def poisoned(self: Any, *a: Any, **k: Any) -> Any:
+        out = real(self, *a, **k)
+        self.buf[0] = float("inf")
+        return out
+
+    monkeypatch.setattr(Replica, "gradient_on_device", poisoned)
+    before = rep.flat.clone()
+    reads["n"] = 0
+    with pytest.raises(Diverged, match="NaN or infinite"):
+        step()
+    assert reads["n"] == 1 and torch.equal(rep.flat, before)
+    m.replica.close()

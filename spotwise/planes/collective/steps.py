@@ -34,19 +34,31 @@ def ssgd_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, k: int, r: int,
     if rep.can_bucket and min(sizes) > 0:
         return bucketed_step(g, rep, cursor, sizes, r, b, lr)
     clock = rep.clock
-    rep.gradient(cursor.block(r, b), rep.updater.loss_scale)
+    rep.gradient_on_device(cursor.block(r, b), rep.updater.loss_scale)  # no host read (issue 40 item 2)
     with clock.timed("reduce"):
         g.allreduce(rep.buf)  # GroupFailed: nothing was changed
-    with clock.timed("sync"):
-        loss_sum, total = rep.buf[rep.N:rep.N + 2].tolist()
+    with clock.timed("sync"):  # the step's one read: its loss, sample count and whether the gradient is finite
+        loss_sum, total, bad = torch.stack([rep.buf[rep.N], rep.buf[rep.N + 1], _nonfinite(rep)]).tolist()
     loss = loss_sum / total if total > 0 else float("nan")
     if total > 0 and not math.isfinite(loss):
         raise Diverged(f"the loss is {loss}")
+    if bad > 0:  # every member sees the same sum: all stop
+        raise Diverged("the aggregated gradient holds NaN or infinite values")
     with clock.timed("optimizer"):
-        ok = rep.sgd(rep.buf[: rep.N], total, lr)
-    if not ok:  # every member sees the same sum: all stop
+        ok = rep.sgd(rep.buf[: rep.N], total, lr, check=False)
+    if not ok:
         raise Diverged("the aggregated gradient holds NaN or infinite values")
     return loss, cursor.advance(k, b)
+
+
+def _nonfinite(rep: Replica) -> torch.Tensor:
+    """1 (on the device) when the summed gradient in ``rep.buf`` holds a NaN or an infinity, read with
+    the step's loss: the check :meth:`Replica.sgd` would make with a read of its own.  Plain SGD never
+    checked (a non-finite gradient shows in the next loss), and under fp16 the grad scaler skips an
+    overflowing step itself: 0 for both."""
+    if rep.updater.plain or rep.updater.scaler is not None or rep.P == 0:
+        return rep.zeros(1, rep.buf.dtype)[0]
+    return (~torch.isfinite(rep.buf[: rep.P]).all()).to(rep.buf.dtype)
 
 
 def bucketed_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, sizes: list[int], r: int, b: int,
@@ -143,17 +155,21 @@ def adpsgd_step(g: ElasticGroup, rep: Replica, cursor: DataCursor, plan: Any, r:
     from spotwise.planes.collective.plan import gossip_partner
 
     k, b = len(plan.members), plan.batch
-    loss, n = rep.gradient(cursor.block(r, b), rep.updater.loss_scale)
+    lt, n = rep.gradient_on_device(cursor.block(r, b), rep.updater.loss_scale)  # no host read yet
     partner = gossip_partner(plan.gen, step, k, r)
     if partner is not None:
         peer = rep.zeros(rep.N)
         g.exchange(rep.flat.clone(), peer, plan.members[partner], tag=step % 32768)
         rep.flat.add_(peer).mul_(0.5)
+    loss = 0.0
     if n:
+        loss, bad = torch.stack([lt.to(rep.buf.dtype), _nonfinite(rep)]).tolist()  # the step's one read
         if not math.isfinite(loss):
             raise Diverged(f"the loss is {loss}")
+        if bad > 0:
+            raise Diverged("the gradient holds NaN or infinite values")
         own = rep.flat[rep.P:].clone() if rep.B else None  # keep the pair's mean buffers
-        if not rep.sgd(rep.buf[: rep.N], n, lr):
+        if not rep.sgd(rep.buf[: rep.N], n, lr, check=False):
             raise Diverged("the gradient holds NaN or infinite values")
         if own is not None:
             rep.flat[rep.P:].copy_(own)
