@@ -384,6 +384,34 @@ def test_a_gradscaler_skips_overflows_and_unscales_as_in_a_plain_loop(unscale_fi
     assert all(torch.equal(params[k], want_params[k]) for k in want_params)
 
 
+def test_a_dropped_step_moves_no_gradscaler_and_a_skip_moves_every_one_alike() -> None:
+    """The scale update follows the job's decision, not the member's own flags: a dropped step (a
+    member lost in it) counts as no overflow -- every member grows alike, its retry sees its own
+    overflow -- and a committed skip backs off."""
+    import torch
+
+    from spotwise.elastic.job import Job
+    from spotwise.elastic.local import LocalBackend
+
+    backend = LocalBackend(seed=0)
+    job = Job(backend)
+    model = job.model(torch.nn.Linear(2, 1))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127, growth_interval=1000)
+    opt = job.optimizer(torch.optim.SGD(model.parameters(), lr=0.1), scaler=scaler)
+    outcomes = iter([False, True])  # the first step is dropped, its retry commits
+    real = backend.commit
+    backend.commit = lambda amp=None: real(amp) and next(outcomes)  # type: ignore[method-assign]
+    scales = []
+    data = torch.utils.data.TensorDataset(torch.full((8, 2), 1e3), torch.zeros(8, 1))
+    for x, y in job.data(data, batch_size=4, epochs=1):
+        scaler.scale(((model(x) - y) ** 2).mean()).backward()  # overflows at this scale
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        scales.append(scaler.get_scale())
+    assert scales == [2.0 ** 127, 2.0 ** 126], scales
+
+
 def test_a_gradscaler_not_given_to_the_job_is_refused_at_the_first_step() -> None:
     import torch
 

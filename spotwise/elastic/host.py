@@ -381,6 +381,8 @@ class ScriptHost:
                                   "a torch.optim.lr_scheduler with job.scheduler(scheduler)")
         loss = loss_sum / loss_n if loss_n > 0 else math.nan
         skip = amp is not None and found_inf > 0  # the GradScaler's skip: no update, the step counts (as in DDP)
+        if amp is not None:
+            amp.skipped = skip
         if skip and not math.isfinite(loss):
             loss = math.nan  # an overflow of the scaled loss, not a divergence: the scaler backs off
         elif loss_n > 0 and not math.isfinite(loss):

@@ -89,6 +89,20 @@ class AmpStep:
     found_inf: torch.Tensor
     grad_scale: torch.Tensor | None
     loss_scale: torch.Tensor | None
+    #: set by the commit: whether the step was skipped on every member (a gradient not finite anywhere)
+    skipped: bool = False
+
+
+def agree_found_inf(scaler: Any, optimizer: Any, found: bool) -> None:
+    """Set the non-finite flags ``scaler.update()`` reads for ``optimizer``'s step to the job's decision:
+    the commit's (a skip on one member is a skip on all), and none for a dropped step (nothing was
+    applied; its retry sees its own overflow).  Every member then moves its scale alike -- a member
+    whose own flags differed (a step dropped half-way through the gradient all-reduce) would otherwise
+    scale its next gradients differently from the others'.  On the device: no read."""
+    state = getattr(scaler, "_per_optimizer_states", {}).get(id(optimizer))
+    flags = list((state or {}).get("found_inf_per_device", {}).values())
+    for i, t in enumerate(flags):
+        t.fill_(1.0 if found and i == 0 else 0.0)
 
 
 def unscale_grads(optimizers: list[torch.optim.Optimizer], grad_scale: torch.Tensor) -> None:
@@ -189,7 +203,10 @@ class ElasticOptimizer(torch.optim.Optimizer):
         was lost; the script's next batches retry the same samples)."""
         if closure is not None:
             raise TypeError("spotwise commits a step across members: step(closure) (LBFGS) is not supported")
-        self.last_committed = bool(self._backend.commit(self._amp_step()))
+        amp = self._amp_step()
+        self.last_committed = bool(self._backend.commit(amp))
+        if amp is not None:
+            agree_found_inf(self.scaler, self, self.last_committed and amp.skipped)
         return self.last_committed
 
     def _amp_step(self) -> AmpStep | None:

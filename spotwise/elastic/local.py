@@ -137,7 +137,9 @@ class LocalBackend:
             raise RuntimeError("optimizer.step() before any batch of this step: take a batch from job.data() first")
         # a GradScaler's step: skipped when a gradient is not finite (read here, as the scaler reads it;
         # under torchrun every rank holds the same all-reduced gradients, so the same answer)
-        if amp is None or not float(amp.found_inf.sum()) > 0:
+        if amp is not None:
+            amp.skipped = float(amp.found_inf.sum()) > 0
+        if amp is None or not amp.skipped:
             if amp is not None and amp.grad_scale is not None:
                 unscale_grads(self.optimizers, amp.grad_scale)
             for o in self.optimizers:
