@@ -1,0 +1,135 @@
+"""Issue 41 item 7: a user's script killed with the whole job (``kill -9`` of ``spotwise run`` and every
+process it started: the controller, Ray, the members) resumes to the uninterrupted run's result.
+
+The script (``tests/user_scripts/train_mlp.py --sched``) trains with AdamW over decay / no-decay groups,
+BatchNorm and torch's own LambdaLR registered with ``job.scheduler``: the checkpoint must hold the
+parameters, the optimizer's moments, the BatchNorm statistics, the schedule's position and the data
+position, or the resumed run ends elsewhere.  Both runs go through the CLI, as a user runs them, each in
+its own session with its own Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _load import bound
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+SCRIPT = Path(__file__).parent / "user_scripts" / "train_mlp.py"
+
+
+def _spec(folder: Path) -> Path:
+    d: dict[str, Any] = {
+        "name": "own-loop-kill", "seed": 2,
+        "workload": {"script": str(SCRIPT), "batch_size": 8, "args": ["--sched"]},
+        "target": {"samples": 960},  # 60 steps of 2 x 8
+        "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large",
+                    "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": 5},
+        "market": {"synthetic": {"kind": "constant", "price": 0.07}},
+        "outputs": {"checkpoint_every": 4, "plots": False},
+    }
+    p = folder / "job.yaml"
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    ray_tmp = tempfile.mkdtemp(prefix="swk-", dir="/tmp")
+    return {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_ADDRESS": "", "OMP_NUM_THREADS": "1"}
+
+
+def _session_pids(sid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                    out.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of the session (the CLI, its Ray daemons and workers), until none is left."""
+    for _ in range(20):
+        pids = _session_pids(sid)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.3)
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "spotwise.cli", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        _kill_session(proc.pid)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def _last_checkpoint(run: Path) -> int:
+    try:
+        manifest = json.loads((run / "checkpoints" / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    return max((int(c["step"]) for c in manifest.get("checkpoints", [])), default=0)
+
+
+def test_a_killed_script_job_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+    import torch
+
+    spec = _spec(tmp_path)
+    env = _env(tmp_path)
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    proc = _cli(["run", str(spec), "--out", str(run)], env)
+    try:
+        deadline = time.monotonic() + bound(400)
+        while _last_checkpoint(run) < 12:  # well inside the run: several checkpoints, steps after the last
+            assert proc.poll() is None, (proc.stdout.read() if proc.stdout else "")[-4000:]
+            assert time.monotonic() < deadline, "no checkpoint at step 12"
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole job at once: no handler runs, nothing is flushed
+        proc.wait()
+        _kill_session(proc.pid)
+    summary = run / "summary.json"
+    assert not summary.exists() or json.loads(summary.read_text())["status"] != "completed", "killed before the end"
+    killed_at = _last_checkpoint(run)
+
+    out = _finish(_cli(["run", str(spec), "--resume", str(run)], env), bound(500))
+    done = json.loads(summary.read_text())
+    assert done["status"] == "completed", out[-2000:]
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    restores = [e for e in events if e["kind"] == "restore"]
+    assert restores and restores[-1]["step"] >= killed_at >= 12, (restores, killed_at)
+
+    _finish(_cli(["run", str(spec), "--out", str(straight)], env), bound(500))
+    resumed = torch.load(run / "model.pt", weights_only=True)
+    want = torch.load(straight / "model.pt", weights_only=True)
+    assert set(resumed) == set(want) and any("running_mean" in k for k in want), "BatchNorm statistics included"
+    diff = max(float((resumed[k].double() - want[k].double()).abs().max()) for k in want)
+    assert diff < 1e-5, diff
+    assert json.loads((straight / "summary.json").read_text())["steps"] == done["steps"]
