@@ -185,6 +185,7 @@ def bad_spec(mode: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(("mode", "words"), [
     ("lr-per-rank", "different learning rates"),
     ("pulls-per-rank", "different numbers of batches"),
+    ("around-the-wrapper", "gradients were not all-reduced"),
 ])
 def test_members_that_disagree_exit_2_saying_what_to_fix(ray_session: Any, tmp_path: Path, mode: str, words: str) -> None:
     from spotwise.errors import InputError

@@ -355,6 +355,7 @@ class ScriptHost:
 
         k, b, pulled = go.k, self.batch_size, self._pulled
         n_local = pulled * b
+        self._check_reduced(rep)
         lrs = [float(g.get("lr", 0.0)) for o in self.optimizers for g in o.param_groups]
         loss_sum = self._loss_sum
         if amp is not None and amp.loss_scale is not None and loss_sum is not None:
@@ -402,6 +403,23 @@ class ScriptHost:
         self._per_step = pulled
         self._end_step(Outcome("committed", loss=loss, samples=total, metrics=metrics))
         return True
+
+    def _check_reduced(self, rep: Any) -> None:
+        """A step whose backward pass ran but reduced no gradient bucket went around the DDP wrapper:
+        this member would step with its own gradient while the others wait for it.  Checked before the
+        commit, on this member alone (its peers are waiting in their bucket all-reduces)."""
+        red = rep.reducer
+        if red is None:
+            return
+        reduced, red.state.reduced = red.state.reduced, 0
+        if reduced or red.state.failed:
+            return
+        assert self.module is not None
+        if self._loss_n > 0 or any(q.grad is not None for q in self.module.parameters() if q.requires_grad):
+            raise ScriptError(f"step {self._step + 1}'s gradients were not all-reduced: the script's forward pass went "
+                              "around the wrapped model (model.module(...), or a copy of the model) or every "
+                              "micro-batch of the step ran under no_sync(); call the object job.model() returned, "
+                              "and let a step's last micro-batch synchronise")
 
     def _end_step(self, out: Outcome) -> None:
         """Report the step's outcome and go on with the script's own code: the script stops at the

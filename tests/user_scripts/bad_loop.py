@@ -10,7 +10,8 @@ from torch import nn
 import spotwise.elastic as sw
 
 p = argparse.ArgumentParser()
-p.add_argument("--mode", required=True, choices=["lr-per-rank", "pulls-per-rank", "data-twice", "no-batch", "hang"])
+p.add_argument("--mode", required=True, choices=["lr-per-rank", "pulls-per-rank", "data-twice", "no-batch", "hang",
+                                                   "around-the-wrapper"])
 args = p.parse_args()
 
 if args.mode == "hang":  # never takes a batch
@@ -36,6 +37,7 @@ while True:
     if args.mode == "lr-per-rank":
         for g in opt.param_groups:
             g["lr"] = 0.1 * (1 + job.rank)  # a rate that depends on the member: replicas would drift apart
-    job.backward(F.cross_entropy(model(x), y))
+    forward = model.module if args.mode == "around-the-wrapper" else model  # DDP's classic pitfall
+    job.backward(F.cross_entropy(forward(x), y))
     opt.step()
     opt.zero_grad()

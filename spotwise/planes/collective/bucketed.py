@@ -72,6 +72,9 @@ class WeightedSum:
     weight: float = 1.0
     #: a user loop's step (:mod:`spotwise.elastic.host`): why a bucket's all-reduce failed, else None
     failed: str | None = None
+    #: buckets handed to the hook since the user loop's last commit (0 after a backward pass: the
+    #: forward went around the wrapper, or every micro-batch ran under ``no_sync``)
+    reduced: int = 0
 
     def __post_init__(self) -> None:
         if self.pg is None:
@@ -91,6 +94,7 @@ def tolerant_sum_hook(state, bucket):  # type: ignore[no-untyped-def]
     """:func:`weighted_sum_hook` for a user's loop: a failed all-reduce does not raise out of the
     user's ``loss.backward()`` -- the bucket keeps its local values and ``state.failed`` says why; the
     step's commit all-reduce carries the flag, so every member drops the step alike."""
+    state.reduced += 1
     buf = bucket.buffer()
     if state.weight != 1.0:
         buf.mul_(float(state.weight))
