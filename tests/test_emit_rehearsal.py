@@ -37,6 +37,7 @@ from typing import Any
 import pytest
 import yaml
 from _load import bound
+from _sessions import kill_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -89,24 +90,7 @@ def _bash(script: str, env: dict[str, str], log: Path, timeout: float) -> subpro
 
 
 def _end_session(sid: int) -> None:
-    for _ in range(3):
-        pids = []
-        for d in Path("/proc").iterdir():
-            if d.name.isdigit():
-                try:
-                    stat = (d / "stat").read_text()
-                    if int(stat.rsplit(")", 1)[1].split()[3]) == sid:
-                        pids.append(int(d.name))
-                except (OSError, ValueError, IndexError):
-                    continue
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.5)
+    kill_session(sid, rounds=3)
 
 
 def _wheel(folder: Path, name: str) -> Path:

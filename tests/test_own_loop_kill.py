@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from _load import bound
+from _sessions import kill_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -50,32 +51,6 @@ def _env(tmp: Path) -> dict[str, str]:
             "RAY_ADDRESS": "", "OMP_NUM_THREADS": "1"}
 
 
-def _session_pids(sid: int) -> list[int]:
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
-                    out.append(int(d.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
-
-
-def _kill_session(sid: int) -> None:
-    """SIGKILL every process of the session (the CLI, its Ray daemons and workers), until none is left."""
-    for _ in range(20):
-        pids = _session_pids(sid)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.3)
-
-
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "spotwise.cli", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -85,7 +60,7 @@ def _finish(proc: subprocess.Popen[str], timeout: float) -> str:
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
-        _kill_session(proc.pid)
+        kill_session(proc.pid)
     assert proc.returncode == 0, out[-4000:]
     return out
 
@@ -114,7 +89,7 @@ def test_a_killed_script_job_resumes_to_the_uninterrupted_result(tmp_path: Path)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole job at once: no handler runs, nothing is flushed
         proc.wait()
-        _kill_session(proc.pid)
+        kill_session(proc.pid)
     summary = run / "summary.json"
     assert not summary.exists() or json.loads(summary.read_text())["status"] != "completed", "killed before the end"
     killed_at = _last_checkpoint(run)
