@@ -16,7 +16,7 @@ from spotwise.errors import InputError
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(EXAMPLES.rglob("*.yaml")), ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_every_example_loads(path: Path) -> None:
     spec = load_spec(path)
     assert isinstance(spec, JobSpec)
