@@ -26,7 +26,8 @@ URI = "s3://bucket/spotwise-job"
 
 #: requirements a user writes, the awkward ones included (markers with quotes, extras, a URL, a semicolon, $)
 PACKAGES = ["timm==1.0.9", "einops>=0.8", "transformers[torch]>=4.40; python_version >= \"3.10\"",
-            "mylib @ git+https://github.com/me/mylib.git@v1.2", "weird-name_ok.1 ~= 2.0"]
+            "mylib @ git+https://github.com/me/mylib.git@v1.2", "weird-name_ok.1 ~= 2.0",
+            "pywin32; os_name == 'nt' and platform_release != '$(reboot)'"]
 
 
 def _spec_dict(**workload: Any) -> dict[str, Any]:
