@@ -332,8 +332,12 @@ def test_a_scheduler_skips_a_dropped_step_and_an_unregistered_one_is_refused_at_
     torch.optim.lr_scheduler.StepLR(opt2, 2)  # built, never registered
     with pytest.raises(RuntimeError, match=r"job\.scheduler\(scheduler\) before the first batch"):
         next(iter(job2.data(data, batch_size=4)))
+    job3 = Job(LocalBackend(seed=0))
+    job3.optimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()))
     with pytest.raises(ValueError, match="does not wrap"):
-        job2.scheduler(torch.optim.lr_scheduler.StepLR(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), 2))
+        job3.scheduler(torch.optim.lr_scheduler.StepLR(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), 2))
+    with pytest.raises(RuntimeError, match=r"job\.scheduler\(\) after job\.data\(\)"):
+        job.scheduler(torch.optim.lr_scheduler.StepLR(opt, 2))
 
 
 @pytest.mark.parametrize("unscale_first", [False, True], ids=["scaler-step", "unscale-clip-step"])

@@ -350,6 +350,9 @@ class Job:
 
         if self._optimizer is None:
             raise RuntimeError("job.scheduler() before job.optimizer(): wrap the optimizer(s) first")
+        if self._data_made:
+            raise RuntimeError("job.scheduler() after job.data(): register the schedulers before the data, so their "
+                               "state is part of the job's from its first step")
         mine = [self._optimizer, *self._optimizer.optimizers]
         for s in schedulers:
             if not isinstance(s, LRScheduler):
