@@ -35,9 +35,11 @@ from typing import Any
 import torch
 
 from spotwise.elastic.batches import BatchFeed
-from spotwise.elastic.job import AmpStep, install_host, unscale_grads
+from spotwise.elastic.amp import AmpStep
+from spotwise.elastic.job import install_host
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.positions import StreamPosition
+from spotwise.workloads.device import unscale_grads
 
 #: entries of a step's commit vector after the float buffers: the loss sum, whether there is one, the
 #: gradient hook's failure flag, the batches taken and their square, a GradScaler's non-finite count

@@ -24,10 +24,11 @@ from typing import Any
 import torch
 
 from spotwise.elastic.batches import BatchFeed
-from spotwise.elastic.job import AmpStep, unscale_grads
+from spotwise.elastic.amp import AmpStep
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.positions import StreamPosition
-from spotwise.workloads.device import collective_backend, ddp_device_ids, local_rank_device, resolve_device
+from spotwise.workloads.device import (collective_backend, ddp_device_ids, local_rank_device, resolve_device,
+                                       unscale_grads)
 
 
 class LocalBackend:

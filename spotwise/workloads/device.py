@@ -191,3 +191,17 @@ class HostCopier:
             done = torch.cuda.Event()
             done.record(self._stream)
         return list(self._host), done.synchronize
+
+
+def unscale_grads(optimizers: list[torch.optim.Optimizer], grad_scale: torch.Tensor) -> None:
+    """Divide the optimizers' gradients by ``grad_scale`` as ``GradScaler.unscale_`` does (the same
+    float32 reciprocal, one ``_foreach_mul_`` per device and dtype), on the device."""
+    inv = grad_scale.double().reciprocal().float()
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    for o in optimizers:
+        for g in o.param_groups:
+            for q in g["params"]:
+                if q.grad is not None and not q.grad.is_sparse:
+                    groups.setdefault((q.grad.device, q.grad.dtype), []).append(q.grad)
+    for (device, _), grads in groups.items():
+        torch._foreach_mul_(grads, inv.to(device))
