@@ -316,7 +316,7 @@ def test_a_scheduler_skips_a_dropped_step_and_an_unregistered_one_is_refused_at_
     job.scheduler(sched)
     commits = iter([True, False, True, True])  # the second step is dropped (a member was lost in it)
     real = backend.commit
-    backend.commit = lambda amp=None: real(amp) and next(commits)  # type: ignore[method-assign]
+    backend.commit = lambda amp=None, index=0: real(amp, index) and next(commits)  # type: ignore[method-assign]
     rates = []
     for x, y in job.data(data, batch_size=4, epochs=1):
         ((model(x) - y) ** 2).mean().backward()
@@ -405,7 +405,7 @@ def test_a_dropped_step_moves_no_gradscaler_and_a_skip_moves_every_one_alike() -
     opt = job.optimizer(torch.optim.SGD(model.parameters(), lr=0.1), scaler=scaler)
     outcomes = iter([False, True])  # the first step is dropped, its retry commits
     real = backend.commit
-    backend.commit = lambda amp=None: real(amp) and next(outcomes)  # type: ignore[method-assign]
+    backend.commit = lambda amp=None, index=0: real(amp, index) and next(outcomes)  # type: ignore[method-assign]
     scales = []
     data = torch.utils.data.TensorDataset(torch.full((8, 2), 1e3), torch.zeros(8, 1))
     for x, y in job.data(data, batch_size=4, epochs=1):

@@ -33,7 +33,7 @@ SCRIPT = Path(__file__).parent / "user_scripts" / "train_mlp.py"
 def _spec(folder: Path) -> Path:
     d: dict[str, Any] = {
         "name": "own-loop-kill", "seed": 2,
-        "workload": {"script": str(SCRIPT), "batch_size": 8, "args": ["--sched"]},
+        "workload": {"script": str(SCRIPT), "batch_size": 8, "args": ["--sched", "--pace", "0.1"]},  # >= 6 s: the kill lands mid-run
         "target": {"samples": 960},  # 60 steps of 2 x 8
         "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large",
                     "data_plane": "collective", "standby": 0, "replica_every": 5, "group_timeout_s": 5},

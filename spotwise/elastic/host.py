@@ -42,9 +42,10 @@ from spotwise.elastic.positions import StreamPosition
 from spotwise.workloads.device import unscale_grads
 
 #: entries of a step's commit vector after the float buffers: the loss sum, whether there is one, the
-#: gradient hook's failure flag, the batches taken and their square, a GradScaler's non-finite count
+#: gradient hook's failure flag, the batches taken and their square, a GradScaler's non-finite count,
+#: the commit point's index and its square
 #: (:meth:`~spotwise.planes.collective.script_member.ScriptReplica.fill_tail`); the learning rates follow
-TAIL_HEAD = 6
+TAIL_HEAD = 8
 #: outcomes after which the script thread is over (no :class:`Go` follows)
 TERMINAL = ("ended", "raised", "usage")
 
@@ -80,14 +81,22 @@ class ScriptError(Exception):
 
 @dataclass
 class Parts:
-    """What the script registered before its first batch."""
+    """What the script registered before its first batch.  ``module`` is the job's model: the one the
+    script wrapped, or a ``ModuleList`` of the several it wrapped (``modules``, in order)."""
 
     module: torch.nn.Module
     optimizers: list[torch.optim.Optimizer]
     n_train: int
-    find_unused: bool
+    find_unused: list[bool]
     states: dict[str, Any]
     ordered: bool
+    modules: list[torch.nn.Module] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.modules:
+            self.modules = [self.module]
+        if len(self.find_unused) != len(self.modules):
+            raise ValueError(f"{len(self.find_unused)} find_unused flags for {len(self.modules)} models")
 
 
 class ScriptHost:
@@ -112,9 +121,12 @@ class ScriptHost:
         #: between a step's commit and the next step's first batch (the script runs its own code)
         self._between = False
         # what the script registered
-        self.module: torch.nn.Module | None = None
-        self.find_unused = False
+        self.modules: list[torch.nn.Module] = []
+        self.find_unused: list[bool] = []
         self.optimizers: list[torch.optim.Optimizer] = []
+        #: the optimizers of each ``job.optimizer()`` call: the step's commit points, in order of registration
+        self.groups: list[list[torch.optim.Optimizer]] = []
+        self.schedulers: list[Any] = []
         self.states: dict[str, Any] = {}
         self._feed: BatchFeed | None = None
         #: batches each step took (the last committed step's): what the loader predicts
@@ -133,6 +145,11 @@ class ScriptHost:
         self._late: dict[str, Any] = {}
         self._step = 0
         self._samples = 0
+        #: several commit points: those stepped in this step, and copies of their state where it began
+        self._stepped: set[int] = set()
+        self._snap: dict[int, Any] = {}
+        #: this step was dropped at one of its commit points: the script's rest of it trains nothing
+        self._void = False
         self.warnings: list[str] = []
 
     # ================================================================== the member thread
@@ -150,8 +167,10 @@ class ScriptHost:
                                      "iterate the data")
 
     def parts(self) -> Parts:
-        assert self.module is not None and self.position is not None
-        return Parts(self.module, self.optimizers, self.position.n, self.find_unused, self.states, self.position.ordered)
+        assert self.modules and self.position is not None
+        module = self.modules[0] if len(self.modules) == 1 else torch.nn.ModuleList(self.modules)
+        return Parts(module, self.optimizers, self.position.n, list(self.find_unused), self.states,
+                     self.position.ordered, list(self.modules))
 
     def run_step(self, go: Go, timeout_s: float | None = None) -> Outcome:
         """Hand the script ``go`` and wait for how its step ended, and then for the script to stop at
@@ -242,6 +261,9 @@ class ScriptHost:
         self._pulled = 0
         self._loss_sum = None
         self._loss_n = 0
+        self._stepped, self._snap, self._void = set(), {}, False
+        if self.replica is not None:
+            self.replica.keep_buffers()
 
     # ------------------------------------------------------------------ Backend: registration
     def _first_step(self) -> None:
@@ -250,9 +272,13 @@ class ScriptHost:
         batch to set a learning rate, is the job's, not 0), or the next step after a commit."""
         if threading.current_thread() is not self._thread or self._stopped:
             return
-        if self._go is None and self.module is not None and self.optimizers and self.position is not None:
+        if self._go is None and self.modules and self.optimizers and self.position is not None:
             self._begin(self._report(Outcome("registered")))
         elif self._between:
+            if self._void and self.replica is not None:
+                # a dropped step: the BatchNorm statistics its forward passes moved (up to here: a
+                # GAN's later commit points too) go back to the step's start, before the regroup
+                self.replica.restore_buffers()
             late = clean_metrics(self._late, self._warn)
             self._late = {}
             self._between = False
@@ -282,12 +308,18 @@ class ScriptHost:
             self._first_step()
         return self._world
 
-    def register_model(self, module: torch.nn.Module, find_unused: bool) -> None:
-        self.module = module
-        self.find_unused = find_unused
+    def register_model(self, module: torch.nn.Module, find_unused: bool) -> int:
+        self.modules.append(module)
+        self.find_unused.append(bool(find_unused))
+        return len(self.modules) - 1
 
-    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.optimizers = optimizers
+    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> int:
+        self.groups.append(list(optimizers))
+        self.optimizers = [o for g in self.groups for o in g]
+        return len(self.groups) - 1
+
+    def register_scheduler(self, scheduler: Any) -> None:
+        self.schedulers.append(scheduler)
 
     def register_state(self, name: str, obj: Any) -> None:
         if self.position is not None:
@@ -304,22 +336,28 @@ class ScriptHost:
         self.position = StreamPosition(self._feed.n, self.seed, ordered=self._feed.ordered)
 
     # ------------------------------------------------------------------ Backend: the step
-    def forward_module(self) -> Any:
+    def forward_module(self, index: int = 0) -> Any:
         rep = self.replica
-        if rep is not None and rep.reducer is not None and not rep.hook_failed():
-            return rep.reducer.ddp
-        assert self.module is not None
-        return self.module
+        if rep is not None and not self._void and not rep.hook_failed():
+            red = rep.reducer_of(index)
+            if red is not None:
+                return red.ddp
+        return self.modules[index]
 
-    def no_sync(self) -> Any:
+    def no_sync(self, index: int | None = None) -> Any:
         import contextlib
 
         rep = self.replica
-        return rep.reducer.no_sync() if rep is not None and rep.reducer is not None else contextlib.nullcontext()
+        reds = [] if rep is None else [r for r in rep.reducers if r is not None] if index is None else \
+            [r for r in [rep.reducer_of(index)] if r is not None]
+        stack = contextlib.ExitStack()
+        for r in reds:
+            stack.enter_context(r.no_sync())
+        return stack
 
     def next_batch(self) -> Any:
         if self._go is None and not self._stopped:  # the script's first batch: it has registered everything
-            if self.module is None or not self.optimizers:
+            if not self.modules or not self.optimizers:
                 raise ScriptError("the script took a batch before job.model() and job.optimizer(): wrap the model "
                                   "and the optimizer(s) first")
         self._first_step()  # the first batch of a step: wait for the member's go
@@ -334,6 +372,9 @@ class ScriptHost:
         return feed.batch(idx)
 
     def backward(self, loss: torch.Tensor) -> None:
+        if self._void:  # the rest of a step dropped at an earlier commit point: nothing of it counts
+            loss.backward()
+            return
         if self._go is None or self._stopped or self._between:
             raise ScriptError("job.backward() outside a step: take a batch from job.data() first")
         d = loss.detach().float()
@@ -347,8 +388,13 @@ class ScriptHost:
         else:
             self._pending.update(metrics)
 
-    def commit(self, amp: AmpStep | None = None) -> bool:
+    def commit(self, amp: AmpStep | None = None, index: int = 0) -> bool:
         go, rep = self._go, self.replica
+        group = self.groups[index]
+        if self._void:  # a later commit point of a step dropped at an earlier one: nothing is applied
+            for o in group:
+                o.zero_grad(set_to_none=True)
+            return False
         if self._stopped:
             raise ScriptError("optimizer.step() after the job ended (the data iteration stopped): leave the loop")
         if go is None or self._pulled == 0 or self._between:
@@ -362,15 +408,20 @@ class ScriptHost:
         loss_sum = self._loss_sum
         if amp is not None and amp.loss_scale is not None and loss_sum is not None:
             loss_sum = loss_sum / amp.loss_scale.to(loss_sum.device)  # the losses came scaled (on the device)
-        tail = rep.fill_tail(n_local, loss_sum, self._loss_n, pulled, lrs, None if amp is None else amp.found_inf)
+        tail = rep.fill_tail(n_local, loss_sum, self._loss_n, pulled, lrs, None if amp is None else amp.found_inf,
+                             point=index)
         try:
             go.group.allreduce(tail)
-            vals = tail[rep.B:].tolist()  # the step's one host read
+            vals = tail[rep.B:].tolist()  # the commit's one host read
         except GroupFailed as e:
             return self._drop(f"the step's commit all-reduce failed: {e}")
-        loss_sum, loss_n, failed, pulled_sum, pulled_sq, found_inf = vals[:TAIL_HEAD]
+        loss_sum, loss_n, failed, pulled_sum, pulled_sq, found_inf, point_sum, point_sq = vals[:TAIL_HEAD]
         if failed > 0:
             return self._drop(rep.hook_failed() or "a member's gradient all-reduce failed")
+        if int(point_sum) != k * index or int(point_sq) != k * index * index:
+            raise ScriptError(f"the members stepped different optimizers at the same point of step {self._step + 1} "
+                              f"(this one the optimizer of job.optimizer() call {index + 1}): every member must step "
+                              "the job's optimizers in the same order, the same number of times")
         if int(pulled_sum) != k * pulled or int(pulled_sq) != k * pulled * pulled:
             raise ScriptError(f"the members took different numbers of batches in step {self._step + 1} (this one "
                               f"{pulled}, {int(pulled_sum)} in all over {k}): every member must take the same number "
@@ -382,6 +433,12 @@ class ScriptHost:
                                   "job.step or job.samples, the same on every member, not from a counter of the "
                                   "script's own (a member that joins later starts its script afresh), or register "
                                   "a torch.optim.lr_scheduler with job.scheduler(scheduler)")
+        if len(self._stepped | {index}) < len(self.groups):  # a commit point inside the step (a GAN's first)
+            self._keep_start(index)
+            for o in group:
+                o.step()
+            self._stepped.add(index)
+            return True
         loss = loss_sum / loss_n if loss_n > 0 else math.nan
         skip = amp is not None and found_inf > 0  # the GradScaler's skip: no update, the step counts (as in DDP)
         if amp is not None:
@@ -389,13 +446,15 @@ class ScriptHost:
         if skip and not math.isfinite(loss):
             loss = math.nan  # an overflow of the scaled loss, not a divergence: the scaler backs off
         elif loss_n > 0 and not math.isfinite(loss):
+            self._rollback()
             self._end_step(Outcome("diverged", why=f"the loss is {loss}"))
             return False
         if not skip:
             if amp is not None and amp.grad_scale is not None:
-                unscale_grads(self.optimizers, amp.grad_scale)
-            for o in self.optimizers:
+                unscale_grads(group, amp.grad_scale)
+            for o in group:
                 o.step()
+        self._stepped, self._snap = set(), {}
         total = k * n_local
         rep.adopt_buffers(tail, total)
         metrics = clean_metrics(self._pending, self._warn)
@@ -408,16 +467,17 @@ class ScriptHost:
 
     def _check_reduced(self, rep: Any) -> None:
         """A step whose backward pass ran but reduced no gradient bucket went around the DDP wrapper:
-        this member would step with its own gradient while the others wait for it.  Checked before the
-        commit, on this member alone (its peers are waiting in their bucket all-reduces)."""
-        red = rep.reducer
-        if red is None:
+        this member would step with its own gradient while the others wait for it.  Checked before
+        each commit, on this member alone (its peers are waiting in their bucket all-reduces)."""
+        reds = [r for r in rep.reducers if r is not None]
+        if not reds:
             return
-        reduced, red.state.reduced = red.state.reduced, 0
-        if reduced or red.state.failed:
+        reduced = sum(r.state.reduced for r in reds)
+        for r in reds:
+            r.state.reduced = 0
+        if reduced or any(r.state.failed for r in reds):
             return
-        assert self.module is not None
-        if self._loss_n > 0 or any(q.grad is not None for q in self.module.parameters() if q.requires_grad):
+        if self._loss_n > 0 or any(q.grad is not None for m in self.modules for q in m.parameters() if q.requires_grad):
             raise ScriptError(f"step {self._step + 1}'s gradients were not all-reduced: the script's forward pass went "
                               "around the wrapped model (model.module(...), or a copy of the model) or every "
                               "micro-batch of the step ran under no_sync(); call the object job.model() returned, "
@@ -433,12 +493,44 @@ class ScriptHost:
         self._report(out, wait=False)
 
     def _drop(self, why: str) -> bool:
-        """The step is dropped on every member: gradients let go, the member thread regroups."""
+        """The step is dropped on every member: what its earlier commit points stepped goes back to
+        where the step began, gradients are let go, the member thread regroups; the script's rest of
+        the step (a GAN's later commit points) trains nothing."""
+        self._rollback()
         for o in self.optimizers:
             o.zero_grad(set_to_none=True)
         self._pending = {}
+        self._void = True
         self._end_step(Outcome("dropped", why=why))
         return False
+
+    def _keep_start(self, index: int) -> None:
+        """Before commit point ``index`` first steps in a step that has later ones: a copy (on the
+        device) of its optimizers' parameters and state, and of every registered scheduler's state,
+        so a later commit point that fails can take the step back whole (:meth:`_rollback`)."""
+        if index in self._snap:
+            return
+        import copy
+
+        from spotwise.training.tensor_tree import clone_tree
+
+        group = self.groups[index]
+        params = [q for o in group for g in o.param_groups for q in g["params"]]
+        scheds = [] if self._snap else [(s, copy.deepcopy(s.state_dict())) for s in self.schedulers]
+        self._snap[index] = (params, [q.detach().clone() for q in params], [clone_tree(o.state_dict()) for o in group],
+                             scheds)
+
+    def _rollback(self) -> None:
+        """Put back what the step's earlier commit points changed (:meth:`_keep_start`)."""
+        for index, (params, values, states, scheds) in self._snap.items():
+            with torch.no_grad():
+                for q, v in zip(params, values):
+                    q.copy_(v)
+            for o, sd in zip(self.groups[index], states):
+                o.load_state_dict(sd)
+            for sched, sd in scheds:
+                sched.load_state_dict(sd)
+        self._stepped, self._snap = set(), {}
 
     def _warn(self, msg: str) -> None:
         self.warnings.append(msg)

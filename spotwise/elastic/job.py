@@ -57,16 +57,17 @@ class Backend(Protocol):
     world: int
     device: torch.device
 
-    def register_model(self, module: torch.nn.Module, find_unused: bool) -> None: ...
-    def forward_module(self) -> Any: ...
-    def no_sync(self) -> Any: ...
-    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None: ...
+    def register_model(self, module: torch.nn.Module, find_unused: bool) -> int: ...
+    def forward_module(self, index: int = 0) -> Any: ...
+    def no_sync(self, index: int | None = None) -> Any: ...
+    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> int: ...
     def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None,
                       loader: dict[str, Any]) -> None: ...
     def register_state(self, name: str, obj: Any) -> None: ...
+    def register_scheduler(self, scheduler: Any) -> None: ...
     def next_batch(self) -> Any: ...
     def backward(self, loss: torch.Tensor) -> None: ...
-    def commit(self, amp: AmpStep | None = None) -> bool: ...
+    def commit(self, amp: AmpStep | None = None, index: int = 0) -> bool: ...
     def log(self, metrics: dict[str, float]) -> None: ...
     @property
     def step(self) -> int: ...
@@ -81,21 +82,22 @@ class ElasticModel(torch.nn.Module):
     prefix); ``.module`` is the module itself.  ``require_backward_grad_sync = False`` and
     :meth:`no_sync` skip the gradient all-reduce of a micro-batch, as DDP's do."""
 
-    def __init__(self, module: torch.nn.Module, backend: Backend) -> None:
+    def __init__(self, module: torch.nn.Module, backend: Backend, index: int = 0) -> None:
         super().__init__()
         self.module = module
         object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "_index", int(index))
         object.__setattr__(self, "require_backward_grad_sync", True)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        target = self._backend.forward_module()
+        target = self._backend.forward_module(self._index)
         if target is not self.module and hasattr(target, "require_backward_grad_sync"):
             target.require_backward_grad_sync = bool(self.require_backward_grad_sync)
         return target(*args, **kwargs)
 
     def no_sync(self) -> Any:
         """Gradients of the micro-batches inside accumulate locally (DDP's ``no_sync``)."""
-        return self._backend.no_sync()
+        return self._backend.no_sync(self._index)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -124,11 +126,13 @@ class ElasticOptimizer(torch.optim.Optimizer):
     _step_supports_amp_scaling = True
 
     def __init__(self, optimizers: list[torch.optim.Optimizer], backend: Backend,
-                 scaler: Any = None) -> None:  # noqa: D107
+                 scaler: Any = None, index: int = 0) -> None:  # noqa: D107
         from collections import OrderedDict
 
         self.optimizers = list(optimizers)
         self._backend = backend
+        #: which of the job's commit points this is (several ``job.optimizer()`` calls: a GAN's two)
+        self._index = int(index)
         #: the script's ``torch.amp.GradScaler`` (``job.optimizer(..., scaler=)``), else None
         self.scaler = scaler
         #: the wrapped optimizers' defaults (a scheduler reads them: OneCycleLR looks for momentum or betas)
@@ -159,7 +163,7 @@ class ElasticOptimizer(torch.optim.Optimizer):
         if closure is not None:
             raise TypeError("spotwise commits a step across members: step(closure) (LBFGS) is not supported")
         amp = self._amp_step()
-        self.last_committed = bool(self._backend.commit(amp))
+        self.last_committed = bool(self._backend.commit(amp, self._index))
         if amp is not None:
             agree_found_inf(self.scaler, self, self.last_committed and amp.skipped)
         return self.last_committed
@@ -221,8 +225,10 @@ class Job:
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
         self._data_made = False
-        self._model_made = False
-        self._optimizer: ElasticOptimizer | None = None
+        #: the script took its first batch: the job's models and optimizers are fixed
+        self._started = False
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[ElasticOptimizer] = []
         self._schedulers: list[Any] = []
         self._state_names: set[str] = set()
 
@@ -265,34 +271,57 @@ class Job:
     # ------------------------------------------------------------------ wrapping
     def model(self, module: torch.nn.Module, *, find_unused_parameters: bool = False) -> ElasticModel:
         """Wrap the model (already on :attr:`device`): DDP over the job's group, rebuilt at each regroup.
-        Only parameters that require a gradient are reduced and stepped."""
-        if self._model_made:
-            raise RuntimeError("job.model() was called twice: spotwise trains one model per job (register other "
-                               "modules, an EMA copy or a teacher, with job.state(name, module))")
+        Only parameters that require a gradient are reduced and stepped.  A job may train several
+        models (a GAN's generator and discriminator): wrap each, each is DDP over the same group.
+        A module that is not trained (an EMA copy, a teacher) is registered with :meth:`state`."""
+        if self._started:
+            raise RuntimeError("job.model() after the first batch: wrap every model before the loop, so it is part of "
+                               "the job's state from its first step")
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"job.model() takes a torch.nn.Module, got {type(module).__name__}")
-        self._model_made = True
-        self._backend.register_model(module, bool(find_unused_parameters))
-        return ElasticModel(module, self._backend)
+        mine = {id(q) for m in self._models for q in m.parameters()}
+        if any(module is m for m in self._models) or any(id(q) in mine for q in module.parameters()):
+            raise ValueError("job.model() was given a module (or parameters) it already wraps: wrap each model once, "
+                             "and models that share no parameters (wrap a container of both otherwise)")
+        self._models.append(module)
+        index = self._backend.register_model(module, bool(find_unused_parameters))
+        return ElasticModel(module, self._backend, index)
 
     def optimizer(self, *optimizers: torch.optim.Optimizer, scaler: Any = None) -> ElasticOptimizer:
         """Wrap the optimizer(s) of the model's parameters (several: e.g. Muon for the matrices and
         AdamW for the rest); their ``step()`` together is the step's commit.  ``scaler``: the script's
         ``torch.amp.GradScaler`` (fp16): its state travels with the job's, and its skip of a step
-        with non-finite gradients is decided in the commit, on every member alike (:class:`AmpStep`)."""
-        if self._optimizer is not None:
-            raise RuntimeError("job.optimizer() was called twice: pass every optimizer in one call, "
-                               "job.optimizer(opt_a, opt_b)")
+        with non-finite gradients is decided in the commit, on every member alike (:class:`AmpStep`).
+
+        Called again, it makes another commit point of the same step: a GAN steps its discriminator,
+        then its generator, on the same batch.  The job's step then ends at the ``step()`` that
+        completes the set -- every wrapped optimizer stepped at least once since the last -- and is
+        atomic as a whole: when a member is lost in a later commit point, the parameters and state
+        of the optimizers that already stepped in it (and their registered schedulers) go back to
+        where the step began, on every member, and the whole step is retried on the same samples
+        (the copy this takes -- one of those optimizers' parameters and state per step -- is made
+        only when there are several commit points).  ``step()`` returns False for every commit
+        point of a dropped step after the one that failed, without training anything."""
+        if self._started:
+            raise RuntimeError("job.optimizer() after the first batch: wrap every optimizer before the loop")
         if not optimizers or not all(isinstance(o, torch.optim.Optimizer) and not isinstance(o, ElasticOptimizer)
                                      for o in optimizers):
             raise TypeError("job.optimizer() takes one or more torch.optim.Optimizer objects")
+        if any(o is w for e in self._optimizers for w in e.optimizers for o in optimizers):
+            raise ValueError("job.optimizer() was given an optimizer it already wraps: pass each optimizer once (the "
+                             "optimizers of one commit point together, job.optimizer(opt_a, opt_b))")
         if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
             raise TypeError(f"job.optimizer(scaler=...) takes a torch.amp.GradScaler, got {type(scaler).__name__}")
-        self._backend.register_optimizers(list(optimizers))
+        if self._optimizers and (scaler is not None or self._optimizers[0].scaler is not None):
+            raise RuntimeError("a torch.amp.GradScaler with several job.optimizer() calls is not supported: use bf16 "
+                               "(no scaler), or pass the optimizers together, job.optimizer(opt_a, opt_b, scaler=...), "
+                               "if they step at the same point")
+        index = self._backend.register_optimizers(list(optimizers))
         if scaler is not None:
             self._register("grad_scaler", scaler)
-        self._optimizer = ElasticOptimizer(list(optimizers), self._backend, scaler)
-        return self._optimizer
+        wrapped = ElasticOptimizer(list(optimizers), self._backend, scaler, index)
+        self._optimizers.append(wrapped)
+        return wrapped
 
     def scheduler(self, *schedulers: Any) -> None:
         """Register the script's ``torch.optim.lr_scheduler`` objects (built on the optimizer
@@ -303,29 +332,29 @@ class Job:
         A scheduler built on the job's optimizers and not registered is an error at the first batch."""
         from torch.optim.lr_scheduler import LRScheduler
 
-        if self._optimizer is None:
+        if not self._optimizers:
             raise RuntimeError("job.scheduler() before job.optimizer(): wrap the optimizer(s) first")
         if self._data_made:
             raise RuntimeError("job.scheduler() after job.data(): register the schedulers before the data, so their "
                                "state is part of the job's from its first step")
-        mine = [self._optimizer, *self._optimizer.optimizers]
         for s in schedulers:
             if not isinstance(s, LRScheduler):
                 raise TypeError(f"job.scheduler() takes torch.optim.lr_scheduler objects, got {type(s).__name__}")
-            if not any(s.optimizer is o for o in mine):
+            owner = next((e for e in self._optimizers if any(s.optimizer is o for o in (e, *e.optimizers))), None)
+            if owner is None:
                 raise ValueError(f"the {type(s).__name__} passed to job.scheduler() steps an optimizer the job does "
                                  "not wrap: build it on the object job.optimizer() returned")
             if any(s is t for t in self._schedulers):
                 continue
             self._register(f"lr_scheduler/{len(self._schedulers)}", s)
             self._schedulers.append(s)
-            _gate_scheduler(s, self._optimizer)
+            self._backend.register_scheduler(s)
+            _gate_scheduler(s, owner)
 
     def _check_schedulers(self) -> None:
         """At the first batch: every LR scheduler PyTorch attached to the job's optimizers is registered."""
-        if self._optimizer is None:
-            return
-        for o in (self._optimizer, *self._optimizer.optimizers):
+        self._started = True
+        for o in (o for e in self._optimizers for o in (e, *e.optimizers)):
             if getattr(o.step, "_wrapped_by_lr_sched", False) and not any(s.optimizer is o for s in self._schedulers):
                 raise RuntimeError("an LR scheduler (torch.optim.lr_scheduler) was built on the job's optimizer and not "
                                    "registered: call job.scheduler(scheduler) before the first batch, so its state "
@@ -368,8 +397,8 @@ class Job:
         self._backend.backward(loss)
 
     def no_sync(self) -> Any:
-        """Gradients of the micro-batches inside accumulate locally (DDP's ``no_sync``)."""
-        return self._backend.no_sync()
+        """Gradients of the micro-batches inside accumulate locally (DDP's ``no_sync``; every wrapped model's)."""
+        return self._backend.no_sync(None)
 
     def log(self, metrics: dict[str, Any] | None = None, **values: Any) -> None:
         """Metrics of the current step (``loss=...``, ``val_loss=...``): into the run's events, status

@@ -41,8 +41,9 @@ class LocalBackend:
     def __init__(self, seed: int = 0) -> None:
         self.seed = int(seed)
         self.device = resolve_device("auto")  # a GPU where there is one
-        #: torchrun's DDP over PyTorch's own process group (module docstring); None: one process
-        self.ddp: Any = None
+        #: torchrun's DDP over PyTorch's own process group, one per wrapped model (module docstring);
+        #: empty: one process
+        self.ddps: list[Any] = []
         self.world = int(os.environ.get("WORLD_SIZE", "1") or 1)
         if self.world > 1:
             import torch.distributed as dist
@@ -51,8 +52,12 @@ class LocalBackend:
             self.device = local_rank_device(self.device, int(os.environ.get("LOCAL_RANK", "0")))
             if not dist.is_initialized():
                 dist.init_process_group(collective_backend(self.device))
-        self.module: torch.nn.Module | None = None
+        self.modules: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
+        #: the optimizers of each ``job.optimizer()`` call: the step's commit points
+        self.groups: list[list[torch.optim.Optimizer]] = []
+        #: commit points stepped in the current step (it ends when every one has)
+        self._stepped: set[int] = set()
         self.states: dict[str, Any] = {}
         self._feed: Any = None
         self._per_step = 1
@@ -74,23 +79,35 @@ class LocalBackend:
     def samples(self) -> int:
         return self._samples
 
-    def register_model(self, module: torch.nn.Module, find_unused: bool) -> None:
-        self.module = module
+    def register_model(self, module: torch.nn.Module, find_unused: bool) -> int:
+        self.modules.append(module)
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
-            self.ddp = DistributedDataParallel(module, device_ids=ddp_device_ids(self.device),
-                                               find_unused_parameters=find_unused)
+            self.ddps.append(DistributedDataParallel(module, device_ids=ddp_device_ids(self.device),
+                                                     find_unused_parameters=find_unused))
+        return len(self.modules) - 1
 
-    def forward_module(self) -> Any:
-        assert self.module is not None
-        return self.ddp if self.ddp is not None else self.module
+    def forward_module(self, index: int = 0) -> Any:
+        return self.ddps[index] if self.ddps else self.modules[index]
 
-    def no_sync(self) -> Any:
-        return self.ddp.no_sync() if self.ddp is not None else contextlib.nullcontext()
+    def no_sync(self, index: int | None = None) -> Any:
+        if not self.ddps:
+            return contextlib.nullcontext()
+        if index is not None:
+            return self.ddps[index].no_sync()
+        stack = contextlib.ExitStack()
+        for d in self.ddps:
+            stack.enter_context(d.no_sync())
+        return stack
 
-    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        self.optimizers = optimizers
+    def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> int:
+        self.groups.append(list(optimizers))
+        self.optimizers = [o for g in self.groups for o in g]
+        return len(self.groups) - 1
+
+    def register_scheduler(self, scheduler: Any) -> None:
+        return None
 
     def register_state(self, name: str, obj: Any) -> None:
         self.states[name] = obj
@@ -133,18 +150,23 @@ class LocalBackend:
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
-    def commit(self, amp: AmpStep | None = None) -> bool:
+    def commit(self, amp: AmpStep | None = None, index: int = 0) -> bool:
         if self._pulled == 0:
             raise RuntimeError("optimizer.step() before any batch of this step: take a batch from job.data() first")
+        group = self.groups[index]
         # a GradScaler's step: skipped when a gradient is not finite (read here, as the scaler reads it;
         # under torchrun every rank holds the same all-reduced gradients, so the same answer)
         if amp is not None:
             amp.skipped = float(amp.found_inf.sum()) > 0
         if amp is None or not amp.skipped:
             if amp is not None and amp.grad_scale is not None:
-                unscale_grads(self.optimizers, amp.grad_scale)
-            for o in self.optimizers:
+                unscale_grads(group, amp.grad_scale)
+            for o in group:
                 o.step()
+        self._stepped.add(int(index))
+        if len(self._stepped) < len(self.groups):  # a commit point inside the step (a GAN's first)
+            return True
+        self._stepped = set()
         taken = self._pulled * self._b * self.world
         if self._end is not None:
             taken = min(taken, self._end - self._samples)

@@ -185,6 +185,28 @@ class FlatModel:
     def int_buffers(self) -> dict[str, torch.Tensor]:
         return {n: b.detach().cpu().clone() for n, b in _int_buffers(self.model)}
 
+    def buffer_snapshot(self, into: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None
+                        ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """A copy, on the device (no host read), of every buffer -- the float ones and the integer
+        ones (``num_batches_tracked``) -- reusing ``into``'s memory when given: what a step that may
+        be dropped puts back (:meth:`restore_buffers`)."""
+        ints = dict(_int_buffers(self.model))
+        if into is None:
+            return self.buffer_vec.detach().clone(), {n: b.detach().clone() for n, b in ints.items()}
+        vec, kept = into
+        vec.copy_(self.buffer_vec)
+        for n, b in ints.items():
+            kept[n].copy_(b)
+        return into
+
+    def restore_buffers(self, snapshot: tuple[torch.Tensor, dict[str, torch.Tensor]]) -> None:
+        vec, kept = snapshot
+        own = dict(_int_buffers(self.model))
+        with torch.no_grad():
+            self.buffer_vec.copy_(vec)
+            for n, v in kept.items():
+                own[n].copy_(v)
+
     def load_int_buffers(self, values: dict[str, torch.Tensor]) -> None:
         own = dict(_int_buffers(self.model))
         with torch.no_grad():

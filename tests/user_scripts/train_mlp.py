@@ -8,6 +8,7 @@ is every member's loop.  ``--fail-at STEP`` raises there (the tests of a failing
 import argparse
 import json
 import math
+import time
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,7 @@ p.add_argument("--no-bn", action="store_true")
 p.add_argument("--save", default=None, help="torch.save the final model state_dict here")
 p.add_argument("--loader-workers", type=int, default=0, help="DataLoader worker processes building the batches")
 p.add_argument("--sched", action="store_true", help="warmup + cosine by torch's LambdaLR, registered with job.scheduler")
+p.add_argument("--pace", type=float, default=0.0, help="sleep this many seconds after each step (tests acting mid-run)")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -58,6 +60,8 @@ for x, y, ids in job.data(data, batch_size=args.batch, epochs=args.epochs, num_w
     if args.sched:
         sched.step()  # after a dropped step it does nothing: the schedule counts committed steps
     job.log(loss=loss, lr=opt.param_groups[0]["lr"])
+    if args.pace:
+        time.sleep(args.pace)
 if args.seen:
     with open(args.seen, "a") as f:
         f.write(json.dumps({"rank": job.rank, "steps": job.step, "samples": job.samples}) + "\n")

@@ -55,45 +55,63 @@ class ScriptReplica:
         self.flat = self.fm.flat
         self.optimizers = list(parts.optimizers)
         self.states = dict(parts.states)
-        self.find_unused = bool(parts.find_unused)
+        #: the models the script wrapped (one DDP wrapper each, over the same group) and their flags
+        self.modules = list(parts.modules)
+        self.find_unused = list(parts.find_unused)
         self.clock = PhaseClock()
         #: the script's host (set when it is started: :func:`start_script`), stopped by :meth:`close`
         self.host: ScriptHost | None = None
-        self.reducer: Any = None
-        #: ``n * buffers`` (B), the step's loss sum, whether it has one, the failure flag, the batches
-        #: taken and their square: what the commit all-reduces (:meth:`ScriptHost.commit`)
+        #: one :class:`~spotwise.planes.collective.bucketed.BucketedReducer` per wrapped model (None for
+        #: a model with nothing to train), built over the generation's group; empty when unbound
+        self.reducers: list[Any] = []
+        #: the buffers as the step in progress began (:meth:`keep_buffers`)
+        self._kept: Any = None
+        self._gen: int | None = None
+        #: ``n * buffers`` (B), then :data:`TAIL_HEAD` entries: what the commit all-reduces (:meth:`ScriptHost.commit`)
         self.tail = self.zeros(self.B + TAIL_HEAD)  # and one entry per parameter group: its learning rate
         if not any(p.requires_grad for p in self.fm.params):
             raise ValueError("no parameter of the script's model requires a gradient")
 
     # ------------------------------------------------------------------ DDP over the generation
     def bound_to(self, gen: int | None) -> bool:
-        return self.reducer is not None and self.reducer.gen == gen
+        return bool(self.reducers) and self._gen == gen
 
     def bind(self, group: ElasticGroup) -> None:
         from spotwise.planes.collective.bucketed import BucketedReducer, tolerant_sum_hook
 
         if not self.bound_to(group.gen):
             self.unbind()
-            self.reducer = BucketedReducer(self.model, group.process_group(), int(group.gen), self.device,
-                                           find_unused=self.find_unused, hook=tolerant_sum_hook)
-            self.reducer.state.weight = 1.0 / max(1, len(group.members))  # every block is full: share 1 / k
+            pg, share = group.process_group(), 1.0 / max(1, len(group.members))  # every block is full: share 1 / k
+            for m, unused in zip(self.modules, self.find_unused):
+                red = None
+                if any(q.requires_grad for q in m.parameters()):
+                    red = BucketedReducer(m, pg, int(group.gen), self.device, find_unused=unused, hook=tolerant_sum_hook)
+                    red.state.weight = share
+                self.reducers.append(red)
+            self._gen = int(group.gen)
+
+    def reducer_of(self, index: int) -> Any:
+        """The DDP wrapper of the script's ``index``-th model in this generation (None: unbound, or nothing to train)."""
+        return self.reducers[index] if index < len(self.reducers) else None
 
     def unbind(self) -> Any:
-        red, self.reducer = self.reducer, None
+        reds, self.reducers, self._gen = self.reducers, [], None
         for p in self.fm.params:
             p.grad = None
-        return red
+        return reds or None
 
     def hook_failed(self) -> str | None:
-        return None if self.reducer is None else self.reducer.state.failed
+        return next((r.state.failed for r in self.reducers if r is not None and r.state.failed), None)
 
     # ------------------------------------------------------------------ the commit's tail
     def fill_tail(self, n_local: int, loss_sum: torch.Tensor | None, has_loss: int, pulled: int,
-                  lrs: list[float], found_inf: torch.Tensor | None = None) -> torch.Tensor:
+                  lrs: list[float], found_inf: torch.Tensor | None = None, point: int = 0) -> torch.Tensor:
         """The step's commit vector: the float buffers times this member's samples, then
         :data:`TAIL_HEAD` entries (the loss sum, whether there is one, the hook's failure flag, the
-        batches taken and their square, a GradScaler's non-finite count), then the learning rates."""
+        batches taken and their square, a GradScaler's non-finite count, the commit point ``point``
+        and its square), then the learning rates (of every parameter group of the job: the vector
+        has one length at every commit point, so members at different points fail the check, not
+        the all-reduce)."""
         h = self.B + TAIL_HEAD
         if self.tail.numel() != h + len(lrs):
             self.tail = self.zeros(h + len(lrs))
@@ -114,7 +132,18 @@ class ScriptReplica:
             t[self.B + 5].copy_(found_inf.detach().sum().to(t.dtype))
         else:
             t[self.B + 5] = 0.0
+        t[self.B + 6] = float(point)
+        t[self.B + 7] = float(point * point)
         return t
+
+    def keep_buffers(self) -> None:
+        """At a step's start: a device copy of the buffers (a dropped step's forward passes moved
+        BatchNorm's running statistics; :meth:`restore_buffers` takes that back)."""
+        self._kept = self.fm.buffer_snapshot(self._kept)
+
+    def restore_buffers(self) -> None:
+        if self._kept is not None:
+            self.fm.restore_buffers(self._kept)
 
     def adopt_buffers(self, tail: torch.Tensor, total: int) -> None:
         """The sample-weighted mean of the members' float buffers (BatchNorm statistics), as the built-in steps do."""
