@@ -193,3 +193,33 @@ def test_a_gan_trains_through_revocations_every_batch_once(ray_session: Any, tmp
     state = coord.state.model_state_dict()
     assert state is not None and any(k.startswith("0.") for k in state) and any(k.startswith("1.") for k in state), \
         "the job's model holds both (generator 0., discriminator 1.)"
+
+
+def test_without_revocations_a_gan_job_equals_the_script_under_torchrun(ray_session: Any, tmp_path: Path) -> None:
+    """Two members of 16 == the same script under torchrun as two plain DDP ranks of 16 (two DDP
+    modules, two Adam optimizers, the generator's BatchNorm on each rank's own batch): the same
+    parameters (max |diff| < 1e-5) after the same 24 steps."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+    from test_own_loop import run, script_spec
+
+    args = ["--samples", "256", "--batch", "16"]
+    spec = script_spec(workload__script=str(GAN), workload__batch_size=16, workload__args=args, target__samples=768)
+    coord, summary = run(spec, tmp_path / "run")
+    assert summary.status == "completed" and coord.counters.samples == 768 and summary.steps == 24
+    got = coord.state.model_state_dict()
+    ddp = tmp_path / "ddp.pt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(GAN),
+                    *args, "--epochs", "3", "--seed", str(spec.seed), "--save", str(ddp)], check=True, timeout=180,
+                   cwd=tmp_path, env=env)
+    want = torch.load(ddp, weights_only=True)
+    assert got is not None
+    params = [(f"{i}.{k}", want[m][k]) for i, m in enumerate(("G", "D")) for k in want[m]
+              if "running" not in k and "num_batches" not in k]  # buffers: DDP broadcasts rank 0's, spotwise averages
+    assert len(params) >= 8 and all(name in got for name, _ in params)
+    diff = max(float((got[name] - v).abs().max()) for name, v in params)
+    assert diff < 1e-5, diff

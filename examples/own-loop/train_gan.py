@@ -29,6 +29,7 @@ p.add_argument("--lr", type=float, default=2e-3)
 p.add_argument("--latent", type=int, default=8)
 p.add_argument("--width", type=int, default=64)
 p.add_argument("--samples", type=int, default=2048)
+p.add_argument("--seed", type=int, default=0, help="the data order when run on its own (under spotwise: the spec's)")
 p.add_argument("--decay", action="store_true", help="decay both learning rates as 1 / (1 + step / 50) (LambdaLR)")
 p.add_argument("--save", default=None, help="torch.save both models' state_dicts here at the end")
 p.add_argument("--seen", default=None, help="append the sample ids this process's committed steps trained")
@@ -49,7 +50,7 @@ def mlp(n_in: int, n_out: int, norm: bool) -> nn.Module:
 
 
 torch.manual_seed(0)
-job = sw.init()
+job = sw.init(seed=args.seed)
 G = job.model(mlp(args.latent, 2, norm=True).to(job.device))
 D = job.model(mlp(2, 1, norm=False).to(job.device))
 opt_d = job.optimizer(torch.optim.Adam(D.parameters(), lr=args.lr, betas=(0.5, 0.999)))
@@ -88,7 +89,7 @@ if args.report and job.is_leader:
         pts = G(torch.randn(512, args.latent, generator=torch.Generator().manual_seed(9)).to(job.device)).cpu()
     radius = pts.norm(dim=1)
     print(json.dumps({"radius_mean": round(float(radius.mean()), 3), "radius_std": round(float(radius.std()), 3)}))
-if args.save:
+if args.save and job.is_leader:
     torch.save({"G": G.state_dict(), "D": D.state_dict()}, args.save)
 if args.seen:
     with open(args.seen, "a") as f:
