@@ -44,11 +44,14 @@ def start_ray(num_cpus: int = 2) -> None:
 
     if ray.is_initialized():
         return
+    from spotwise.capacity.raystart import RAY_SYSTEM_CONFIG
+
     tmp = tempfile.mkdtemp(prefix="sw-bench-", dir="/tmp")
     # lenient node health checks: on a loaded 2-core machine a busy raylet can miss the default
     # (3 s x 5) health checks, and the GCS then marks the node dead and the raylet exits
     ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False, _temp_dir=tmp,
-             _system_config={"health_check_failure_threshold": 60, "health_check_timeout_ms": 30000})
+             _system_config={"health_check_failure_threshold": 60, "health_check_timeout_ms": 30000,
+                             **RAY_SYSTEM_CONFIG})
 
 
 def restart_ray(num_cpus: int = 2) -> None:

@@ -50,8 +50,10 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
         import tempfile
 
         tmp = tempfile.mkdtemp(prefix="sw-ray-", dir="/tmp")
+        from spotwise.capacity.raystart import RAY_SYSTEM_CONFIG  # the settings of every Ray spotwise starts
+
         ray.init(num_cpus=2, resources={"spot": 8}, include_dashboard=False, logging_level=logging.ERROR,
-                 log_to_driver=False, _temp_dir=tmp)
+                 log_to_driver=False, _temp_dir=tmp, _system_config=dict(RAY_SYSTEM_CONFIG))
     yield ray
     ray.shutdown()
 

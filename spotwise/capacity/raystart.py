@@ -46,6 +46,26 @@ RUN_VMEM_MIB = 2304
 #: virtual memory the CLI needs to load a spec and import PyTorch before Ray starts (measured: 840 MiB is too
 #: little -- ``import ray`` fails to map ``_raylet.so`` --, 1 GiB reaches the Ray check)
 DRIVER_VMEM_MIB = 1152
+#: Ray system settings of every Ray spotwise starts (a local one here; a cluster's head in the emitted
+#: launch files, ``ray start --head --system-config``).  ``free_objects_period_milliseconds``: Ray
+#: frees the object-store memory of objects nobody references in batches, by default once a second;
+#: until then a new object gets fresh memory.  A replica moves to the coordinator in 32 MiB chunks
+#: fetched one after the other (``CollectiveMember.take_replica``), so with the default every chunk of
+#: every offer landed in new object-store pages -- counted in the member's resident memory, which grew
+#: by the whole state at each offer (measured: +300 MiB per offer of a 300 MiB state, up to the store's
+#: size) -- where with frees every 5 ms two chunks' pages are reused (+64 MiB in all).
+#: ``tests/test_ray_memory.py`` shows both
+RAY_SYSTEM_CONFIG: dict[str, int] = {"free_objects_period_milliseconds": 5}
+
+
+def ray_system_config_json() -> str:
+    """:data:`RAY_SYSTEM_CONFIG` as the JSON ``ray start --system-config`` takes (no spaces, no quotes
+    to escape inside single quotes)."""
+    import json
+
+    return json.dumps(RAY_SYSTEM_CONFIG, separators=(",", ":"))
+
+
 #: ``ray_constants.REQUIRE_SHM_SIZE_THRESHOLD`` (10**10 bytes) in MiB
 _RAY_SHM_THRESHOLD_MIB = 1e10 / 2**20
 _CGROUP_V2 = Path("/sys/fs/cgroup")
@@ -273,6 +293,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         return
     if store is not None:
         kwargs["object_store_memory"] = store
+    kwargs["_system_config"] = dict(RAY_SYSTEM_CONFIG)
     try:
         _init_loopback(ray, num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
     finally:

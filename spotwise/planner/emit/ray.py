@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from spotwise.capacity.raystart import ray_system_config_json
 from spotwise.config import JobSpec
 from spotwise.market.catalog import Catalog
 from spotwise.market.catalog_records import InstanceType
@@ -186,7 +187,8 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
         "head_start_ray_commands": [
             f'"{VENV}/bin/ray" stop',
             f'ulimit -n 65536; "{VENV}/bin/ray" start --head --port={RAY_PORT} --object-manager-port=8076 '
-            "--autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=127.0.0.1 --disable-usage-stats",
+            "--autoscaling-config=~/ray_bootstrap_config.yaml --dashboard-host=127.0.0.1 --disable-usage-stats "
+            f"--system-config='{ray_system_config_json()}'",
         ],
         "worker_start_ray_commands": [
             f'"{VENV}/bin/ray" stop',

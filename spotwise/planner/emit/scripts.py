@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from spotwise.capacity.raystart import ray_system_config_json
 from spotwise.planner.emit.files import (
     INSTALL_MISSING,
     REMOTE_DIR,
@@ -209,7 +210,8 @@ def sky_ray_up(slots: int, nodes: int, port: int) -> str:
         f'  (: < "/dev/tcp/127.0.0.1/$PORT") 2> /dev/null || {start} --address="$HEAD_IP:$PORT"',
         "  exit 0",
         "fi",
-        f'(: < "/dev/tcp/$HEAD_IP/$PORT") 2> /dev/null || {start} --head --node-ip-address="$HEAD_IP" --port="$PORT"',
+        f'(: < "/dev/tcp/$HEAD_IP/$PORT") 2> /dev/null || {start} --head --node-ip-address="$HEAD_IP" --port="$PORT" '
+        f"--system-config='{ray_system_config_json()}'",
         f'"{VENV}/bin/python" - "$HEAD_IP:$PORT" <<\'PY\'',
         "import sys, time, ray  # wait until every node's spot slots have joined",
         "ray.init(address=sys.argv[1], logging_level='ERROR')",
