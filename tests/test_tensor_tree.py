@@ -166,3 +166,23 @@ def test_packed_decode_never_unpickles(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(torch, "load", refuse)
     decode(data)
+
+
+def test_clone_tree_into_reuses_the_memory_of_a_same_shaped_snapshot_and_clones_otherwise() -> None:
+    import torch
+
+    from spotwise.training.tensor_tree import clone_tree_into
+
+    live = {"state": {0: {"exp_avg": torch.ones(3), "step": torch.tensor(1.0)}}, "param_groups": [{"lr": 0.1}]}
+    first = clone_tree_into(live)
+    assert torch.equal(first["state"][0]["exp_avg"], live["state"][0]["exp_avg"])
+    assert first["state"][0]["exp_avg"] is not live["state"][0]["exp_avg"]
+    live["state"][0]["exp_avg"].mul_(2)
+    live["param_groups"][0]["lr"] = 0.05
+    again = clone_tree_into(live, first)
+    assert again["state"][0]["exp_avg"] is first["state"][0]["exp_avg"], "the same memory, copied into"
+    assert torch.equal(again["state"][0]["exp_avg"], torch.full((3,), 2.0)) and again["param_groups"][0]["lr"] == 0.05
+    live["state"][1] = {"exp_avg": torch.zeros(2)}  # a new entry (an optimizer's first step for a parameter)
+    grown = clone_tree_into(live, again)
+    assert grown["state"][0]["exp_avg"] is not again["state"][0]["exp_avg"] and set(grown["state"]) == {0, 1}
+    assert clone_tree_into([torch.ones(2)], [torch.ones(3)])[0].shape == (2,)  # another shape: cloned

@@ -148,6 +148,8 @@ class ScriptHost:
         #: several commit points: those stepped in this step, and copies of their state where it began
         self._stepped: set[int] = set()
         self._snap: dict[int, Any] = {}
+        #: the memory of the last step's copies, taken again at the next (no allocation per step)
+        self._spare: dict[int, Any] = {}
         #: this step was dropped at one of its commit points: the script's rest of it trains nothing
         self._void = False
         self.warnings: list[str] = []
@@ -454,6 +456,8 @@ class ScriptHost:
                 unscale_grads(group, amp.grad_scale)
             for o in group:
                 o.step()
+        for index, (_, values, states, _) in self._snap.items():  # their memory serves the next step's copies
+            self._spare[index] = (values, states)
         self._stepped, self._snap = set(), {}
         total = k * n_local
         rep.adopt_buffers(tail, total)
@@ -512,13 +516,15 @@ class ScriptHost:
             return
         import copy
 
-        from spotwise.training.tensor_tree import clone_tree
+        from spotwise.training.tensor_tree import clone_tree_into
 
         group = self.groups[index]
         params = [q for o in group for g in o.param_groups for q in g["params"]]
+        spare_values, spare_states = self._spare.pop(index, (None, None))
+        values = clone_tree_into([q.detach() for q in params], spare_values)
+        states = clone_tree_into([o.state_dict() for o in group], spare_states)
         scheds = [] if self._snap else [(s, copy.deepcopy(s.state_dict())) for s in self.schedulers]
-        self._snap[index] = (params, [q.detach().clone() for q in params], [clone_tree(o.state_dict()) for o in group],
-                             scheds)
+        self._snap[index] = (params, values, states, scheds)
 
     def _rollback(self) -> None:
         """Put back what the step's earlier commit points changed (:meth:`_keep_start`)."""
@@ -527,9 +533,10 @@ class ScriptHost:
                 for q, v in zip(params, values):
                     q.copy_(v)
             for o, sd in zip(self.groups[index], states):
-                o.load_state_dict(sd)
+                o.load_state_dict(sd)  # (it takes the copies' tensors as its own: they are not reused)
             for sched, sd in scheds:
                 sched.load_state_dict(sd)
+            self._spare[index] = (values, None)
         self._stepped, self._snap = set(), {}
 
     def _warn(self, msg: str) -> None:

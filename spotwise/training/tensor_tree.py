@@ -88,6 +88,38 @@ def clone_tree(tree: Any) -> Any:
     return tree
 
 
+def clone_tree_into(tree: Any, into: Any = None) -> Any:
+    """:func:`clone_tree` of ``tree``, with its tensors copied into ``into``'s (an earlier result of this
+    function) where the two have the same structure and every tensor the same shape, dtype and
+    device -- a snapshot taken again and again without allocating its memory again; a fresh clone
+    where they differ (an optimizer's state appears at its first step)."""
+    if into is None or not _same_layout(tree, into):
+        return clone_tree(tree)
+    return _copy_into(tree, into)
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_layout(v, b[k]) for k, v in a.items())
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same_layout(x, y) for x, y in zip(a, b))
+    return not isinstance(b, torch.Tensor)
+
+
+def _copy_into(tree: Any, into: Any) -> Any:
+    if isinstance(tree, torch.Tensor):
+        return into.copy_(tree.detach())
+    if isinstance(tree, dict):
+        return {k: _copy_into(v, into[k]) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_copy_into(v, w) for v, w in zip(tree, into)]
+    if isinstance(tree, tuple) and type(tree) is tuple:
+        return tuple(_copy_into(v, w) for v, w in zip(tree, into))
+    return tree
+
+
 def read_views(views: list[memoryview], offset: int, size: int) -> np.ndarray:
     """Bytes ``[offset, offset + size)`` of the concatenation of ``views`` (byte memoryviews) as a
     ``uint8`` array: a view where the range lies in one of them, else one new array."""
