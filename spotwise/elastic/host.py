@@ -456,8 +456,8 @@ class ScriptHost:
                 unscale_grads(group, amp.grad_scale)
             for o in group:
                 o.step()
-        for index, (_, values, states, _) in self._snap.items():  # their memory serves the next step's copies
-            self._spare[index] = (values, states)
+        for point, (_, values, states, _) in self._snap.items():  # their memory serves the next step's copies
+            self._spare[point] = (values, states)
         self._stepped, self._snap = set(), {}
         total = k * n_local
         rep.adopt_buffers(tail, total)
