@@ -152,6 +152,23 @@ def test_on_its_own_a_gan_is_a_plain_loop_and_misuse_is_refused() -> None:
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert job.step == 8 and job.samples == 32
 
+    # a WGAN-style loop: the critic steps on every batch, the generator on every second one -- a job
+    # step is then two batches (it ends at the step() that completes the set)
+    wgan = Job(LocalBackend(seed=0))
+    g2, d2 = wgan.model(torch.nn.Linear(2, 2)), wgan.model(torch.nn.Linear(2, 1))
+    od2 = wgan.optimizer(torch.optim.SGD(d2.parameters(), lr=0.01))
+    og2 = wgan.optimizer(torch.optim.SGD(g2.parameters(), lr=0.01))
+    for i, (x,) in enumerate(wgan.data(data, batch_size=4, epochs=1)):
+        d2(g2(x).detach()).mean().backward()
+        od2.step()
+        od2.zero_grad()
+        if i % 2 == 1:
+            d2(g2(x)).mean().backward()
+            og2.step()
+            og2.zero_grad()
+            od2.zero_grad()
+    assert wgan.step == 4 and wgan.samples == 32
+
     job = Job(LocalBackend(seed=0))
     net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
     job.model(net)
