@@ -315,6 +315,10 @@ class ParameterServerPlane:
             job.clock.advance_to(max(drawn))
         for w, r in results.items():
             self._worker_notice(w, r[4])
+        # the round's parameter object is let go before the update: Ray frees it while the optimizer
+        # steps (RAY_SYSTEM_CONFIG), so the next round's goes into the same object-store memory instead
+        # of new pages every worker then reads (their resident memory grew by a model per round)
+        del params, refs, ready
         self.commit([Contribution(w, blocks[w], r[0], r[1], r[2], 0, float(r[3])) for w, r in results.items()])
 
     def _round_market(self, until: float, blocks: dict[int, Block], refs: dict[int, Any],
@@ -428,6 +432,7 @@ class ParameterServerPlane:
     def _params_ref(self) -> Any:
         job = self.job
         if self._pref_step != job.step:
+            self._pref = None  # let the last step's go first (tasks still computing on it keep it)
             self._pref = self.compute.share(job.params)
             self._pref_step = job.step
         return self._pref
