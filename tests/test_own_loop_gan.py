@@ -188,20 +188,28 @@ def test_on_its_own_a_gan_is_a_plain_loop_and_misuse_is_refused() -> None:
 
 
 def test_a_gan_trains_through_revocations_every_batch_once(ray_session: Any, tmp_path: Path) -> None:
-    """examples/own-loop/train_gan.py as a job of two members and a standby, the leader revoked and a
-    second member later: it completes, its committed steps' data positions follow each other with
+    """examples/own-loop/train_gan.py as a job of two members and a standby, the leader revoked, a
+    second member later and a member's process killed: it completes, its committed steps' data positions follow each other with
     no gap or overlap (each batch trained both models once), and both losses are logged."""
     from test_own_loop import positions_contiguous, run, script_spec
 
     from spotwise.capacity.faults import ScriptedRevocation, outage
     from spotwise.events import read_events
 
+    from spotwise.planes.collective.data_plane import CollectivePlane
+
     spec = script_spec(workload__script=str(GAN), workload__batch_size=16,
                        workload__args=["--samples", "256", "--batch", "16", "--decay"], target__samples=768,
                        cluster__standby=1)
     rev = ScriptedRevocation((outage(4, 9, [0]), outage(13, 15, [1])))
-    coord, summary = run(spec, tmp_path / "run", revocation=rev)
+    # and member 1's process dies at once at its step 8, just after member 0 rejoined: the survivor meets
+    # the loss inside DDP's own forward-pass collective (the bucket order of a new wrapper) -- a dropped
+    # step, not the user's error
+    coord, summary = run(spec, tmp_path / "run", revocation=rev,
+                         plane=CollectivePlane(spec, faults={1: {"step": 8, "action": "exit"}}))
     assert summary.status == "completed" and summary.revocations >= 2
+    revokes = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["revoke"]))
+    assert any(e["reason"] == "node-lost" for e in revokes), "the killed member's process was found lost"
     steps = positions_contiguous(tmp_path / "run", 256)
     assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
     assert 768 <= coord.counters.samples < 768 + 2 * 16

@@ -346,6 +346,17 @@ class ScriptHost:
                 return red.ddp
         return self.modules[index]
 
+    def forward_failed(self, index: int, error: RuntimeError) -> bool:
+        """A collective inside the DDP wrapper's forward pass failed (a peer was lost): the step fails
+        (its commit drops it on every member) and the rest of it runs on this member's replica alone."""
+        from spotwise.planes.collective.bucketed import comm_failure
+
+        red = None if self.replica is None else self.replica.reducer_of(index)
+        if red is None or not comm_failure(error):
+            return False
+        red.state.failed = red.state.failed or str(error) or "a collective in the forward pass failed"
+        return True
+
     def no_sync(self, index: int | None = None) -> Any:
         import contextlib
 
@@ -382,7 +393,17 @@ class ScriptHost:
         d = loss.detach().float()
         self._loss_sum = d.clone() if self._loss_sum is None else self._loss_sum + d
         self._loss_n += 1
-        loss.backward()
+        try:
+            loss.backward()
+        except RuntimeError as e:  # a collective DDP runs in the backward pass besides the buckets' (the
+            # unused-parameter map): a lost peer fails the step, dropped at the commit, not the script
+            rep = self.replica
+            reds = [] if rep is None else [r for r in rep.reducers if r is not None]
+            from spotwise.planes.collective.bucketed import comm_failure
+
+            if not reds or not comm_failure(e):
+                raise
+            reds[0].state.failed = reds[0].state.failed or str(e)
 
     def log(self, metrics: dict[str, Any]) -> None:
         if self._between:  # after optimizer.step(), before the next batch: the values are that step's

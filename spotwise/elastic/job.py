@@ -59,6 +59,7 @@ class Backend(Protocol):
 
     def register_model(self, module: torch.nn.Module, find_unused: bool) -> int: ...
     def forward_module(self, index: int = 0) -> Any: ...
+    def forward_failed(self, index: int, error: RuntimeError) -> bool: ...
     def no_sync(self, index: int | None = None) -> Any: ...
     def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> int: ...
     def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None,
@@ -93,7 +94,15 @@ class ElasticModel(torch.nn.Module):
         target = self._backend.forward_module(self._index)
         if target is not self.module and hasattr(target, "require_backward_grad_sync"):
             target.require_backward_grad_sync = bool(self.require_backward_grad_sync)
-        return target(*args, **kwargs)
+        try:
+            return target(*args, **kwargs)
+        except RuntimeError as e:
+            # DDP's forward runs a collective of its own (the bucket order, after its first backward
+            # pass): a peer lost there fails the step -- it is dropped on every member at its commit --
+            # not the user's script, whose forward pass completes on this member's replica alone
+            if target is self.module or not self._backend.forward_failed(self._index, e):
+                raise
+            return self.module(*args, **kwargs)
 
     def no_sync(self) -> Any:
         """Gradients of the micro-batches inside accumulate locally (DDP's ``no_sync``)."""

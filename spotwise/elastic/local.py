@@ -91,6 +91,9 @@ class LocalBackend:
     def forward_module(self, index: int = 0) -> Any:
         return self.ddps[index] if self.ddps else self.modules[index]
 
+    def forward_failed(self, index: int, error: RuntimeError) -> bool:
+        return False  # under torchrun a lost rank ends the job (no membership change)
+
     def no_sync(self, index: int | None = None) -> Any:
         if not self.ddps:
             return contextlib.nullcontext()
