@@ -91,9 +91,13 @@ def test_through_revocations_and_a_crash_every_sample_is_trained_exactly_once(ra
     spec = script_spec(cluster__workers=3, cluster__standby=1, target__samples=720,  # 3 epochs of 240
                        workload__args=["--sched"])
     rev = ScriptedRevocation((outage(3, 9, [0, 1]), outage(14, 16, [0, 1, 2])))
-    coord, summary = run(spec, tmp_path / "run", revocation=rev, plane=CollectivePlane(spec, faults={2: {"step": 20, "action": "exit"}}))
+    # member 2's process dies at its step 6, while the outage leaves it alone (its first process: the
+    # fault is for it; at step 20 it was long revoked, and the crash never happened)
+    coord, summary = run(spec, tmp_path / "run", revocation=rev, plane=CollectivePlane(spec, faults={2: {"step": 6, "action": "exit"}}))
     assert summary.status == "completed"
     assert summary.revocations >= 3
+    assert any(e["reason"] == "node-lost" for e in read_events(tmp_path / "run" / "events.jsonl", kinds=["revoke"])), \
+        "the crash happened"
     steps = positions_contiguous(tmp_path / "run", 240)
     assert 720 <= coord.counters.samples < 720 + 3 * 8
     assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
