@@ -248,3 +248,26 @@ def test_without_revocations_a_gan_job_equals_the_script_under_torchrun(ray_sess
     assert len(params) >= 8 and all(name in got for name, _ in params)
     diff = max(float((got[name] - v).abs().max()) for name, v in params)
     assert diff < 1e-5, diff
+
+
+def test_a_gan_through_random_revocations_and_a_whole_cluster_loss(ray_session: Any, tmp_path: Path) -> None:
+    """Three members, revocations at seeded random times (kills land at random points inside a step:
+    before, between or after its two commit points), many at once, and every member lost at once:
+    the run completes, no committed step is lost or trained twice (contiguous data positions, a
+    rollback to the controller's copy at most), nothing hangs."""
+    from test_own_loop import positions_contiguous, run, script_spec
+
+    from spotwise.capacity.faults import ScriptedRevocation, outage, random_outages
+    from spotwise.events import read_events
+
+    spec = script_spec(workload__script=str(GAN), workload__batch_size=16, cluster__workers=3,
+                       workload__args=["--samples", "256", "--batch", "16"], target__samples=1024)
+    rev = ScriptedRevocation((outage(6, 8, [0, 1]), outage(16, 19, [0, 1, 2]))
+                             + random_outages(3, horizon=30, count=4, seed=11, fraction=0.34, duration=(1, 4)))
+    coord, summary = run(spec, tmp_path / "run", revocation=rev)
+    assert summary.status == "completed" and summary.revocations >= 5
+    steps = positions_contiguous(tmp_path / "run", 256)
+    assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
+    assert 1024 <= coord.counters.samples < 1024 + 3 * 16
+    rollbacks = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["rollback"]))
+    assert len(rollbacks) <= 1 and all(r["lost_steps"] <= 5 for r in rollbacks)
