@@ -74,6 +74,20 @@ def equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(torch.equal(a[m][k], b[m][k]) for m in ("G", "D") for k in a[m])
 
 
+def test_a_gradscaler_shared_by_both_commit_points_survives_a_step_lost_at_either(tmp_path: Path) -> None:
+    """fp16 autocast and loss scaling with a GAN (one GradScaler given to both job.optimizer() calls,
+    updated once per step), starting so high that the first steps overflow in fp16 and are skipped:
+    a step lost at either commit point ends where the uninterrupted run does -- parameters, buffers
+    and the scale (the script's update() after the dropped step moves no scale)."""
+    args = ("--samples", "256", "--batch", "16", "--scaler", str(2.0 ** 20))
+    want, _ = run_hosted(tmp_path, set(), 10, "plain", GAN, args)
+    assert want["scale"] < 2.0 ** 20, "the first steps overflowed and backed off"
+    for fail in ({6}, {5}, {16, 19}):
+        got, kinds = run_hosted(tmp_path, fail, 10, f"fail{min(fail)}", GAN, args)
+        assert kinds.count("dropped") == len(fail)
+        assert got["scale"] == want["scale"] and equal(got, want), fail
+
+
 def test_a_dropped_step_leaves_no_trace_in_batchnorm_statistics(tmp_path: Path) -> None:
     """One model, one optimizer, BatchNorm: the dropped step's forward pass moved the running
     statistics (and num_batches_tracked); they go back, so the retried step ends where the
@@ -100,14 +114,14 @@ def test_a_step_lost_at_either_commit_point_is_taken_back_whole(tmp_path: Path) 
     assert kinds == ["committed", "committed", "dropped"] + ["committed"] * 4
     assert equal(early, want)
 
-    from spotwise.elastic.host import ScriptHost
+    from spotwise.elastic.points import CommitPoints
 
-    keep = ScriptHost._keep_start
+    keep = CommitPoints.keep_start
     try:
-        ScriptHost._keep_start = lambda self, index: None  # type: ignore[method-assign]
+        CommitPoints.keep_start = lambda self, index: None  # type: ignore[method-assign]
         kept, _ = run_hosted(tmp_path, {6}, 6, "kept")
     finally:
-        ScriptHost._keep_start = keep  # type: ignore[method-assign]
+        CommitPoints.keep_start = keep  # type: ignore[method-assign]
     assert not equal(kept, want)
 
 
@@ -180,8 +194,12 @@ def test_on_its_own_a_gan_is_a_plain_loop_and_misuse_is_refused() -> None:
     job.optimizer(opt)
     with pytest.raises(ValueError, match="already wraps"):
         job.optimizer(opt)
-    with pytest.raises(RuntimeError, match="GradScaler with several"):
+    with pytest.raises(RuntimeError, match="the same torch.amp.GradScaler"):  # one without, one with
         job.optimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), scaler=torch.amp.GradScaler("cpu"))
+    scaled = Job(LocalBackend(seed=0))
+    scaled.optimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), scaler=torch.amp.GradScaler("cpu"))
+    with pytest.raises(RuntimeError, match="the same torch.amp.GradScaler"):  # another scaler
+        scaled.optimizer(torch.optim.SGD(torch.nn.Linear(1, 1).parameters()), scaler=torch.amp.GradScaler("cpu"))
     next(iter(job.data(torch.utils.data.TensorDataset(torch.randn(8, 2)), batch_size=4)))
     with pytest.raises(RuntimeError, match="after the first batch"):
         job.model(torch.nn.Linear(1, 1))

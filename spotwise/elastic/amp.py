@@ -18,13 +18,11 @@ class AmpStep:
 
     ``found_inf``: a device tensor, > 0 when a gradient is not finite (the step then updates nothing,
     on every member, as the scaler would skip it); ``grad_scale``: the scale the gradients still carry
-    (``None`` when the script called ``scaler.unscale_`` first, e.g. to clip); ``loss_scale``: the
-    scale of the losses given to ``job.backward`` (the registered scaler's), taken out of the step's
-    recorded loss."""
+    (``None`` when the script called ``scaler.unscale_`` first, e.g. to clip).  (The losses given to
+    ``job.backward`` are unscaled as they are taken, by the scale of that moment.)"""
 
     found_inf: torch.Tensor
     grad_scale: torch.Tensor | None
-    loss_scale: torch.Tensor | None
     #: set by the commit: whether the step was skipped on every member (a gradient not finite anywhere)
     skipped: bool = False
 

@@ -38,6 +38,7 @@ from spotwise.elastic.batches import BatchFeed
 from spotwise.elastic.amp import AmpStep
 from spotwise.elastic.job import install_host
 from spotwise.elastic.metrics import clean_metrics
+from spotwise.elastic.points import CommitPoints
 from spotwise.elastic.positions import StreamPosition
 from spotwise.workloads.device import unscale_grads
 
@@ -124,9 +125,8 @@ class ScriptHost:
         self.modules: list[torch.nn.Module] = []
         self.find_unused: list[bool] = []
         self.optimizers: list[torch.optim.Optimizer] = []
-        #: the optimizers of each ``job.optimizer()`` call: the step's commit points, in order of registration
-        self.groups: list[list[torch.optim.Optimizer]] = []
-        self.schedulers: list[Any] = []
+        #: the step's commit points: the optimizers of each ``job.optimizer()`` call (:mod:`~spotwise.elastic.points`)
+        self.points = CommitPoints()
         self.states: dict[str, Any] = {}
         self._feed: BatchFeed | None = None
         #: batches each step took (the last committed step's): what the loader predicts
@@ -145,11 +145,6 @@ class ScriptHost:
         self._late: dict[str, Any] = {}
         self._step = 0
         self._samples = 0
-        #: several commit points: those stepped in this step, and copies of their state where it began
-        self._stepped: set[int] = set()
-        self._snap: dict[int, Any] = {}
-        #: the memory of the last step's copies, taken again at the next (no allocation per step)
-        self._spare: dict[int, Any] = {}
         #: this step was dropped at one of its commit points: the script's rest of it trains nothing
         self._void = False
         self.warnings: list[str] = []
@@ -263,7 +258,8 @@ class ScriptHost:
         self._pulled = 0
         self._loss_sum = None
         self._loss_n = 0
-        self._stepped, self._snap, self._void = set(), {}, False
+        self._void = False
+        self.points.begin(self.states.get("grad_scaler"))
         if self.replica is not None:
             self.replica.keep_buffers()
 
@@ -279,8 +275,10 @@ class ScriptHost:
         elif self._between:
             if self._void and self.replica is not None:
                 # a dropped step: the BatchNorm statistics its forward passes moved (up to here: a
-                # GAN's later commit points too) go back to the step's start, before the regroup
+                # GAN's later commit points too) go back to the step's start, before the regroup --
+                # and so does a GradScaler's scale, which the script's update() after it moved
                 self.replica.restore_buffers()
+                self.points.restore_scaler(self.states.get("grad_scaler"))
             late = clean_metrics(self._late, self._warn)
             self._late = {}
             self._between = False
@@ -316,12 +314,12 @@ class ScriptHost:
         return len(self.modules) - 1
 
     def register_optimizers(self, optimizers: list[torch.optim.Optimizer]) -> int:
-        self.groups.append(list(optimizers))
-        self.optimizers = [o for g in self.groups for o in g]
-        return len(self.groups) - 1
+        index = self.points.add(optimizers)
+        self.optimizers = self.points.optimizers
+        return index
 
     def register_scheduler(self, scheduler: Any) -> None:
-        self.schedulers.append(scheduler)
+        self.points.schedulers.append(scheduler)
 
     def register_state(self, name: str, obj: Any) -> None:
         if self.position is not None:
@@ -391,6 +389,9 @@ class ScriptHost:
         if self._go is None or self._stopped or self._between:
             raise ScriptError("job.backward() outside a step: take a batch from job.data() first")
         d = loss.detach().float()
+        scale = self._scale()
+        if scale is not None:  # a GradScaler's scaled loss: recorded unscaled (on the device, no read)
+            d = d / scale.to(d.device)
         self._loss_sum = d.clone() if self._loss_sum is None else self._loss_sum + d
         self._loss_n += 1
         try:
@@ -413,7 +414,7 @@ class ScriptHost:
 
     def commit(self, amp: AmpStep | None = None, index: int = 0) -> bool:
         go, rep = self._go, self.replica
-        group = self.groups[index]
+        group = self.points.groups[index]
         if self._void:  # a later commit point of a step dropped at an earlier one: nothing is applied
             for o in group:
                 o.zero_grad(set_to_none=True)
@@ -428,9 +429,7 @@ class ScriptHost:
         n_local = pulled * b
         self._check_reduced(rep)
         lrs = [float(g.get("lr", 0.0)) for o in self.optimizers for g in o.param_groups]
-        loss_sum = self._loss_sum
-        if amp is not None and amp.loss_scale is not None and loss_sum is not None:
-            loss_sum = loss_sum / amp.loss_scale.to(loss_sum.device)  # the losses came scaled (on the device)
+        loss_sum = self._loss_sum  # (unscaled as job.backward took them)
         tail = rep.fill_tail(n_local, loss_sum, self._loss_n, pulled, lrs, None if amp is None else amp.found_inf,
                              point=index)
         try:
@@ -456,30 +455,23 @@ class ScriptHost:
                                   "job.step or job.samples, the same on every member, not from a counter of the "
                                   "script's own (a member that joins later starts its script afresh), or register "
                                   "a torch.optim.lr_scheduler with job.scheduler(scheduler)")
-        if len(self._stepped | {index}) < len(self.groups):  # a commit point inside the step (a GAN's first)
-            self._keep_start(index)
-            for o in group:
-                o.step()
-            self._stepped.add(index)
-            return True
-        loss = loss_sum / loss_n if loss_n > 0 else math.nan
         skip = amp is not None and found_inf > 0  # the GradScaler's skip: no update, the step counts (as in DDP)
         if amp is not None:
             amp.skipped = skip
+        if self.points.inner(index):  # a commit point inside the step (a GAN's first)
+            self.points.keep_start(index)
+            self._apply(group, amp, skip)
+            self.points.stepped.add(index)
+            return True
+        loss = loss_sum / loss_n if loss_n > 0 else math.nan
         if skip and not math.isfinite(loss):
             loss = math.nan  # an overflow of the scaled loss, not a divergence: the scaler backs off
         elif loss_n > 0 and not math.isfinite(loss):
-            self._rollback()
+            self.points.rollback(self.states.get("grad_scaler"))
             self._end_step(Outcome("diverged", why=f"the loss is {loss}"))
             return False
-        if not skip:
-            if amp is not None and amp.grad_scale is not None:
-                unscale_grads(group, amp.grad_scale)
-            for o in group:
-                o.step()
-        for point, (_, values, states, _) in self._snap.items():  # their memory serves the next step's copies
-            self._spare[point] = (values, states)
-        self._stepped, self._snap = set(), {}
+        self._apply(group, amp, skip)
+        self.points.done()
         total = k * n_local
         rep.adopt_buffers(tail, total)
         metrics = clean_metrics(self._pending, self._warn)
@@ -489,6 +481,24 @@ class ScriptHost:
         self._per_step = pulled
         self._end_step(Outcome("committed", loss=loss, samples=total, metrics=metrics))
         return True
+
+    @staticmethod
+    def _apply(group: list[torch.optim.Optimizer], amp: AmpStep | None, skip: bool) -> None:
+        """Step the commit point's optimizers (nothing when the GradScaler skips the step), on
+        gradients unscaled as ``GradScaler.unscale_`` does when the scaler left them scaled."""
+        if skip:
+            return
+        if amp is not None and amp.grad_scale is not None:
+            unscale_grads(group, amp.grad_scale)
+        for o in group:
+            o.step()
+
+    def _scale(self) -> torch.Tensor | None:
+        """The registered GradScaler's current scale (a device tensor), if it has one and is enabled."""
+        scaler = self.states.get("grad_scaler")
+        if scaler is None or not scaler.is_enabled():
+            return None
+        return getattr(scaler, "_scale", None)
 
     def _check_reduced(self, rep: Any) -> None:
         """A step whose backward pass ran but reduced no gradient bucket went around the DDP wrapper:
@@ -521,44 +531,13 @@ class ScriptHost:
         """The step is dropped on every member: what its earlier commit points stepped goes back to
         where the step began, gradients are let go, the member thread regroups; the script's rest of
         the step (a GAN's later commit points) trains nothing."""
-        self._rollback()
+        self.points.rollback(self.states.get("grad_scaler"))
         for o in self.optimizers:
             o.zero_grad(set_to_none=True)
         self._pending = {}
         self._void = True
         self._end_step(Outcome("dropped", why=why))
         return False
-
-    def _keep_start(self, index: int) -> None:
-        """Before commit point ``index`` first steps in a step that has later ones: a copy (on the
-        device) of its optimizers' parameters and state, and of every registered scheduler's state,
-        so a later commit point that fails can take the step back whole (:meth:`_rollback`)."""
-        if index in self._snap:
-            return
-        import copy
-
-        from spotwise.training.tensor_tree import clone_tree_into
-
-        group = self.groups[index]
-        params = [q for o in group for g in o.param_groups for q in g["params"]]
-        spare_values, spare_states = self._spare.pop(index, (None, None))
-        values = clone_tree_into([q.detach() for q in params], spare_values)
-        states = clone_tree_into([o.state_dict() for o in group], spare_states)
-        scheds = [] if self._snap else [(s, copy.deepcopy(s.state_dict())) for s in self.schedulers]
-        self._snap[index] = (params, values, states, scheds)
-
-    def _rollback(self) -> None:
-        """Put back what the step's earlier commit points changed (:meth:`_keep_start`)."""
-        for index, (params, values, states, scheds) in self._snap.items():
-            with torch.no_grad():
-                for q, v in zip(params, values):
-                    q.copy_(v)
-            for o, sd in zip(self.groups[index], states):
-                o.load_state_dict(sd)  # (it takes the copies' tensors as its own: they are not reused)
-            for sched, sd in scheds:
-                sched.load_state_dict(sd)
-            self._spare[index] = (values, None)
-        self._stepped, self._snap = set(), {}
 
     def _warn(self, msg: str) -> None:
         self.warnings.append(msg)

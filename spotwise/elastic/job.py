@@ -187,7 +187,7 @@ class ElasticOptimizer(torch.optim.Optimizer):
                                "pass it with job.optimizer(..., scaler=scaler), so its scale travels to members "
                                "that join later (a member scaling its gradients differently would corrupt the "
                                "all-reduced gradient) and the recorded loss is unscaled")
-        return AmpStep(found, self.__dict__.get("grad_scale"), getattr(self.scaler, "_scale", None))
+        return AmpStep(found, self.__dict__.get("grad_scale"))
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         raise RuntimeError("add parameter groups to the wrapped optimizer before job.optimizer(): the job's state "
@@ -321,12 +321,13 @@ class Job:
                              "optimizers of one commit point together, job.optimizer(opt_a, opt_b))")
         if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
             raise TypeError(f"job.optimizer(scaler=...) takes a torch.amp.GradScaler, got {type(scaler).__name__}")
-        if self._optimizers and (scaler is not None or self._optimizers[0].scaler is not None):
-            raise RuntimeError("a torch.amp.GradScaler with several job.optimizer() calls is not supported: use bf16 "
-                               "(no scaler), or pass the optimizers together, job.optimizer(opt_a, opt_b, scaler=...), "
-                               "if they step at the same point")
+        if self._optimizers:
+            given = self._optimizers[0].scaler
+            if (scaler is None) != (given is None) or (scaler is not None and scaler is not given):
+                raise RuntimeError("give every job.optimizer() call the same torch.amp.GradScaler (scaler=...), or "
+                                   "none: the job has one scale, which every commit point's gradients carry")
         index = self._backend.register_optimizers(list(optimizers))
-        if scaler is not None:
+        if scaler is not None and len(self._optimizers) == 0:
             self._register("grad_scaler", scaler)
         wrapped = ElasticOptimizer(list(optimizers), self._backend, scaler, index)
         self._optimizers.append(wrapped)
