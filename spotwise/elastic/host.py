@@ -259,7 +259,7 @@ class ScriptHost:
         self._loss_sum = None
         self._loss_n = 0
         self._void = False
-        self.points.begin(self.states.get("grad_scaler"))
+        self.points.begin(self.scaler)
         if self.replica is not None:
             self.replica.keep_buffers()
 
@@ -278,7 +278,7 @@ class ScriptHost:
                 # GAN's later commit points too) go back to the step's start, before the regroup --
                 # and so does a GradScaler's scale, which the script's update() after it moved
                 self.replica.restore_buffers()
-                self.points.restore_scaler(self.states.get("grad_scaler"))
+                self.points.restore_scaler(self.scaler)
             late = clean_metrics(self._late, self._warn)
             self._late = {}
             self._between = False
@@ -467,7 +467,7 @@ class ScriptHost:
         if skip and not math.isfinite(loss):
             loss = math.nan  # an overflow of the scaled loss, not a divergence: the scaler backs off
         elif loss_n > 0 and not math.isfinite(loss):
-            self.points.rollback(self.states.get("grad_scaler"))
+            self.points.rollback(self.scaler)
             self._end_step(Outcome("diverged", why=f"the loss is {loss}"))
             return False
         self._apply(group, amp, skip)
@@ -482,6 +482,11 @@ class ScriptHost:
         self._end_step(Outcome("committed", loss=loss, samples=total, metrics=metrics))
         return True
 
+    @property
+    def scaler(self) -> Any:
+        """The GradScaler the script gave ``job.optimizer(..., scaler=)`` (registered as ``grad_scaler``), or None."""
+        return self.states.get("grad_scaler")
+
     @staticmethod
     def _apply(group: list[torch.optim.Optimizer], amp: AmpStep | None, skip: bool) -> None:
         """Step the commit point's optimizers (nothing when the GradScaler skips the step), on
@@ -495,7 +500,7 @@ class ScriptHost:
 
     def _scale(self) -> torch.Tensor | None:
         """The registered GradScaler's current scale (a device tensor), if it has one and is enabled."""
-        scaler = self.states.get("grad_scaler")
+        scaler = self.scaler
         if scaler is None or not scaler.is_enabled():
             return None
         return getattr(scaler, "_scale", None)
@@ -531,7 +536,7 @@ class ScriptHost:
         """The step is dropped on every member: what its earlier commit points stepped goes back to
         where the step began, gradients are let go, the member thread regroups; the script's rest of
         the step (a GAN's later commit points) trains nothing."""
-        self.points.rollback(self.states.get("grad_scaler"))
+        self.points.rollback(self.scaler)
         for o in self.optimizers:
             o.zero_grad(set_to_none=True)
         self._pending = {}
