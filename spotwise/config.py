@@ -92,7 +92,9 @@ class WorkloadSpec:
     #: unset: the built-in's own (:data:`IMPLIED_FAMILIES`) where the instance type has a profile for it, else mlp
     family: str | None = None
     batch_size: int = 32
-    lr: float = 0.05
+    #: the base learning rate: a given optimizer's ``lr`` when it has one (docs/spec.md), else this value -- which
+    #: goes into a built-in workload's default recipe (it used to be replaced by the recipe's rate) --, else 0.05
+    lr: float = None  # type: ignore[assignment]  # settled to a float in __post_init__
     dataset: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     step_time_s: Duration = 1.0
@@ -123,6 +125,8 @@ class WorkloadSpec:
         if self.optimizer is None and self.name in BUILTIN_RECIPES:  # the built-in realistic workloads' recipes
             rec = BUILTIN_RECIPES[self.name]
             self.optimizer = dict(rec["optimizer"])
+            if self.lr is not None:  # the spec's base rate over the recipe's (it used to be replaced silently)
+                self.optimizer["lr"] = self.lr
             if self.schedule is None and "schedule" in rec:
                 self.schedule = ScheduleSpec(**rec["schedule"])
             if self.grad_clip_norm is None:
@@ -133,6 +137,8 @@ class WorkloadSpec:
             opt = parse_optimizer(self.optimizer)  # a list: several optimizers over parts of the model (issue 41)
             if opt.lr is not None:
                 self.lr = opt.lr  # the optimizer's lr is the base rate
+        if self.lr is None:
+            self.lr = 0.05
         if self.grad_clip_norm is not None and not 0 < self.grad_clip_norm < math.inf:
             raise InputError(f"must be a positive number, got {self.grad_clip_norm!r}", "use e.g. 1.0", "grad_clip_norm")
         if isinstance(self.accumulate, bool) or not 1 <= self.accumulate <= 4096:

@@ -361,3 +361,25 @@ def test_the_ps_plane_reports_where_its_steps_time_goes(tmp_path: Path) -> None:
     assert ph["steps"] == 5 and ph["samples_per_s"] > 0 and abs(sum(ph["share"].values()) - 1) < 1e-3
     sim = spotwise.simulate(spec, tmp_path / "sim", plots=False)
     assert sim.extra.get("step_phases") is None
+
+
+def test_a_spec_lr_goes_into_a_builtin_workloads_default_recipe() -> None:
+    """``workload.lr`` of a built-in with a default recipe (resnet18-cifar, gpt-bytes) is the rate the job trains
+    with -- it was silently replaced by the recipe's --; without it the recipe's own; a given optimizer's lr is the
+    base rate (docs/spec.md)."""
+    from spotwise.config import spec_from_dict
+    from spotwise.training.recipe import BUILTIN_RECIPES
+
+    def wl(**kw: Any) -> Any:
+        return spec_from_dict({"name": "r", "workload": {"name": "gpt-bytes", "batch_size": 4, **kw},
+                               "target": {"iterations": 10}, "cluster": {"workers": 1, "instance_type": "c5.xlarge"}}).workload
+
+    mine = wl(lr=3e-4)
+    assert mine.lr == 3e-4 and mine.optimizer["lr"] == 3e-4 and mine.optimizer["name"] == "AdamW"
+    assert mine.schedule is not None and mine.grad_clip_norm == 1.0  # the rest of the recipe is kept
+    assert wl().lr == BUILTIN_RECIPES["gpt-bytes"]["optimizer"]["lr"]
+    assert wl(optimizer={"name": "SGD", "lr": 0.2}).lr == 0.2
+    again = spec_from_dict({"name": "r", "workload": {"name": "gpt-bytes", "batch_size": 4, "lr": 3e-4},
+                            "target": {"iterations": 10}, "cluster": {"workers": 1, "instance_type": "c5.xlarge"}})
+    assert spec_from_dict(again.to_dict()).workload.lr == 3e-4  # spec.json round trip
+    assert spec_from_dict({"name": "r", "workload": {"name": "mlp-digits"}, "target": {"iterations": 10}, "cluster": {"workers": 1, "instance_type": "c5.xlarge"}}).workload.lr == 0.05
