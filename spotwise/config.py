@@ -92,8 +92,7 @@ class WorkloadSpec:
     #: unset: the built-in's own (:data:`IMPLIED_FAMILIES`) where the instance type has a profile for it, else mlp
     family: str | None = None
     batch_size: int = 32
-    #: the base learning rate: a given optimizer's ``lr`` when it has one (docs/spec.md), else this value -- which
-    #: goes into a built-in workload's default recipe (it used to be replaced by the recipe's rate) --, else 0.05
+    #: base learning rate: an optimizer's ``lr``, else this (into a built-in's default recipe too), else 0.05
     lr: float = None  # type: ignore[assignment]  # settled to a float in __post_init__
     dataset: str | None = None
     params: dict[str, Any] = field(default_factory=dict)

@@ -359,6 +359,7 @@ def test_the_ps_plane_reports_where_its_steps_time_goes(tmp_path: Path) -> None:
         assert e["samples"] == 16
     ph = summary.extra["step_phases"]
     assert ph["steps"] == 5 and ph["samples_per_s"] > 0 and abs(sum(ph["share"].values()) - 1) < 1e-3
+    assert summary.extra["optimizer_device"] == "cpu"  # a CPU job's coordinator steps on the CPU
     sim = spotwise.simulate(spec, tmp_path / "sim", plots=False)
     assert sim.extra.get("step_phases") is None
 

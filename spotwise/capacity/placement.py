@@ -133,3 +133,23 @@ def placement_for(spec: JobSpec, cluster_gpus: float | None = None, cuda_availab
                          f"lower cluster.workers (and max_workers) to at most {int(cluster_gpus)}, add GPU nodes, "
                          "or use device: cpu", "cluster.workers")
     return Placement(cl.device, 1, per_instance, cluster_gpus)
+
+
+def coordinator_device(spec: JobSpec, cuda_available: bool | None = None) -> str:
+    """Where the parameter-server plane's coordinator applies the optimizer (issue 40 item 4): ``"cuda"`` when
+    the job's workers train on GPUs (``device: cuda``, or ``auto`` with a GPU instance type) and this process
+    sees a CUDA device, else ``"cpu"``.  The collective plane's coordinator applies nothing (its members
+    step), so it stays on the CPU; so does a serverless job's.  ``cuda_available`` is for tests."""
+    import torch
+
+    cl = spec.cluster
+    if cl.kind != "vm" or cl.device == "cpu" or cl.data_plane != "ps":
+        return "cpu"
+    if not (bool(torch.cuda.is_available()) if cuda_available is None else cuda_available):
+        return "cpu"
+    if cl.device == "cuda":
+        return "cuda"
+    try:
+        return "cuda" if instance_gpus(spec) > 0 else "cpu"
+    except (InputError, KeyError, ValueError):  # an instance type the catalog lacks: no GPU known
+        return "cpu"

@@ -167,10 +167,10 @@ class JobController:
         self.policies: list[Policy] = make_policies(spec.policies)
         self.base_lr = float(spec.workload.lr)
 
-        #: the training recipe (issue 28: optimizer, schedule in committed samples, clipping, precision) and the
-        #: model side (parameters, update, evaluation; the real PyTorch workload unless the caller models it)
+        #: the training recipe (issue 28) and the model side (parameters, update, evaluation; the real PyTorch workload
+        #: unless the caller models it; a parameter server's optimizer on the coordinator's GPU if it has one: issue 40)
         self.recipe = recipe_of(spec.workload, spec.planned_samples())
-        self.state: TrainingState = state or training_state(spec.workload, spec.seed, self.recipe, self.base_lr)
+        self.state: TrainingState = state or training_state(spec, self.recipe, self.base_lr)
         #: per-worker mini-batch times, batch shares and exchanges: pools, places, the PS network (issue 21);
         #: ``time_law`` stands for the fleet in closed-form estimates (:mod:`spotwise.control.speeds`)
         self.speeds = WorkerSpeeds(self)

@@ -24,6 +24,7 @@ import torch
 from spotwise.training.recipe import Recipe
 from spotwise.workloads.base import is_ordered
 from spotwise.training.state import FlatModel, Updater, extra_state, load_extra_state, num_float_buffer_entries
+from spotwise.workloads.device import DeviceDataset, host_buffer, to_device, tree_to_host
 
 
 class SizeOnly:
@@ -104,7 +105,8 @@ class TorchState(TrainingState):
     model without buffers keeps the papers' update ``params -= lr * g`` bit-for-bit.
     """
 
-    def __init__(self, workload: Any, recipe: Recipe | None = None, base_lr: float = 0.05) -> None:
+    def __init__(self, workload: Any, recipe: Recipe | None = None, base_lr: float = 0.05, device: str = "cpu",
+                 mirrored: bool | None = None) -> None:
         # the coordinator needs the training set's size only (workers read the data): the dataset
         # object is dropped here, so an eager one the workload built is freed (issue 28 item 4)
         n_train = len(workload.train)
@@ -113,11 +115,30 @@ class TorchState(TrainingState):
             workload = dataclasses.replace(workload, train=SizeOnly(n_train))
         self.workload = workload
         self.recipe = recipe or Recipe()
-        self.fm, self._np = _flat_on_cpu(workload.build_model())
+        #: where the optimizer steps (issue 40 item 4): the CPU, or the coordinator's GPU when the parameter-server
+        #: plane's coordinator has one (:func:`spotwise.capacity.placement.coordinator_device`).  On a GPU the
+        #: parameters, buffers and optimizer state live there and :attr:`params` is a host mirror (pinned memory)
+        #: refreshed after every change: what the workers are sent and checkpoints store.  (``mirrored`` -- default:
+        #: on a GPU -- takes the mirrored path on any device: the tests run it on the CPU against the plain one.)
+        self.device = torch.device(device)
+        self._host: torch.Tensor | None = None
+        if not (self.device.type != "cpu" if mirrored is None else mirrored):
+            self.fm, self._np = _flat_on_cpu(workload.build_model())
+        else:
+            self.fm = FlatModel(workload.build_model(), self.device)
+            self._host = host_buffer(self.fm.flat.numel(), self.device)
+            self._host.copy_(self.fm.flat)
+            self._np = self._host.numpy()
+            self._eval_set = DeviceDataset(workload.test, self.device) if workload.test is not None else None
         self.model = self.fm.model
         self.updater = Updater(self.fm, self.recipe, base_lr)
         self.n_train = n_train
         self.metric_name = workload.metric_name
+
+    def _mirror(self) -> None:
+        """The host mirror after a change on the device (one device-to-host copy)."""
+        if self._host is not None:
+            self._host.copy_(self.fm.flat)
 
     @property
     def params(self) -> np.ndarray:  # type: ignore[override]
@@ -126,6 +147,8 @@ class TorchState(TrainingState):
     @params.setter
     def params(self, value: np.ndarray) -> None:
         _copy_params(self._np, value)
+        if self._host is not None:
+            self.fm.flat.copy_(self._host)
 
     @property
     def can_evaluate(self) -> bool:
@@ -133,20 +156,22 @@ class TorchState(TrainingState):
 
     def apply(self, grad: np.ndarray, lr: float, contributions: int) -> None:
         fm = self.fm
-        if self.updater.plain and fm.B == 0:
+        on_cpu = self._host is None
+        if on_cpu and self.updater.plain and fm.B == 0:
             self.params -= np.float32(lr) * grad  # the papers' update, bit-for-bit
             return
-        g = torch.from_numpy(np.ascontiguousarray(grad, dtype=np.float32))
+        g = to_device(torch.from_numpy(np.ascontiguousarray(grad, dtype=np.float32)), self.device)
         if self.updater.plain:
-            self._np[: fm.P] -= np.float32(lr) * np.asarray(grad[: fm.P], dtype=np.float32)
-            fm.buffer_vec.copy_(g[fm.P:])
-            fm.advance_int_buffers(self.recipe.accumulate)
-            return
-        if not self.updater.apply(g[: fm.P], lr):
+            if on_cpu:
+                self._np[: fm.P] -= np.float32(lr) * np.asarray(grad[: fm.P], dtype=np.float32)
+            else:
+                fm.param_vec.sub_(g[: fm.P] * np.float32(lr))
+        elif not self.updater.apply(g[: fm.P], lr):
             raise NonFiniteStep("the aggregated gradient holds NaN or infinite values")
         if fm.B:
             fm.buffer_vec.copy_(g[fm.P:])
             fm.advance_int_buffers(self.recipe.accumulate)
+        self._mirror()
 
     def evaluate(self) -> dict[str, float]:
         if self.workload.test is None:
@@ -154,19 +179,19 @@ class TorchState(TrainingState):
         self.model.eval()
         try:
             with torch.no_grad():
-                res = self.workload.evaluate(self.model, self.workload.test)
+                res = self.workload.evaluate(self.model, self.workload.test if self._host is None else self._eval_set)
         finally:
             self.model.train()
         return {k: float(v) for k, v in res.items()}
 
     def extra_state(self) -> dict[str, Any]:
-        return extra_state(self.fm, self.updater)
+        return tree_to_host(extra_state(self.fm, self.updater))  # optimizer state on the host (checkpoints pack CPU tensors)
 
     def load_extra_state(self, extra: dict[str, Any] | None) -> None:
-        load_extra_state(self.fm, self.updater, extra)
+        load_extra_state(self.fm, self.updater, extra)  # torch.optim moves its state to the parameters' device
 
     def model_state_dict(self) -> dict[str, torch.Tensor] | None:
-        return self.fm.state_dict()
+        return tree_to_host(self.fm.state_dict())
 
 
 class ScriptState(TrainingState):
@@ -214,12 +239,15 @@ class ScriptState(TrainingState):
         return self.fm.state_dict()
 
 
-def training_state(workload_spec: Any, seed: int, recipe: Recipe, base_lr: float) -> TrainingState:
+def training_state(spec: Any, recipe: Recipe, base_lr: float) -> TrainingState:
     """The coordinator's :class:`TrainingState` of a job's workload: a script's (:class:`ScriptState`)
-    or a PyTorch workload trained for real (:class:`TorchState`)."""
+    or a PyTorch workload trained for real (:class:`TorchState`), whose optimizer steps on the coordinator's
+    GPU when the job is a parameter server's on GPUs and this process has one
+    (:func:`~spotwise.capacity.placement.coordinator_device`, issue 40 item 4)."""
+    from spotwise.capacity.placement import coordinator_device
     from spotwise.elastic.describe import workload_for
 
-    wl = workload_for(workload_spec, seed)
+    wl = workload_for(spec.workload, spec.seed)
     if wl.info.get("script"):
         return ScriptState(wl)
-    return TorchState(wl, recipe, base_lr)
+    return TorchState(wl, recipe, base_lr, coordinator_device(spec))

@@ -173,8 +173,10 @@ class ParameterServerPlane:
         return None
 
     def summary_extra(self) -> dict[str, Any]:
-        # where a step's time went, by phase (spotwise.control.phases), as the collective plane reports it
-        return {"step_phases": self.phases.summary()}
+        # where a step's time went, by phase (spotwise.control.phases), as the collective plane reports it, and
+        # where the coordinator's optimizer stepped (issue 40 item 4: its GPU when it has one)
+        device = getattr(self.job.state, "device", None) if self.job is not None else None
+        return {"step_phases": self.phases.summary(), "optimizer_device": None if device is None else str(device)}
 
     def _phases(self, contribs: list[Contribution], optimizer_s: float) -> dict[str, float] | None:
         """A committed step's phases in milliseconds, from the coordinator's side (issue 40 item 5):
