@@ -336,3 +336,40 @@ def test_status_reads_the_phases_of_a_log_and_ignores_what_is_not_a_phase() -> N
     line = phase_line(s)
     assert line is not None and line.startswith("compute 88% · reduce 12%") and "mean step 8.0 ms" in line
     assert phase_line(None) is None and totals_of([]).summary() is None
+
+
+def test_the_gpu_busy_share_is_sampled_per_step_and_averaged_where_nvml_answers() -> None:
+    """Issue 40 item 5: a member's clock samples how busy its GPU was once per step (NVML's utilization
+    through ``torch.cuda.utilization``; a fake reader here), the totals average it over the timed steps
+    and status shows it; on the CPU, or where NVML fails, nothing is sampled and nothing is reported."""
+    import itertools
+
+    from spotwise.control.phases import PhaseClock, PhaseTotals, phase_line, totals_of
+    from spotwise.workloads.device import GpuBusy
+
+    assert GpuBusy("cpu").sample() is None
+    readings = itertools.cycle([80.0, 100.0, 140.0])  # percent; a reading above 100 is clamped
+    clock = PhaseClock(busy=GpuBusy("cpu", read=lambda: next(readings)))
+    steps = []
+    for _ in range(3):
+        clock.add("compute", 0.010)
+        steps.append({"kind": "step", "samples": 8, "phases": clock.take()})
+    assert [s["phases"]["gpu_busy_share"] for s in steps] == [0.8, 1.0, 1.0]
+    totals = PhaseTotals()
+    for s in steps:
+        totals.add(s["phases"], 8)
+    summary = totals.summary()
+    assert summary is not None and summary["gpu_busy_share"] == pytest.approx(0.9333, abs=1e-4)
+    assert summary["ms_per_step"] == {"compute": 10.0} and summary["share"] == {"compute": 1.0}  # not a phase's time
+    assert totals_of(steps).summary() == summary  # the report and status read the same from the log
+    line = phase_line(summary)
+    assert line is not None and line.endswith("GPU busy 93%)")
+    # an untrusted log's share outside [0, 1] is ignored; NVML failing stops sampling, training goes on
+    assert "gpu_busy_share" not in (totals_of([{"kind": "step", "samples": 8, "phases": {"compute": 1.0,
+                                                                                          "gpu_busy_share": 7.0}}]).summary() or {})
+
+    def broken() -> float:
+        raise ModuleNotFoundError("pynvml")
+
+    failing = GpuBusy("cpu", read=broken)
+    assert failing.sample() is None and failing.sample() is None and not failing._ok

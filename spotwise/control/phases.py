@@ -27,7 +27,10 @@ coordinator's step) and ``wait`` (the rest of the wall time between two commits)
 
 Times are the member's host clock (``time.perf_counter``).  On a GPU the host runs ahead of the
 device, so a phase's host time is when the host was busy with it, and the device's remaining work
-shows in ``sync``.  (The GPU's busy share is not measured yet: it needs a GPU to test on.)
+shows in ``sync``.  On a GPU the member's clock also samples how busy the GPU was
+(:class:`~spotwise.workloads.device.GpuBusy`: NVML's utilization rate, once per step, where ``pynvml``
+is installed): a step's phases then carry ``gpu_busy_share`` (a fraction, not milliseconds) and the
+summary its mean over the timed steps, ``gpu_busy_share`` (absent where it was never sampled: the CPU).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from typing import Any
 
 #: the phases of a step, in the order a step goes through them (module docstring)
 PHASES: tuple[str, ...] = ("data", "compute", "reduce", "sync", "optimizer", "state", "wait")
+#: the key of a step's GPU busy share among its phases (a fraction in [0, 1])
+BUSY = "gpu_busy_share"
 
 
 @dataclass
@@ -45,6 +50,8 @@ class PhaseClock:
     """A member's accumulator: seconds per phase since the last :meth:`take`."""
 
     spent: dict[str, float] = field(default_factory=dict)
+    #: the member's :class:`~spotwise.workloads.device.GpuBusy` (its ``sample()`` is None on the CPU)
+    busy: Any = None
 
     def add(self, phase: str, seconds: float) -> None:
         if phase not in PHASES:
@@ -59,6 +66,9 @@ class PhaseClock:
         """The milliseconds per phase since the last take (rounded to 0.01 ms), and start anew."""
         out = {k: round(1000.0 * v, 2) for k, v in self.spent.items() if v > 0}
         self.spent = {}
+        share = self.busy.sample() if self.busy is not None else None
+        if share is not None:
+            out[BUSY] = round(float(share), 3)
         return out
 
 
@@ -83,6 +93,9 @@ class PhaseTotals:
     ms: dict[str, float] = field(default_factory=dict)
     steps: int = 0
     samples: int = 0
+    #: the sum and count of the steps' GPU busy shares (steps on a GPU with NVML)
+    busy: float = 0.0
+    busy_steps: int = 0
 
     def add(self, phases: dict[str, Any] | None, samples: int = 0) -> None:
         """One committed step's phases (a record without any is not counted)."""
@@ -91,6 +104,10 @@ class PhaseTotals:
         for k, v in phases.items():
             if k in PHASES:
                 self.ms[k] = self.ms.get(k, 0.0) + float(v)
+        share = phases.get(BUSY)
+        if isinstance(share, (int, float)) and not isinstance(share, bool) and 0.0 <= float(share) <= 1.0:
+            self.busy += float(share)
+            self.busy_steps += 1
         self.steps += 1
         self.samples += int(samples)
 
@@ -107,6 +124,8 @@ class PhaseTotals:
             "share": {k: round(self.ms[k] / total, 4) for k in per} if total > 0 else {},
             "samples_per_s": round(self.samples / (total / 1000.0), 3) if total > 0 else None,
         }
+        if self.busy_steps:
+            out[BUSY] = round(self.busy / self.busy_steps, 4)
         return out
 
 
@@ -122,7 +141,7 @@ def totals_of(events: list[dict[str, Any]]) -> PhaseTotals:
         ph = e.get("phases") if e.get("kind") == "step" and "timing" not in e else None
         if not isinstance(ph, dict):
             continue
-        clean = {k: float(v) for k, v in ph.items() if k in PHASES and isinstance(v, (int, float))
+        clean = {k: float(v) for k, v in ph.items() if (k in PHASES or k == BUSY) and isinstance(v, (int, float))
                  and not isinstance(v, bool) and math.isfinite(float(v)) and float(v) >= 0}
         samples = e.get("samples")
         totals.add(clean, int(samples) if isinstance(samples, int) and not isinstance(samples, bool) and samples >= 0 else 0)
@@ -138,4 +157,6 @@ def phase_line(summary: dict[str, Any] | None) -> str | None:
     parts = [f"{k} {100 * v:.0f}%" for k, v in sorted(share.items(), key=lambda kv: -kv[1]) if v >= 0.01]
     step_ms = sum(summary.get("ms_per_step", {}).values())
     tail = f"mean step {step_ms:.1f} ms" + (f", {summary['samples_per_s']:.4g} samples/s" if summary.get("samples_per_s") else "")
+    if isinstance(summary.get(BUSY), (int, float)):
+        tail += f", GPU busy {100 * float(summary[BUSY]):.0f}%"
     return " · ".join(parts) + f" ({tail})"

@@ -213,6 +213,29 @@ class HostCopier:
         return list(self._host), done.synchronize
 
 
+class GpuBusy:
+    """How busy a GPU has been (issue 40 item 5): NVML's utilization rate -- the share of its last sample
+    period (1/6 s to 1 s, by GPU) in which one or more kernels ran --, read with ``torch.cuda.utilization``
+    (one NVML query, no synchronisation with the device).  A member samples it once per step, so the mean
+    over a run's steps is the share of training time the GPU computed.  :meth:`sample` is ``None`` on the
+    CPU, and where NVML cannot be read (``pynvml`` not installed, no driver): tried once, then never again."""
+
+    def __init__(self, device: torch.device | str, read: Any = None) -> None:
+        self.device = torch.device(device)
+        self._read = read if read is not None else (lambda: torch.cuda.utilization(self.device))
+        self._ok = read is not None or self.device.type == "cuda"
+
+    def sample(self) -> float | None:
+        if not self._ok:
+            return None
+        try:
+            v = float(self._read())
+        except Exception:  # NVML missing or failing: the share is not measured, training goes on
+            self._ok = False
+            return None
+        return min(1.0, max(0.0, v / 100.0))
+
+
 def unscale_grads(optimizers: list[torch.optim.Optimizer], grad_scale: torch.Tensor) -> None:
     """Divide the optimizers' gradients by ``grad_scale`` as ``GradScaler.unscale_`` does (the same
     float32 reciprocal, one ``_foreach_mul_`` per device and dtype), on the device."""

@@ -40,7 +40,7 @@ import torch
 
 from spotwise.control.permutation import EpochPermutation, epoch_permutation
 from spotwise.control.phases import PhaseClock
-from spotwise.workloads.device import DeviceDataset, rng_state, set_rng_state, to_device, to_host
+from spotwise.workloads.device import DeviceDataset, GpuBusy, rng_state, set_rng_state, to_device, to_host
 from spotwise.workloads.loading import BlockLoader, micro_batches
 from spotwise.training.recipe import Recipe
 from spotwise.training.state import (FlatModel, Updater, extra_state, forward_backward, forward_backward_on_device,
@@ -70,7 +70,7 @@ class Replica:
                                       bool(loader.pin_memory))
             self._build_batch = self._loaded_batch
         #: per-phase step timing (issue 40 item 5): the member's clock, which batch building reports to
-        self.clock = PhaseClock()
+        self.clock = PhaseClock(busy=GpuBusy(self.device))
         #: parameters, and float buffers (BatchNorm statistics) behind them
         self.P, self.B = self.fm.P, self.fm.B
         self.N = self.P + self.B

@@ -26,7 +26,7 @@ from spotwise.elastic.host import TAIL_HEAD, Go, Outcome, Parts, ScriptHost
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.training.state import FlatModel
-from spotwise.workloads.device import to_device
+from spotwise.workloads.device import GpuBusy, to_device
 
 #: seconds a script may take between being handed a step and committing it (its first step
 #: compiles, loads, warms up); then the member reports it as not calling optimizer.step()
@@ -58,7 +58,7 @@ class ScriptReplica:
         #: the models the script wrapped (one DDP wrapper each, over the same group) and their flags
         self.modules = list(parts.modules)
         self.find_unused = list(parts.find_unused)
-        self.clock = PhaseClock()
+        self.clock = PhaseClock(busy=GpuBusy(self.device))
         #: the script's host (set when it is started: :func:`start_script`), stopped by :meth:`close`
         self.host: ScriptHost | None = None
         #: one :class:`~spotwise.planes.collective.bucketed.BucketedReducer` per wrapped model (None for

@@ -43,6 +43,7 @@ from spotwise.planner.emit.place import (
     head_instance,
 )
 from spotwise.planner.emit.scripts import (
+    GPU_PACKAGES,
     AWS_CPU_IMAGE,
     AWS_GPU_IMAGE,
     VENV,
@@ -177,7 +178,8 @@ def ray_cluster_config(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_fil
         end += "_"
     cfg.update({
         "setup_commands": [setup_script(install, ray_version=ray_version(), ray_extra="default",
-                                        packages=uri_packages(uri), workload_packages=own, requirements=req)],
+                                        packages=uri_packages(uri) + (GPU_PACKAGES if gpu else ()), workload_packages=own,
+                                        requirements=req)],
         "head_setup_commands": [
             f'"{VENV}/bin/python" -m pip install -q ' + ('"boto3>=1.4.8"' if t.cloud == "aws" else "google-api-python-client"),
             # the trailing newline ends the here-document even inside the launcher's "(...)" wrapping

@@ -80,6 +80,10 @@ def driver_check(instance: str, gpus: int, accelerator: str) -> str:
 URI_PACKAGES: dict[str, tuple[str, ...]] = {"s3": ("s3fs>=2024.6",), "gs": ("gcsfs>=2024.6",), "gcs": ("gcsfs>=2024.6",)}
 
 
+#: what GPU nodes install besides: NVML's Python bindings, for the GPU busy share in step timing (the ``gpu`` extra)
+GPU_PACKAGES: tuple[str, ...] = ("nvidia-ml-py>=12",)
+
+
 def uri_packages(uri: str | None) -> tuple[str, ...]:
     """What a node must install to read and write ``uri`` (``s3://``: s3fs; ``gs://``: gcsfs; a path or
     ``file://``: nothing) -- issue 42 item 3: without it the run script failed at once on every node."""

@@ -23,6 +23,7 @@ from spotwise.planner.emit.files import REMOTE_SPEC, Install, NodeFiles, node_fi
 from spotwise.planner.emit.place import RAY_PORT, cluster_name, emit_target, gce_machine
 from spotwise.planner.emit.ray import ray_version
 from spotwise.planner.emit.scripts import (
+    GPU_PACKAGES,
     driver_check,
     run_script,
     setup_script,
@@ -90,6 +91,7 @@ def skypilot_task(rec: Mapping[str, Any] | None, spec: JobSpec, *, spec_file: st
         "envs": {"SPOTWISE_INSTALL": install.pip_arg or "", "SPOTWISE_RAY_PORT": str(RAY_PORT)},
         "file_mounts": {REMOTE_SPEC: str(spec_file), **install.mounts, **files.mounts},
         "setup": setup_script(install, ray_version=ray_version(), gpu_check=check, from_env=True,
-                              packages=uri_packages(uri), workload_packages=own, requirements=req),
+                              packages=uri_packages(uri) + (GPU_PACKAGES if check else ()), workload_packages=own,
+                              requirements=req),
         "run": run,
     }
