@@ -24,7 +24,8 @@ import torch
 from spotwise.training.recipe import Recipe
 from spotwise.workloads.base import is_ordered
 from spotwise.training.state import FlatModel, Updater, extra_state, load_extra_state, num_float_buffer_entries
-from spotwise.workloads.device import DeviceDataset, host_buffer, to_device, tree_to_host
+from spotwise.training.tensor_tree import tree_to_host
+from spotwise.workloads.device import DeviceDataset, host_buffer, to_device
 
 
 class SizeOnly:

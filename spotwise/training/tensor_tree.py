@@ -74,18 +74,28 @@ class Packed:
         return self.read(0, self.nbytes)
 
 
+def map_tensors(tree: Any, fn: Any) -> Any:
+    """``tree`` (tensors in dicts, lists and plain tuples: a ``state_dict``) with ``fn(t)`` for every tensor ``t``."""
+    if isinstance(tree, torch.Tensor):
+        return fn(tree)
+    if isinstance(tree, dict):
+        return {k: map_tensors(v, fn) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [map_tensors(v, fn) for v in tree]
+    if isinstance(tree, tuple) and type(tree) is tuple:
+        return tuple(map_tensors(v, fn) for v in tree)
+    return tree
+
+
 def clone_tree(tree: Any) -> Any:
     """``tree`` with every tensor cloned (same device): a snapshot of a state whose tensors are
     changed in place later -- ``Optimizer.state_dict()`` holds the optimizer's live tensors."""
-    if isinstance(tree, torch.Tensor):
-        return tree.detach().clone()
-    if isinstance(tree, dict):
-        return {k: clone_tree(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [clone_tree(v) for v in tree]
-    if isinstance(tree, tuple) and type(tree) is tuple:
-        return tuple(clone_tree(v) for v in tree)
-    return tree
+    return map_tensors(tree, lambda t: t.detach().clone())
+
+
+def tree_to_host(tree: Any) -> Any:
+    """``tree`` with every device tensor copied to the host (CPU tensors as they are)."""
+    return map_tensors(tree, lambda t: t if t.device.type == "cpu" else t.detach().cpu())
 
 
 def clone_tree_into(tree: Any, into: Any = None) -> Any:

@@ -86,20 +86,6 @@ def host_buffer(n: int, device: torch.device) -> torch.Tensor:
     return torch.empty(int(n), dtype=torch.float32, pin_memory=torch.device(device).type == "cuda")
 
 
-def tree_to_host(x: Any) -> Any:
-    """``x`` (tensors in dicts, lists and tuples: a ``state_dict``) with every device tensor copied to the
-    host; CPU tensors and everything else are returned as they are."""
-    if isinstance(x, torch.Tensor):
-        return x if x.device.type == "cpu" else x.detach().cpu()
-    if isinstance(x, dict):
-        return {k: tree_to_host(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [tree_to_host(v) for v in x]
-    if isinstance(x, tuple) and type(x) is tuple:
-        return tuple(tree_to_host(v) for v in x)
-    return x
-
-
 def collective_backend(device: torch.device) -> str:
     """The torch.distributed backend for collectives on tensors of ``device``: ``nccl`` for CUDA, ``gloo`` for the CPU."""
     return "nccl" if torch.device(device).type == "cuda" else "gloo"
