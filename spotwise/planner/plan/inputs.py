@@ -59,10 +59,13 @@ def error_model_for(spec: JobSpec, pilot_dir: str | None, pilot_steps: int
         try:
             fit, _ = pl.run_pilot(spec, steps=pilot_steps)
         except pl.PilotSkipped as e:  # issue 42 item 1: a GPU model is never trained on this CPU, nor a slow one
+            refine = ("To measure your job's own curve, run it briefly on its target hardware (spotwise run SPEC --out "
+                      "pilot with a small target.samples) and plan with --pilot pilot")
+            shipped = _from_prior(spec, str(e), refine)
+            if shipped is not None:
+                return shipped
             model, why = pl.prior_error_model(float(spec.workload.lr), float(spec.cluster.workers))
-            return model, 0.0, [], [f"no pilot: {e}; assumed error model: {why}. To measure it, run the job briefly "
-                                    "on its target hardware (spotwise run SPEC --out pilot with a small target.samples) "
-                                    "and plan with --pilot pilot"], "assumed", (str(e),)
+            return model, 0.0, [], [f"no pilot: {e}; assumed error model: {why}. {refine}"], "assumed", (str(e),)
         src = f"Thm 1 constants fitted to a {fit.n_points}-step in-process pilot of {spec.workload.name}"
     assumed = [f"pilot fit: {n}" for n in fit.notes]
     if fit.reliable:
@@ -72,6 +75,36 @@ def error_model_for(spec: JobSpec, pilot_dir: str | None, pilot_steps: int
     measured = [f"{src}: the fit is unreliable and NOT used ({'; '.join(fit.problems)})"]
     assumed = [f"assumed error model (the pilot fit is unreliable): {why}"] + assumed
     return model, float(fit.g_star), measured, assumed, "assumed", tuple(fit.problems)
+
+
+def _from_prior(spec: JobSpec, skipped: str, refine: str
+                ) -> tuple[ErrorModel, float, list[str], list[str], str, tuple[str, ...]] | None:
+    """The error model fitted to the workload's shipped measured prior (:mod:`spotwise.planner.estimate.priors`),
+    or ``None`` when it has none.  Its notes say it is a prior, how it was measured, and where the job differs."""
+    from spotwise.planner.estimate import pilot as pl
+    from spotwise.planner.estimate.priors import differences, load_prior
+
+    if getattr(spec.workload, "script", None) is not None:
+        return None
+    prior = load_prior(spec.workload.name)
+    if prior is None:
+        return None
+    import numpy as np
+
+    fit = pl.fit_error_model(np.asarray(prior.losses, dtype=float), prior.lr, float(prior.workers))
+    diff = differences(prior, spec)
+    said = (f"no pilot ({skipped}): the loss curve is {spec.workload.name}'s shipped PRIOR, not your job's -- "
+            f"{prior.describe()}; " + (f"your job differs in: {'; '.join(diff)}. " if diff else
+                                       "your job is the measured configuration. ") + refine)
+    src = (f"loss curve: {spec.workload.name}'s shipped prior (measured once, not your job's; --pilot RUN uses "
+           "yours): Thm 1 constants fitted to it")
+    if fit.reliable:
+        return (fit.model, float(fit.g_star),
+                [f"{src}: beta = {fit.beta:.5f}, floor {fit.F:.4g}, r2 {fit.r2:.3f} at {prior.workers} workers"],
+                [said] + [f"prior fit: {n}" for n in fit.notes], "prior", ())
+    model, why = pl.assumed_error_model(fit)
+    return (model, float(fit.g_star), [f"{src}: the fit is unreliable and NOT used ({'; '.join(fit.problems)})"],
+            [said, f"assumed error model (the prior's fit is unreliable): {why}"], "assumed", tuple(fit.problems))
 
 
 def gather_inputs(spec: JobSpec, traces: list[str] | None = None, pilot_dir: str | None = None,
