@@ -114,7 +114,10 @@ def test_without_workload_packages_the_setup_installs_nothing_more(tmp_path: Pat
     spec = spec_from_dict(_spec_dict())
     spec.market.traces = []
     got = _recorded_installs(emit.skypilot_task(_rec(), spec, uri="file:///shared/run")["setup"], tmp_path)
-    assert got == []
+    # a p3.2xlarge node installs NVML's bindings for the GPU busy share (GPU_PACKAGES), nothing of the workload's
+    from spotwise.planner.emit.scripts import GPU_PACKAGES
+
+    assert got == [["-m", "pip", "install", "-q", *GPU_PACKAGES]]
 
 
 def test_a_missing_requirements_file_exits_2_at_emit(tmp_path: Path) -> None:
