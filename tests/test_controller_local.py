@@ -107,7 +107,7 @@ def test_a_killed_worker_result_is_lost() -> None:
     p1 = compute.submit(w1, compute.share(params), np.arange(8, 16))
     compute.kill(w1)
     assert compute.gather({0: p0, 1: p1}) == {}, "one dead worker: the batch call reports nothing"
-    grad, loss, n, _, notice = compute.result(0, p0)
+    grad, loss, n, _, notice, _ = compute.result(0, p0)
     assert n == 8 and grad.shape == params.shape and np.isfinite(loss) and notice is None
     with pytest.raises(WorkerLost) as err:
         compute.result(1, p1)

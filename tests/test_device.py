@@ -195,7 +195,8 @@ def test_ps_worker_keeps_its_tensors_on_its_device() -> None:
     assert info["device"] == info["model"] == info["batch"] == str(where)
     assert w.ready()["device"] == str(where)
     params = to_host(torch.cat([p.detach().reshape(-1) for p in w.model.parameters()]))
-    grad, loss, n, _, _ = w.compute(params, np.arange(32))
+    grad, loss, n, _, _, busy = w.compute(params, np.arange(32))
+    assert busy is None or w.device.type == "cuda"  # the GPU busy share: only a GPU worker samples it
     assert isinstance(grad, np.ndarray) and grad.dtype == np.float32 and grad.shape == params.shape  # host numpy: the wire
     assert n == 32 and np.isfinite(loss)
 
@@ -389,7 +390,7 @@ def test_a_ps_worker_step_reads_the_loss_with_the_gradient_in_one_copy(monkeypat
     w = GradientWorker({"name": "mlp-digits", "batch_size": 16}, 0, 1, None, "cpu")
     params = to_host(torch.cat([p.detach().reshape(-1) for p in w.model.parameters()]))
     reads = count_device_reads(monkeypatch)
-    grad, loss, n, _, _ = w.compute(params, np.arange(16))
+    grad, loss, n, _, _, _ = w.compute(params, np.arange(16))
     monkeypatch.undo()
     assert reads["n"] == 0 and n == 16 and isinstance(loss, float) and math.isfinite(loss)
     assert isinstance(grad, np.ndarray) and grad.shape == params.shape

@@ -119,3 +119,23 @@ def test_the_coordinator_steps_on_a_gpu_only_for_a_gpu_parameter_server_job_that
     # the collective plane's coordinator applies nothing: its members step
     assert coordinator_device(_spec({"name": "mlp-digits"}, instance_type="p3.2xlarge", data_plane="collective"),
                               cuda_available=True) == "cpu"
+
+
+def test_the_ps_plane_averages_its_contributing_workers_gpu_busy_shares() -> None:
+    """A worker's result carries its GPU's busy share (None on the CPU); a commit's phases hold the mean of its
+    contributions' shares, beside their milliseconds (spotwise.control.phases)."""
+    import time
+    from types import SimpleNamespace
+
+    from spotwise.control.records import Contribution
+    from spotwise.planes.ps.plane import ParameterServerPlane
+
+    def contrib(busy: float | None) -> Contribution:
+        return Contribution(0, None, np.zeros(1, np.float32), 1.0, 8, 0, 0.004, busy)  # type: ignore[arg-type]
+
+    fake = SimpleNamespace(_last_commit_wall=time.perf_counter() - 0.01)
+    ph = ParameterServerPlane._phases(fake, [contrib(0.5), contrib(0.9), contrib(None)], 0.001)  # type: ignore[arg-type]
+    assert ph is not None and ph["gpu_busy_share"] == 0.7 and ph["compute"] > 0
+    fake._last_commit_wall = time.perf_counter() - 0.01
+    ph = ParameterServerPlane._phases(fake, [contrib(None)], 0.001)  # type: ignore[arg-type]
+    assert ph is not None and "gpu_busy_share" not in ph

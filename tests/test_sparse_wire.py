@@ -89,7 +89,7 @@ def test_flat_grad_sparse_densifies_to_flat_grad(name: str) -> None:
 def test_sparse_worker_ships_a_small_sparse_update(name: str) -> None:
     w = worker(name, BIG[name], batch=32)
     params = flat_params(w.model).detach().numpy()
-    grad, loss, n, _, notice = w.compute(params, np.arange(32))
+    grad, loss, n, _, notice, _ = w.compute(params, np.arange(32))
     assert isinstance(grad, SparseUpdate) and n == 32 and np.isfinite(loss) and notice is None
     dense_bytes = 4 * w.n_params
     assert grad.size == w.n_params
@@ -221,7 +221,7 @@ def test_ray_carries_a_sparse_update(ray_session) -> None:
         wl = make_workload(spec.workload, spec.seed)
         params = flat_params(wl.build_model()).detach().numpy()
         idx = np.arange(16)
-        grad, loss, n, _, _ = compute.result(0, compute.submit(actor, compute.share(params), idx))
+        grad, loss, n, _, _, _ = compute.result(0, compute.submit(actor, compute.share(params), idx))
         local, *_ = GradientWorker(*worker_args_for(spec)).compute(params, idx)
         assert isinstance(grad, SparseUpdate) and isinstance(local, SparseUpdate) and n == 16
         assert np.array_equal(grad.indices, local.indices) and np.array_equal(grad.values, local.values)

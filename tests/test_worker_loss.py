@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent('''
         @ray.remote(num_cpus=0, resources={"spot": 1})
         class Worker:
             def compute(self):
-                return np.ones(1 << 18, np.float32), 0.5, 16, 0.01, None  # a 1 MiB gradient
+                return np.ones(1 << 18, np.float32), 0.5, 16, 0.01, None, None  # a 1 MiB gradient
 
         compute = RayCompute((), standby=0)  # the calls below are on an actor placed by hand
         w = Worker.remote()

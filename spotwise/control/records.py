@@ -36,6 +36,8 @@ class Contribution:
     staleness: int
     #: the worker's measured seconds for it (batch, forward and backward, the gradient's copy to the host)
     seconds: float = 0.0
+    #: how busy the worker's GPU was (a fraction; None on the CPU or without NVML)
+    busy: float | None = None
 
 
 @dataclass

@@ -102,7 +102,7 @@ class ModelledCompute(Compute):
         worker, loss, n = pending
         if not worker.alive:
             raise WorkerLost(slot)
-        return self._grad, loss, n, 0.0, None
+        return self._grad, loss, n, 0.0, None, None
 
     def gather(self, pending: dict[int, Any]) -> dict[int, Result]:
         try:

@@ -18,7 +18,8 @@ The coordinator (the job's control logic) never calls Ray itself: it talks to on
   it raises :class:`WorkerLost` exactly like a lost Ray actor.
 
 A result is the tuple :meth:`GradientWorker.compute` returns:
-``(flat gradient, loss, samples, compute seconds, preemption notice or None)``; the gradient is a
+``(flat gradient, loss, samples, compute seconds, preemption notice or None, GPU busy share or None)``
+(the share: :class:`~spotwise.workloads.device.GpuBusy`, sampled after the call); the gradient is a
 dense vector or, for workloads with sparse gradients, a
 :class:`~spotwise.planes.serverless.significance.SparseUpdate` (:mod:`spotwise.planes.ps.wire`), which
 travels through Ray as it is (a dataclass of two numpy arrays).
@@ -35,7 +36,7 @@ import numpy as np
 from spotwise.errors import InputError
 from spotwise.planes.ps.wire import Gradient
 
-Result = tuple[Gradient, float, int, float, "dict[str, Any] | None"]
+Result = tuple[Gradient, float, int, float, "dict[str, Any] | None", "float | None"]
 
 #: parameters up to this size travel inline with each call (fastest below Ray's 100 KiB limit);
 #: larger ones go through the object store once per step

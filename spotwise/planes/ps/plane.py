@@ -42,7 +42,7 @@ import numpy as np
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.dataplane import PlaneHost
-from spotwise.control.phases import PhaseTotals
+from spotwise.control.phases import BUSY, PhaseTotals
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.clock import ReadyFn
 from spotwise.control.records import Contribution, Task
@@ -193,8 +193,12 @@ class ParameterServerPlane:
         wall = max(0.0, now - last)
         compute = min(wall, max((c.seconds for c in contribs), default=0.0))
         optimizer = min(max(0.0, optimizer_s), max(0.0, wall - compute))
-        return {k: round(1000.0 * v, 2) for k, v in
-                (("compute", compute), ("optimizer", optimizer), ("wait", max(0.0, wall - compute - optimizer)))}
+        out = {k: round(1000.0 * v, 2) for k, v in
+               (("compute", compute), ("optimizer", optimizer), ("wait", max(0.0, wall - compute - optimizer)))}
+        busy = [float(c.busy) for c in contribs if c.busy is not None]
+        if busy:  # the contributing workers' GPUs (spotwise.control.phases)
+            out[BUSY] = round(sum(busy) / len(busy), 3)
+        return out
 
     def shutdown(self) -> None:
         return None
@@ -321,7 +325,7 @@ class ParameterServerPlane:
         # steps (RAY_SYSTEM_CONFIG), so the next round's goes into the same object-store memory instead
         # of new pages every worker then reads (their resident memory grew by a model per round)
         del params, refs, ready
-        self.commit([Contribution(w, blocks[w], r[0], r[1], r[2], 0, float(r[3])) for w, r in results.items()])
+        self.commit([Contribution(w, blocks[w], r[0], r[1], r[2], 0, float(r[3]), r[5]) for w, r in results.items()])
 
     def _round_market(self, until: float, blocks: dict[int, Block], refs: dict[int, Any],
                       finish: dict[int, float | None], results: dict[int, Result]) -> bool:
@@ -458,13 +462,13 @@ class ParameterServerPlane:
         job = self.job
         del self.tasks[task.worker]
         try:
-            grad, loss, n, secs, notice = self._get(task.worker, task.ref)
+            grad, loss, n, secs, notice, busy = self._get(task.worker, task.ref)
         except WorkerLost:
             self.tasks[task.worker] = task  # so that the member's leaving releases its block
             job.drop_member(task.worker, "node-lost")
             return
         self._worker_notice(task.worker, notice)
-        self.buffer.append(Contribution(task.worker, task.block, grad, loss, n, job.step - task.version, float(secs)))
+        self.buffer.append(Contribution(task.worker, task.block, grad, loss, n, job.step - task.version, float(secs), busy))
         if len(self.buffer) >= job.sync_strategy.needed(max(1, len(job.members))):
             contribs, self.buffer = self.buffer, []
             self.commit(contribs)

@@ -37,7 +37,7 @@ import torch
 from spotwise.config import JobSpec, WorkloadSpec
 from spotwise.planes.ps.wire import DENSE_ENTRY_BYTES, Gradient
 from spotwise.spec.load import build, to_plain
-from spotwise.workloads.device import DeviceDataset, resolve_device, to_device, to_host
+from spotwise.workloads.device import DeviceDataset, GpuBusy, resolve_device, to_device, to_host
 from spotwise.training.recipe import worker_recipe
 from spotwise.training.state import FlatModel, check_precision_device, forward_backward_on_device
 from spotwise.workloads.params import flat_grad, flat_grad_sparse, num_params, zero_grad
@@ -74,6 +74,7 @@ class GradientWorker:
                  device: str = "cpu") -> None:
         torch.set_num_threads(max(1, int(threads)))
         self.device = resolve_device(device)
+        self._busy = GpuBusy(self.device)  # how busy its GPU was, with each result (issue 40 item 5)
         self.spec = build(WorkloadSpec, workload, "workload")
         self.workload = make_workload(self.spec, seed)
         #: parameters and float buffers as views into one flat vector (issue 28: buffers travel too)
@@ -134,9 +135,10 @@ class GradientWorker:
         return {"device": str(self.device), "model": str(next(self.model.parameters()).device),
                 "batch": str(x.device), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
-    def compute(self, params: np.ndarray, indices: np.ndarray) -> tuple[Gradient, float, int, float, dict[str, Any] | None]:
+    def compute(self, params: np.ndarray, indices: np.ndarray
+                ) -> tuple[Gradient, float, int, float, dict[str, Any] | None, float | None]:
         """``(flat gradient of the mean loss over indices, loss, len(indices), compute seconds,
-        preemption notice or None)``.
+        preemption notice or None, the GPU's busy share or None)``.
 
         The gradient is the dense flat float32 vector, or -- for a workload with sparse gradients
         -- a :class:`~spotwise.planes.serverless.significance.SparseUpdate` over the same layout holding
@@ -156,7 +158,7 @@ class GradientWorker:
                 break
         grad, lv = self._gradient(loss)
         self.calls += 1
-        return grad, lv, int(len(indices)), time.perf_counter() - t0, self._notice
+        return grad, lv, int(len(indices)), time.perf_counter() - t0, self._notice, self._busy.sample()
 
     def _unscale(self) -> bool:
         """fp16 (dynamic loss scaling on the worker, GradScaler's rule): divide the gradient by the
