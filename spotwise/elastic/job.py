@@ -56,6 +56,7 @@ class Backend(Protocol):
     rank: int
     world: int
     device: torch.device
+    seed: int
 
     def register_model(self, module: torch.nn.Module, find_unused: bool) -> int: ...
     def forward_module(self, index: int = 0) -> Any: ...
@@ -266,6 +267,13 @@ class Job:
     def device(self) -> torch.device:
         """Where this member trains (the spec's ``cluster.device``; the CPU on its own unless CUDA is there)."""
         return self._backend.device
+
+    @property
+    def seed(self) -> int:
+        """The run's seed (the spec's ``seed`` under spotwise; ``init(seed=...)`` on its own): the data
+        order's, and what a script seeds its model's initialisation with, so every member builds the
+        same initial model."""
+        return int(self._backend.seed)
 
     @property
     def step(self) -> int:

@@ -111,6 +111,7 @@ class CollectivePlane:
         self._nonfinite: dict[str, Any] | None = None  # issue 28: the first record of a diverged step
         self._script_over: dict[str, Any] | None = None  # issue 41: a member's script ended / raised
         self._metrics: dict[str, float] = {}  # the latest value of each metric a training script logged
+        self._per_member = 0  # the most samples a member committed in a step (a script's accumulation: its A * b)
         self._schedule: dict[str, Any] | None = None  # issue 28: the lr schedule the members use
 
     @property
@@ -256,12 +257,8 @@ class CollectivePlane:
 
     # ================================================================== leases
     def _target_step(self) -> int:
-        job = self.job
-        it = job.spec.target.iterations
-        caps = [NO_LIMIT if it is None else int(it)]
-        if job.stop_after_steps is not None:
-            caps.append(int(job.stop_after_steps))
-        return min(caps)
+        it, stop = self.job.spec.target.iterations, self.job.stop_after_steps
+        return min(NO_LIMIT if it is None else int(it), NO_LIMIT if stop is None else int(stop))
 
     def _advance(self) -> None:
         """Lease the steps that end before the next market event, log them, then apply the event."""
@@ -298,7 +295,7 @@ class CollectivePlane:
         else:
             lease = job.step + steps_before(self._step_end, limit, target - job.step, lambda i: self._next_draw(i, k))
         if job.stop_after_samples is not None:
-            per_step = max(1, job.sync_strategy.samples_per_step(k, job.batch))
+            per_step = max(1, job.sync_strategy.samples_per_step(k, job.batch), k * self._per_member)
             left = job.stop_after_samples - job.counters.samples  # the steps that commit them at this width, no more
             lease = min(lease, job.step + max(0, -(-left // per_step)))
         return lease
@@ -404,6 +401,7 @@ class CollectivePlane:
         job.clock.advance_to(self._step_end)
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
+        self._per_member = max(self._per_member, samples // max(1, k))
         lr = job.recipe.lr_at(job.lr, job.counters.samples)  # what the members used: the schedule at the samples before this step
         job.counters.samples += samples
         self.replicas.samples[job.step] = int(job.counters.samples)

@@ -1,0 +1,195 @@
+"""``spotwise eject SPEC --out DIR``: a built-in or ``module:function`` job as a training script of the user's own (issue 41 item 2).
+
+A ``module:function`` workload ends where ``loss(model, batch)`` ends: a GAN, a teacher, an EMA copy,
+a loss over several batches need a loop of their own.  ``eject`` writes that loop, with the job's
+training in it, so the user starts from what ran rather than from nothing:
+
+* ``DIR/train.py`` -- :mod:`spotwise.elastic.workload_loop` (the workload's model, loss and data, the
+  recipe's optimizer, schedule, clipping, accumulation, precision and evaluation, as a client of
+  :mod:`spotwise.elastic`), with the job's ``workload:`` mapping written into its ``WORKLOAD``, the
+  spec's seed into ``SEED`` and, for a ``module:function``, the folder its module is imported from
+  into ``PATHS``.  Every value is written as a Python literal (``repr`` of plain data), read back with
+  ``ast.literal_eval`` before the file is written: a value from the spec never becomes code.
+* ``DIR/job.yaml`` -- the user's spec file, its comments and layout kept (``ruamel.yaml``'s round
+  trip), its paths relative to ``DIR``, and ``workload`` now ``{script: train.py, batch_size:
+  batch_size / accumulate, ...}`` (the recipe is the script's; the throughput fields, packages and
+  requirements stay).  It is loaded back before ``eject`` returns.
+
+``spotwise run DIR/job.yaml`` then trains the same steps as ``spotwise run SPEC`` on the collective
+plane (:mod:`spotwise.elastic.workload_loop` says where they differ: full steps at an epoch's end).
+Refused (exit 2, saying why): a spec that trains a script already, a synchronisation other than
+S-SGD (``full`` / ``ssgd``), ``cluster.data_plane: ps`` or serverless functions (a script runs on the
+collective plane), a ``batch_size`` that ``accumulate`` does not divide, and an existing
+``train.py`` or ``job.yaml`` in ``DIR`` (``force`` replaces files spotwise wrote there).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import io
+import os
+import pprint
+from pathlib import Path
+from typing import Any
+
+from spotwise.errors import InputError
+
+#: the first line of every file eject writes: what ``force`` may replace
+MARK = "# written by spotwise eject"
+#: what the loop uses of the workload mapping
+LOOP_FIELDS = ("name", "params", "dataset", "batch_size", "lr", "optimizer", "schedule", "grad_clip_norm",
+               "accumulate", "precision", "eval_every", "loader")
+#: what stays in the spec's workload beside the script (the plan's and the emitted setups')
+SPEC_FIELDS = ("family", "step_time_s", "model_mb", "packages", "requirements")
+
+
+def _literal(value: Any) -> str:
+    """``value`` (plain data) as a Python literal that reads back equal; InputError otherwise."""
+    text = pprint.pformat(value, width=100, sort_dicts=False)
+    try:
+        same = ast.literal_eval(text) == value
+    except (ValueError, SyntaxError):
+        same = False
+    if not same:
+        raise InputError(f"a workload value cannot be written as a Python literal: {text[:200]}",
+                         "use plain numbers, strings, lists and mappings in the workload", "workload")
+    return text
+
+
+def _workload_mapping(spec: Any, out_dir: str) -> dict[str, Any]:
+    """The loop's ``WORKLOAD``: the spec's workload as it trains (the schedule's length resolved for the
+    job's planned samples, as the run resolves it), its dataset path relative to ``out_dir``."""
+    from dataclasses import asdict
+
+    from spotwise.planner.plan.planned_spec import _rel
+
+    w = spec.workload
+    data = {k: v for k, v in spec.to_dict()["workload"].items() if k in LOOP_FIELDS}
+    if w.schedule is not None:
+        s = asdict(w.schedule.resolved(spec.planned_samples()))
+        data["schedule"] = {k: v for k, v in s.items() if v is not None}
+    if w.dataset:
+        data["dataset"] = _rel(w.dataset, out_dir, out_dir)
+    data["loader"] = dict(asdict(w.loader))
+    return data
+
+
+def _module_folder(name: str, out_dir: str) -> list[str]:
+    """Where a ``module:function`` workload's module is imported from, relative to ``out_dir`` (none for
+    a built-in or an installed package)."""
+    if ":" not in name:
+        return []
+    top = name.partition(":")[0].split(".")[0]
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        found = None
+    origin = getattr(found, "origin", None) if found is not None else None
+    if not origin or "site-packages" in origin or "dist-packages" in origin:
+        return []
+    folder = os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
+    return [os.path.relpath(folder, out_dir)]
+
+
+def _check_ejectable(spec: Any, raw: dict[str, Any]) -> None:
+    w, c = spec.workload, spec.cluster
+    if w.script is not None:
+        raise InputError("the spec trains a script already (workload.script)", "edit that script; eject writes one for "
+                         "a built-in or module:function workload", "workload.script")
+    if str(c.sync) not in ("full", "ssgd"):
+        raise InputError(f"the spec synchronises with {c.sync!r}; the ejected loop is S-SGD (DDP's all-reduce each step)",
+                         "use cluster.sync: full (or ssgd), or keep running this spec as it is", "cluster.sync")
+    cluster = raw.get("cluster") if isinstance(raw.get("cluster"), dict) else {}
+    if cluster.get("data_plane") == "ps" or c.kind != "vm" or cluster.get("pools"):
+        raise InputError("a training script runs on the collective plane of one VM pool; this spec asks for "
+                         f"{'a parameter server' if cluster.get('data_plane') == 'ps' else 'functions or pools'}",
+                         "remove cluster.data_plane: ps / kind: serverless / pools before ejecting", "cluster")
+    if int(w.batch_size) % int(w.accumulate):
+        raise InputError(f"batch_size {w.batch_size} is not a multiple of accumulate {w.accumulate}",
+                         "the loop takes `accumulate` micro-batches of batch_size / accumulate per step: make "
+                         "batch_size a multiple of accumulate", "workload.batch_size")
+
+
+def _writable(path: Path, force: bool) -> None:
+    if path.is_symlink():
+        raise InputError(f"{path} is a symbolic link; spotwise never writes through a link", "remove it", "--out")
+    if path.exists():
+        try:
+            first = path.read_text(encoding="utf-8", errors="replace").splitlines()[:1]
+        except OSError:
+            first = []
+        ours = bool(first) and first[0].startswith(MARK)
+        if not force or not ours:
+            raise InputError(f"{path} exists", "choose another --out folder" + ("" if not ours else
+                             ", or pass --force to replace what spotwise eject wrote there"), "--out")
+
+
+def eject(spec_file: str | os.PathLike[str], out: str | os.PathLike[str], force: bool = False) -> list[str]:
+    """Write ``out/train.py`` and ``out/job.yaml`` for the job ``spec_file`` (module docstring); the
+    paths written."""
+    from ruamel.yaml import YAML
+
+    from spotwise.config import load_spec
+    from spotwise.inputfiles import read_input_text
+    from spotwise.outputfiles import write_output_text
+    from spotwise.planner.plan.planned_spec import PATH_FIELDS, _abs, _get, _rel
+    from spotwise.safeparse import load_yaml
+    from spotwise.workloads.registry import make_workload
+
+    src = Path(spec_file)
+    spec = load_spec(src)
+    text = read_input_text(src, "spec file", "pass a readable UTF-8 YAML file")
+    raw = load_yaml(text, str(src), "spec file")
+    _check_ejectable(spec, raw if isinstance(raw, dict) else {})
+    out_dir = Path(out)
+    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+        raise InputError(f"{out_dir} is not a folder", "give --out a folder (it is created)", "--out")
+    if make_workload(spec.workload, spec.seed).sparse_grads:
+        raise InputError(f"workload {spec.workload.name} has sparse gradients (embedding tables), which DDP's buckets "
+                         "do not reduce", "keep running this spec as it is (the built-in step takes sparse gradients)",
+                         "workload.name")
+    train_py, job_yaml = out_dir / "train.py", out_dir / "job.yaml"
+    _writable(train_py, force)
+    _writable(job_yaml, force)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    where = os.path.abspath(out_dir)
+    # train.py: the loop, with the job's workload, seed and import folder as literals
+    w = spec.workload
+    loop = Path(__file__).resolve().parent.parent / "elastic" / "workload_loop.py"
+    source = loop.read_text(encoding="utf-8")
+    values = {"WORKLOAD: dict[str, Any] | None = None": f"WORKLOAD: dict[str, Any] | None = {_literal(_workload_mapping(spec, where))}",
+              "SEED = 0": f"SEED = {_literal(int(spec.seed))}",
+              "PATHS: list[str] = []": f"PATHS: list[str] = {_literal(_module_folder(w.name, where))}"}
+    for old, new in values.items():
+        if source.count(f"\n{old}\n") != 1:  # pragma: no cover - the loop module's own lines
+            raise RuntimeError(f"spotwise/elastic/workload_loop.py lost its line {old!r}")
+        source = source.replace(f"\n{old}\n", f"\n{new}\n")
+    header = f"{MARK} from {src.name}: its workload {w.name!r}, trained through spotwise.elastic; yours to change\n"
+    # job.yaml: the user's file, paths relative to the new folder, the workload now the script
+    yaml = YAML(typ="rt")
+    yaml.width = 100
+    yaml.preserve_quotes = True
+    doc = yaml.load(text)
+    src_dir = os.path.dirname(_abs(src))
+    for keys in PATH_FIELDS:
+        v = _get(doc, keys)
+        if v is not None and keys != ("workload", "dataset"):
+            _get(doc, keys[:-1])[keys[-1]] = _rel(list(v) if isinstance(v, list) else v, src_dir, where)
+    old_w = doc.get("workload") or {}
+    new_w = {"script": "train.py", "batch_size": int(w.batch_size) // int(w.accumulate)}
+    for k in SPEC_FIELDS:
+        if k in old_w:
+            new_w[k] = old_w[k]
+    doc["workload"] = new_w
+    buf = io.StringIO()
+    yaml.dump(doc, buf)
+    job_text = f"{MARK} from {src.name}: the same job, its workload now train.py (the recipe is the script's)\n" \
+        + buf.getvalue()
+    write_output_text(train_py, header + source, "--out")
+    write_output_text(job_yaml, job_text, "--out")
+    load_spec(job_yaml)  # what we wrote loads, from where it is
+    return [str(train_py), str(job_yaml)]
+
+
+__all__ = ["eject"]
