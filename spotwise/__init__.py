@@ -6,6 +6,7 @@ The Python API (issue 22; the ``spotwise`` command is a thin layer over it, see 
 * :func:`plan` -- the recommended :class:`Plan` (strategy, workers, bids, expected cost and time, P(deadline));
 * :func:`run` -- real training on the emulated spot market (or a Ray cluster), a :class:`RunSummary`;
 * :func:`launch` -- :func:`run` of your own training script (``spotwise.elastic``) under a spec's cluster and target;
+* :func:`eject` -- a built-in or ``module:function`` job written out as your own script on ``spotwise.elastic``;
 * :func:`simulate` -- a modelled run in virtual time, a :class:`RunSummary`;
 * :func:`sweep` -- strategies (built-in, or your own :class:`Policy`) replayed over real traces, a :class:`SweepResult`;
 * :func:`report` -- a run's report, or one HTML page comparing runs and sweeps, a :class:`Report`.
@@ -34,7 +35,7 @@ _LAZY = {
     "launch": "spotwise.api", "simulate": "spotwise.api", "sweep": "spotwise.api", "report": "spotwise.api",
     "JobSpec": "spotwise.config", "RunSummary": "spotwise.events", "Plan": "spotwise.planner.plan.records",
     "SweepResult": "spotwise.sim.sweep", "Strategy": "spotwise.sim.sweep", "Report": "spotwise.reports.compare",
-    "UserPolicyError": "spotwise.policies.user",
+    "UserPolicyError": "spotwise.policies.user", "eject": "spotwise.spec.eject",
 }
 
 __all__ = ["__version__", "InputError", "InfeasibleError", "SpotwiseError", "Policy", "Observation", "Decision", "Noop",

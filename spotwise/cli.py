@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 
 from spotwise import __version__
+from spotwise.cli_eject import eject_command
 from spotwise.cli_help import command_kw
 from spotwise.cli_tables import _serverless_table, _summary_table
 from spotwise.errors import InputError
@@ -30,12 +31,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 app = typer.Typer(
     name="spotwise",
     help="Train ML models cheaply on volatile cloud capacity: plan, run through revocations, evaluate on real price histories.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     rich_markup_mode="markdown",  # a docstring's paragraph is reflowed to the terminal, not broken where it was typed
-    **command_kw(""),
-)
+    **command_kw(""))
 traces_app = typer.Typer(help="Inspect price and availability traces.", no_args_is_help=True, **command_kw("traces"))
 app.add_typer(traces_app, name="traces")
 
@@ -587,6 +585,9 @@ def status(
         print_json(read().to_dict())
     else:
         Console().print(status_table(read()))
+
+
+app.command("eject", **command_kw("eject"))(guarded(eject_command))
 
 
 def main(argv: list[str] | None = None) -> None:

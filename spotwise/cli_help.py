@@ -22,6 +22,7 @@ EXAMPLES: dict[str, str] = {
     "run": "spotwise run examples/demo.yaml --out runs/demo",
     "launch": "spotwise launch examples/own-loop/gpt.yaml examples/own-loop/train_gpt_spotwise.py --out runs/gpt "
               "-- --max-iters 200",
+    "eject": "spotwise eject examples/demo.yaml --out my-loop",
     "simulate": "spotwise simulate examples/demo.yaml --out runs/demo-sim",
     "report": "spotwise report runs/demo runs/demo-sim --out compare.html",
     "runs": "spotwise runs runs/",

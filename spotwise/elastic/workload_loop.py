@@ -178,9 +178,8 @@ def _evaluate(wl: Any, module: torch.nn.Module) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     """``python train.py [--epochs E] [--workload JSON]``: train :data:`WORKLOAD` (module docstring)."""
-    import json
-
     import spotwise.elastic as sw
+    from spotwise.safeparse import loads_json
 
     ap = argparse.ArgumentParser(description="train a spotwise workload through spotwise.elastic")
     ap.add_argument("--workload", default=None, help="the workload mapping as JSON (default: WORKLOAD in this file)")
@@ -192,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         folder = os.path.normpath(os.path.join(here, p))
         if folder not in sys.path:
             sys.path.insert(0, folder)
-    workload = json.loads(args.workload) if args.workload else WORKLOAD
+    workload = loads_json(args.workload, "--workload", "argument") if args.workload else WORKLOAD
     job = sw.init(seed=SEED)
     train(job, workload, here, epochs=float(args.epochs))
 

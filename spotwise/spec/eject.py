@@ -86,9 +86,15 @@ def _module_folder(name: str, out_dir: str) -> list[str]:
     except (ImportError, ValueError):
         found = None
     origin = getattr(found, "origin", None) if found is not None else None
-    if not origin or "site-packages" in origin or "dist-packages" in origin:
+    places = list(getattr(found, "submodule_search_locations", None) or [])
+    if origin and origin.endswith("__init__.py") or (not origin and places):  # a package (a namespace one too)
+        folder = os.path.dirname(os.path.dirname(origin) if origin else places[0])
+    elif origin and origin.endswith(".py"):
+        folder = os.path.dirname(origin)
+    else:
         return []
-    folder = os.path.dirname(os.path.dirname(origin)) if origin.endswith("__init__.py") else os.path.dirname(origin)
+    if "site-packages" in folder or "dist-packages" in folder:  # installed: importable wherever it runs
+        return []
     return [os.path.relpath(folder, out_dir)]
 
 
