@@ -304,3 +304,22 @@ def test_the_ejected_job_commits_the_builtin_jobs_steps_through_a_revocation(ray
     assert max(float((ga[k] - gb[k]).abs().max()) for k in ga) < 1e-5
     evals = [m for m in read_events(tmp_path / "elastic" / "events.jsonl", kinds=["metrics"]) if "eval_loss" in m["values"]]
     assert evals and {int(m["step"]) % 5 for m in evals} == {0}
+
+
+def test_eject_turns_a_token_target_into_samples_and_keeps_the_builtins_family(tmp_path: Path) -> None:
+    """A script declares no tokens per sample: target.tokens is written as the samples it meant, and the
+    built-in's own throughput family stays (a script's default would be mlp)."""
+    from spotwise.config import load_spec
+    from spotwise.spec.resolve import resolve_epochs
+
+    text = RECIPE_SPEC.replace("name: mlp-digits", "name: gpt-bytes\n  params: {n_layer: 1, n_head: 2, n_embd: 16, "
+                               "block_size: 32}").replace("target: {samples: 640}", "target: {tokens: 20480}")
+    eject(_write(tmp_path, text), tmp_path / "ej")
+    job = load_spec(tmp_path / "ej" / "job.yaml")
+    resolve_epochs(job)
+    assert job.target.tokens is None and job.target.samples == 640
+    assert "target.tokens 20480 in samples of gpt-bytes" in (tmp_path / "ej" / "job.yaml").read_text()
+    assert _loop_module(tmp_path / "ej" / "train.py").WORKLOAD["schedule"]["total"] == 640
+    # a GPU example: resnet18-cifar's family on a V100 is resnet18 (the catalog's measured speed)
+    eject(ROOT / "examples" / "resnet18-v100.yaml", tmp_path / "r18")
+    assert load_spec(tmp_path / "r18" / "job.yaml").workload.family == "resnet18"

@@ -151,7 +151,11 @@ def eject(spec_file: str | os.PathLike[str], out: str | os.PathLike[str], force:
     out_dir = Path(out)
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise InputError(f"{out_dir} is not a folder", "give --out a folder (it is created)", "--out")
-    if make_workload(spec.workload, spec.seed).sparse_grads:
+    from spotwise.spec.resolve import resolve_epochs
+
+    wl = make_workload(spec.workload, spec.seed)
+    resolve_epochs(spec, len(wl.train))  # target.epochs / tokens in samples: the schedule's length
+    if wl.sparse_grads:
         raise InputError(f"workload {spec.workload.name} has sparse gradients (embedding tables), which DDP's buckets "
                          "do not reduce", "keep running this spec as it is (the built-in step takes sparse gradients)",
                          "workload.name")
@@ -187,14 +191,21 @@ def eject(spec_file: str | os.PathLike[str], out: str | os.PathLike[str], force:
     for k in SPEC_FIELDS:
         if k in old_w:
             new_w[k] = old_w[k]
+    new_w.setdefault("family", str(w.family))  # the built-in's own (a script's default is mlp)
     doc["workload"] = new_w
+    target = doc.get("target")
+    if isinstance(target, dict) and target.get("tokens") is not None:  # a script declares no tokens per sample
+        target.pop("tokens")
+        target.fa.set_block_style()  # a comment can follow a key only in block style
+        target["samples"] = int(spec.target_samples())
+        target.yaml_add_eol_comment(f"target.tokens {spec.target.tokens} in samples of {w.name}", "samples")
     buf = io.StringIO()
     yaml.dump(doc, buf)
     job_text = f"{MARK} from {src.name}: the same job, its workload now train.py (the recipe is the script's)\n" \
         + buf.getvalue()
     write_output_text(train_py, header + source, "--out")
     write_output_text(job_yaml, job_text, "--out")
-    load_spec(job_yaml)  # what we wrote loads, from where it is
+    resolve_epochs(load_spec(job_yaml), len(wl.train))  # what we wrote loads, from where it is, and has a length
     return [str(train_py), str(job_yaml)]
 
 
