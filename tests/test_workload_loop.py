@@ -323,3 +323,20 @@ def test_eject_turns_a_token_target_into_samples_and_keeps_the_builtins_family(t
     # a GPU example: resnet18-cifar's family on a V100 is resnet18 (the catalog's measured speed)
     eject(ROOT / "examples" / "resnet18-v100.yaml", tmp_path / "r18")
     assert load_spec(tmp_path / "r18" / "job.yaml").workload.family == "resnet18"
+
+
+def test_an_ejected_fp16_gpu_job_is_described_on_the_coordinators_cpu(tmp_path: Path) -> None:
+    """The coordinator runs a script to its first batch on its CPU (the model's layout, the dataset's
+    size): an fp16 job for GPU workers gets that far there, and on its own, without CUDA, it exits 2."""
+    from spotwise.config import load_spec
+    from spotwise.elastic.describe import workload_for
+
+    text = RECIPE_SPEC.replace("  eval_every: 5", "  eval_every: 5\n  precision: fp16").replace(
+        "instance_type: c5.xlarge", "instance_type: p3.2xlarge, device: cuda")
+    eject(_write(tmp_path, text), tmp_path / "ej")
+    spec = load_spec(tmp_path / "ej" / "job.yaml")
+    assert len(workload_for(spec.workload, spec.seed).train) > 0
+    if not torch.cuda.is_available():
+        run = subprocess.run([sys.executable, str(tmp_path / "ej" / "train.py")], capture_output=True, text=True,
+                             timeout=120)
+        assert run.returncode == 2 and "fp16 needs CUDA" in run.stderr and "Traceback" not in run.stderr

@@ -110,7 +110,8 @@ def train(job: Any, workload: Mapping[str, Any], here: str = ".", epochs: float 
         raise InputError(f"batch_size {b} is not a multiple of accumulate {A}", "the loop pulls `accumulate` "
                          "micro-batches of batch_size / accumulate per step: make batch_size a multiple", "batch_size")
     device = job.device
-    check_precision_device(str(spec.precision), device)
+    if not job.launched:  # on its own: fp16 needs CUDA (under spotwise the spec's cluster was checked, and the
+        check_precision_device(str(spec.precision), device)  # coordinator runs this far on its CPU)
     wl = make_workload(spec, job.seed)  # the same initial model on every member: built from the run's seed
     if wl.sparse_grads:
         raise InputError(f"workload {spec.name} has sparse gradients (embedding tables), which DDP's buckets do "
@@ -179,6 +180,7 @@ def _evaluate(wl: Any, module: torch.nn.Module) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     """``python train.py [--epochs E] [--workload JSON]``: train :data:`WORKLOAD` (module docstring)."""
     import spotwise.elastic as sw
+    from spotwise.errors import InputError
     from spotwise.safeparse import loads_json
 
     ap = argparse.ArgumentParser(description="train a spotwise workload through spotwise.elastic")
@@ -193,7 +195,13 @@ def main(argv: list[str] | None = None) -> None:
             sys.path.insert(0, folder)
     workload = loads_json(args.workload, "--workload", "argument") if args.workload else WORKLOAD
     job = sw.init(seed=SEED)
-    train(job, workload, here, epochs=float(args.epochs))
+    try:
+        train(job, workload, here, epochs=float(args.epochs))
+    except InputError as e:
+        if job.launched:  # under spotwise: the run reports it as the script's error (exit 2, its traceback)
+            raise
+        print(f"error: {e}", file=sys.stderr)  # on its own: a user's error exits 2 saying how to fix it
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
