@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import os
 import sys
 from typing import Any, Mapping
@@ -68,19 +67,26 @@ def _spec(workload: Mapping[str, Any], here: str) -> Any:
 
 def _has_unused_parameters(model: torch.nn.Module, wl: Any, spec: Any, device: torch.device) -> bool:
     """Whether a trainable parameter of ``model`` gets no gradient from a loss (DDP then needs
-    ``find_unused_parameters``): one backward pass of a copy on the first samples, the RNG forked,
-    so neither the model nor the run's random stream moves."""
+    ``find_unused_parameters``, on every member alike: the same model and samples): one backward pass
+    on the first two samples, the RNG forked and the buffers (BatchNorm's statistics) put back after,
+    so neither the model nor the run's random stream moves -- and no copy of the model is made."""
     from spotwise.training.state import autocast_for
     from spotwise.workloads.base import check_loss
     from spotwise.workloads.device import to_device
 
-    probe = copy.deepcopy(model)
+    kept = [(b, b.detach().clone()) for b in model.buffers()]
     idx = np.arange(min(2, len(wl.train)), dtype=np.int64)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        with autocast_for(str(spec.precision), device):
-            loss = check_loss(wl.loss(probe, to_device(wl.train.batch(idx), device)))
-        loss.float().backward()
-    return any(q.requires_grad and q.grad is None for q in probe.parameters())
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            with autocast_for(str(spec.precision), device):
+                loss = check_loss(wl.loss(model, to_device(wl.train.batch(idx), device)))
+            loss.float().backward()
+        return any(q.requires_grad and q.grad is None for q in model.parameters())
+    finally:
+        model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for b, v in kept:
+                b.copy_(v)
 
 
 def _optimizers(spec: Any, model: torch.nn.Module, lr: float) -> list[torch.optim.Optimizer]:
