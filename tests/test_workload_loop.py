@@ -100,7 +100,10 @@ def _reference(workload: dict[str, Any], seed: int, steps: int) -> dict[str, tor
     {"name": "tests.user_workloads.bn_models:bn_cnn", "batch_size": 16, "accumulate": 4, "lr": 0.05,
      "optimizer": {"name": "SGD", "lr": 0.05, "momentum": 0.9, "nesterov": True}},  # BatchNorm, module:function
     {"name": "mlp-digits", "batch_size": 16, "precision": "bf16", "optimizer": "Adam", "lr": 0.002},
-], ids=["plain-sgd", "adamw-cosine-clip-accumulate", "bn-module-function-momentum", "bf16"])
+    {"name": "mlp-digits", "batch_size": 16, "schedule": {"decay": "linear", "total": 320},  # two optimizers
+     "optimizer": [{"name": "Muon", "params": "matrices", "lr": 0.02, "momentum": 0.95},
+                   {"name": "AdamW", "params": "rest", "lr": 0.003}]},
+], ids=["plain-sgd", "adamw-cosine-clip-accumulate", "bn-module-function-momentum", "bf16", "muon-and-adamw"])
 def test_on_its_own_the_loop_equals_the_builtin_update_on_the_same_samples(workload: dict[str, Any]) -> None:
     from spotwise.elastic.job import Job
     from spotwise.elastic.local import LocalBackend
