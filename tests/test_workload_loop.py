@@ -343,3 +343,22 @@ def test_an_ejected_fp16_gpu_job_is_described_on_the_coordinators_cpu(tmp_path: 
         run = subprocess.run([sys.executable, str(tmp_path / "ej" / "train.py")], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 2 and "fp16 needs CUDA" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_the_python_api_ejects_a_spec_mapping_as_it_ejects_the_file(tmp_path: Path) -> None:
+    import spotwise
+    from spotwise.safeparse import load_yaml
+
+    from_file = eject(_write(tmp_path), tmp_path / "a")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        from_map = spotwise.eject(load_yaml(RECIPE_SPEC, "spec", "spec"), "b")
+    finally:
+        os.chdir(old)
+    assert [Path(p).name for p in from_map] == ["train.py", "job.yaml"]
+    assert _loop_module(tmp_path / "a" / "train.py").WORKLOAD == _loop_module(tmp_path / "b" / "train.py").WORKLOAD
+    from spotwise.config import load_spec
+
+    a, b = load_spec(from_file[1]), load_spec(tmp_path / "b" / "job.yaml")
+    assert (a.workload.batch_size, a.target.samples, a.seed) == (b.workload.batch_size, b.target.samples, b.seed) == (8, 640, 3)

@@ -31,7 +31,7 @@ import io
 import os
 import pprint
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from spotwise.errors import InputError
 
@@ -131,22 +131,39 @@ def _writable(path: Path, force: bool) -> None:
                              ", or pass --force to replace what spotwise eject wrote there"), "--out")
 
 
-def eject(spec_file: str | os.PathLike[str], out: str | os.PathLike[str], force: bool = False) -> list[str]:
-    """Write ``out/train.py`` and ``out/job.yaml`` for the job ``spec_file`` (module docstring); the
-    paths written."""
+def _source(spec_file: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any, str, str, str]:
+    """The job, its YAML text, the folder its relative paths are read against, and its name: a spec file's
+    own text, or a mapping (the Python API's) written as YAML, its paths against the current folder."""
+    from spotwise.config import load_spec, spec_from_dict
+    from spotwise.inputfiles import read_input_text
+    from spotwise.planner.plan.planned_spec import _abs
+
+    if isinstance(spec_file, Mapping):
+        from ruamel.yaml import YAML
+
+        spec = spec_from_dict(dict(spec_file), "spec")
+        buf = io.StringIO()
+        YAML(typ="rt").dump(dict(spec_file), buf)
+        return spec, buf.getvalue(), _abs("."), "the spec mapping"
+    src = Path(spec_file)
+    spec = load_spec(src)
+    return spec, read_input_text(src, "spec file", "pass a readable UTF-8 YAML file"), os.path.dirname(_abs(src)), src.name
+
+
+def eject(spec_file: str | os.PathLike[str] | Mapping[str, Any], out: str | os.PathLike[str],
+          force: bool = False) -> list[str]:
+    """Write ``out/train.py`` and ``out/job.yaml`` for the job ``spec_file`` (a YAML file, or a spec
+    mapping whose paths are the current folder's; module docstring); the paths written."""
     from ruamel.yaml import YAML
 
     from spotwise.config import load_spec
-    from spotwise.inputfiles import read_input_text
     from spotwise.outputfiles import write_output_text
-    from spotwise.planner.plan.planned_spec import PATH_FIELDS, _abs, _get, _rel
+    from spotwise.planner.plan.planned_spec import PATH_FIELDS, _get, _rel
     from spotwise.safeparse import load_yaml
     from spotwise.workloads.registry import make_workload
 
-    src = Path(spec_file)
-    spec = load_spec(src)
-    text = read_input_text(src, "spec file", "pass a readable UTF-8 YAML file")
-    raw = load_yaml(text, str(src), "spec file")
+    spec, text, src_dir, src_name = _source(spec_file)
+    raw = load_yaml(text, src_name, "spec file")
     _check_ejectable(spec, raw if isinstance(raw, dict) else {})
     out_dir = Path(out)
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
@@ -175,13 +192,12 @@ def eject(spec_file: str | os.PathLike[str], out: str | os.PathLike[str], force:
         if source.count(f"\n{old}\n") != 1:  # pragma: no cover - the loop module's own lines
             raise RuntimeError(f"spotwise/elastic/workload_loop.py lost its line {old!r}")
         source = source.replace(f"\n{old}\n", f"\n{new}\n")
-    header = f"{MARK} from {src.name}: its workload {w.name!r}, trained through spotwise.elastic; yours to change\n"
+    header = f"{MARK} from {src_name}: its workload {w.name!r}, trained through spotwise.elastic; yours to change\n"
     # job.yaml: the user's file, paths relative to the new folder, the workload now the script
     yaml = YAML(typ="rt")
     yaml.width = 100
     yaml.preserve_quotes = True
     doc = yaml.load(text)
-    src_dir = os.path.dirname(_abs(src))
     for keys in PATH_FIELDS:
         v = _get(doc, keys)
         if v is not None and keys != ("workload", "dataset"):
@@ -201,7 +217,7 @@ def eject(spec_file: str | os.PathLike[str], out: str | os.PathLike[str], force:
         target.yaml_add_eol_comment(f"target.tokens {spec.target.tokens} in samples of {w.name}", "samples")
     buf = io.StringIO()
     yaml.dump(doc, buf)
-    job_text = f"{MARK} from {src.name}: the same job, its workload now train.py (the recipe is the script's)\n" \
+    job_text = f"{MARK} from {src_name}: the same job, its workload now train.py (the recipe is the script's)\n" \
         + buf.getvalue()
     write_output_text(train_py, header + source, "--out")
     write_output_text(job_yaml, job_text, "--out")
