@@ -122,10 +122,10 @@ def _writable(path: Path, force: bool) -> None:
         raise InputError(f"{path} is a symbolic link; spotwise never writes through a link", "remove it", "--out")
     if path.exists():
         try:
-            first = path.read_text(encoding="utf-8", errors="replace").splitlines()[:1]
+            with open(path, encoding="utf-8", errors="replace") as f:
+                ours = f.readline(len(MARK) + 1).startswith(MARK)
         except OSError:
-            first = []
-        ours = bool(first) and first[0].startswith(MARK)
+            ours = False
         if not force or not ours:
             raise InputError(f"{path} exists", "choose another --out folder" + ("" if not ours else
                              ", or pass --force to replace what spotwise eject wrote there"), "--out")
