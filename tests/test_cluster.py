@@ -180,11 +180,13 @@ def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> No
     spec = {
         "name": "cluster", "seed": 1,
         "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
-        "target": {"iterations": 250},
+        # long enough that the node is lost mid-run on a fast machine too (250 steps took 0.6 s on a quiet
+        # one, finished between two polls of the 60-step wait: the loss came after the end)
+        "target": {"iterations": 2500},
         # two workers on a node of two units, no standby spares: the node's loss leaves none
         "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0},
         "market": {"synthetic": {"kind": "constant", "price": 0.07}},
-        "outputs": {"checkpoint_every": 50, "plots": False},
+        "outputs": {"checkpoint_every": 500, "plots": False},
     }
     spec_path = tmp_path / "job.yaml"
     spec_path.write_text(yaml.safe_dump(spec))
@@ -220,11 +222,11 @@ def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> No
             run.kill()
     assert run.returncode == 0, run_err.read_text()[-4000:]
     summary = json.loads(run_out.read_text())
-    assert summary["status"] == "completed" and summary["steps"] == 250 and summary["mode"] == "cluster"
+    assert summary["status"] == "completed" and summary["steps"] == 2500 and summary["mode"] == "cluster"
     events = read_events(out / "events.jsonl")
     lost = [e for e in events if e["kind"] == "revoke"]
     assert len(lost) == 2 and all(e["reason"] == "node-lost" for e in lost)
-    assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, 251))
+    assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, 2501))
     assert any(e["kind"] == "idle" for e in events), "the job waited for capacity"
     joins = [e for e in events if e["kind"] == "join"]
     rejoined = [e for e in joins if e["t"] > lost[-1]["t"]]
