@@ -262,16 +262,17 @@ def test_eject_never_overwrites_what_it_did_not_write(tmp_path: Path) -> None:
         eject(spec_file, link)
 
 
-def test_the_cli_ejects_and_says_how_to_run_it(tmp_path: Path) -> None:
+def test_the_cli_ejects_and_says_how_to_run_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec_file = _write(tmp_path)
-    cli = [sys.executable, "-m", "spotwise.cli"]
-    ok = subprocess.run([*cli, "eject", str(spec_file), "--out", str(tmp_path / "ej")], capture_output=True, text=True,
-                        timeout=120)
+    ok = subprocess.run([sys.executable, "-m", "spotwise.cli", "eject", str(spec_file), "--out", str(tmp_path / "ej")],
+                        capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "spotwise run" in ok.stdout and "train.py" in ok.stdout
-    bad = subprocess.run([*cli, "eject", str(spec_file), "--out", str(tmp_path / "ej")], capture_output=True, text=True,
-                         timeout=120)
-    assert bad.returncode == 2 and "--force" in bad.stderr
+    from spotwise.cli import main
+
+    with pytest.raises(SystemExit) as bad:  # the same command again: exit 2, before any workload is built
+        main(["eject", str(spec_file), "--out", str(tmp_path / "ej")])
+    assert bad.value.code == 2 and "--force" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ as a spotwise job

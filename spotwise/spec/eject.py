@@ -168,6 +168,9 @@ def eject(spec_file: str | os.PathLike[str] | Mapping[str, Any], out: str | os.P
     out_dir = Path(out)
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise InputError(f"{out_dir} is not a folder", "give --out a folder (it is created)", "--out")
+    train_py, job_yaml = out_dir / "train.py", out_dir / "job.yaml"
+    _writable(train_py, force)  # before the workload is built: a refusal as early as it is known
+    _writable(job_yaml, force)
     from spotwise.spec.resolve import resolve_epochs
 
     wl = make_workload(spec.workload, spec.seed)
@@ -176,9 +179,6 @@ def eject(spec_file: str | os.PathLike[str] | Mapping[str, Any], out: str | os.P
         raise InputError(f"workload {spec.workload.name} has sparse gradients (embedding tables), which DDP's buckets "
                          "do not reduce", "keep running this spec as it is (the built-in step takes sparse gradients)",
                          "workload.name")
-    train_py, job_yaml = out_dir / "train.py", out_dir / "job.yaml"
-    _writable(train_py, force)
-    _writable(job_yaml, force)
     out_dir.mkdir(parents=True, exist_ok=True)
     where = os.path.abspath(out_dir)
     # train.py: the loop, with the job's workload, seed and import folder as literals
