@@ -105,7 +105,7 @@ def train(job: Any, workload: Mapping[str, Any], here: str = ".", epochs: float 
     evaluation's results (empty without one).  ``here``: the folder a relative dataset path is in."""
     from spotwise.errors import InputError
     from spotwise.training.recipe import recipe_of
-    from spotwise.training.state import autocast_for, check_precision_device
+    from spotwise.training.state import autocast_for, check_precision_device, set_group_rates
     from spotwise.workloads.base import check_loss
     from spotwise.workloads.device import to_device
     from spotwise.workloads.registry import make_workload
@@ -142,9 +142,8 @@ def train(job: Any, workload: Mapping[str, Any], here: str = ".", epochs: float 
     last: dict[str, float] = {}
     evaluated = -1
     while True:
-        rate = recipe.lr_at(lr, job.samples)  # the schedule at the committed samples: the same on every member
-        for group, base in zip(optimizer.param_groups, bases):
-            group["lr"] = rate if base == lr else rate * base / lr
+        # the schedule at the committed samples (the same on every member), each group at its ratio to the base
+        set_group_rates(optimizer.param_groups, bases, lr, recipe.lr_at(lr, job.samples))
         for j in range(A):
             batch = next(batches, None)
             if batch is None:

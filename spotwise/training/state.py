@@ -245,6 +245,14 @@ def check_precision_device(precision: str, device: torch.device) -> None:
                          "workload.precision")
 
 
+def set_group_rates(groups: list[dict[str, Any]], bases: list[float], base_lr: float, lr: float) -> None:
+    """The step's rate ``lr`` into every parameter group, each keeping its ratio to the job's base rate
+    ``base_lr`` (``bases``: the groups' own base rates; a group at the job's base gets exactly ``lr``).
+    The runtime's :class:`Updater` and :mod:`spotwise.elastic.workload_loop` set rates by this one rule."""
+    for group, base in zip(groups, bases):
+        group["lr"] = float(lr) if base == base_lr else float(lr) * base / base_lr
+
+
 def _has_nonfinite(t: torch.Tensor) -> bool:
     return not bool(torch.isfinite(t).all())
 
@@ -367,8 +375,7 @@ class Updater:
         """This step's rate into every parameter group, keeping each group's ratio to the job's base
         rate (a single optimizer's groups: exactly ``lr``, as before)."""
         assert self.optimizer is not None
-        for group, base in zip(self.optimizer.param_groups, self._group_bases):
-            group["lr"] = float(lr) if base == self._base_lr else float(lr) * base / self._base_lr
+        set_group_rates(self.optimizer.param_groups, self._group_bases, self._base_lr, lr)
 
     def _set_grads(self, grad: torch.Tensor) -> None:
         """``p.grad`` of every parameter that requires a gradient, as a view into the step's mean
