@@ -14,10 +14,13 @@ def eject_command(
 ) -> None:
     """Write the job's training as your own script on spotwise.elastic (DIR/train.py, the same steps) and the
     spec that runs it (DIR/job.yaml): start a GAN, a teacher or an EMA from what ran."""
+    import shlex
+
     from spotwise.spec.eject import eject
 
     train_py, job_yaml = eject(spec, out, force=force)
+    q = shlex.quote  # the commands are for the user to copy: a folder name with a blank or a quote stays one word
     print(f"wrote {train_py} (the workload's loop on spotwise.elastic: yours to change)\n"
           f"wrote {job_yaml} (the same job, its workload now train.py)\n"
-          f"run it:        spotwise run {job_yaml} --out run\n"
-          f"or on its own: python {train_py} --epochs 1")
+          f"run it:        spotwise run {q(job_yaml)} --out run\n"
+          f"or on its own: python {q(train_py)} --epochs 1")

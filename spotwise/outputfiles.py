@@ -10,7 +10,8 @@ the link or name the real file), or it is one of the command's input files
 over the name (:func:`spotwise.rundir_files.write_run_bytes`), so a link put there after the check is
 replaced, never followed; the operating system's refusal (a full disk, a permission change
 meanwhile) becomes the same kind of error.  :func:`yaml_comment` writes a YAML comment that stays
-one comment whatever the text holds.
+one comment whatever the text holds; :func:`python_comment` is the same for Python source (``spotwise eject``'s
+``train.py``), where ``#`` starts a comment too.
 """
 
 from __future__ import annotations
@@ -106,3 +107,8 @@ def yaml_comment(lines: str | Sequence[str]) -> str:
     if isinstance(lines, str):
         lines = lines.split("\n")
     return "".join("# " + _COMMENT_UNSAFE.sub(lambda m: ascii(m.group())[1:-1], line) + "\n" for line in lines)
+
+
+#: :func:`yaml_comment` for Python source: ``# `` lines in which nothing ends the line (LF, CR, U+2028...), no NUL
+#: (which Python refuses) and no surrogate (which UTF-8 cannot hold) is left as it is
+python_comment = yaml_comment

@@ -16,7 +16,7 @@ from spotwise.errors import InputError
 from spotwise.safeparse import loads_json
 from spotwise.control.checkpoint import load_latest_checkpoint
 from spotwise.rundir_files import read_run_file
-from spotwise.usercode import check_resume_trust
+from spotwise.spec.trust import check_resume_trust
 
 #: the file in a run directory that holds the job spec the run was started with
 SPEC_FILE = "spec.json"
@@ -51,12 +51,13 @@ def load_run_spec(out_dir: str | Path) -> JobSpec:
 
 
 def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_code: bool = False) -> JobSpec:
-    """:func:`load_run_spec`, checked before a resume imports the user code it names
-    (:func:`spotwise.usercode.check_resume_trust`): the user's own spec ``given`` must name the same
-    workload / optimizer / policy references and the same ``workload.dataset``, or ``trust_code`` must be
-    set; InputError otherwise."""
+    """:func:`load_run_spec`, checked before a resume imports, runs, installs or reads what it names
+    (:func:`spotwise.spec.trust.check_resume_trust`): the user's own spec ``given`` must name the same
+    code references (workload, optimizers, policies, anything ``module:Name``), script and arguments,
+    and ``workload.dataset`` (``workload.packages`` / ``requirements`` a resume takes from ``given``), or
+    ``trust_code`` must be set; InputError otherwise."""
     recorded = load_run_spec(out_dir)
-    check_resume_trust(recorded, given, trust_code, str(Path(out_dir) / SPEC_FILE))
+    check_resume_trust(recorded, given, trust_code, str(Path(out_dir) / SPEC_FILE), may_change=_changeable)
     if given is not None and check_resume_changes(recorded, given, str(Path(out_dir) / SPEC_FILE)):
         return given  # changes a resume applies (the controller logs and applies them when it restores)
     return recorded

@@ -20,16 +20,27 @@ plane (:mod:`spotwise.elastic.workload_loop` says where they differ: full steps 
 Refused (exit 2, saying why): a spec that trains a script already, a synchronisation other than
 S-SGD (``full`` / ``ssgd``), ``cluster.data_plane: ps`` or serverless functions (a script runs on the
 collective plane), a ``batch_size`` that ``accumulate`` does not divide, and an existing
-``train.py`` or ``job.yaml`` in ``DIR`` (``force`` replaces files spotwise wrote there).
+``train.py`` or ``job.yaml`` in ``DIR`` (``force`` replaces regular files spotwise wrote there; a link,
+FIFO, socket, device or folder at either name is refused from ``lstat``, never opened).
+
+Nothing the user named becomes code or YAML (issue 54 item 4): the headers' names go through
+:func:`~spotwise.outputfiles.python_comment` / :func:`~spotwise.outputfiles.yaml_comment` (one comment line
+whatever a file name holds; ``train.py`` declares UTF-8 on its second line, so no ``coding=`` in a name is
+read as its encoding), the strings eject writes into ``job.yaml`` are double-quoted, and before anything
+is written ``train.py``'s bytes are compiled (the header only comments, ``WORKLOAD`` / ``SEED`` /
+``PATHS`` the intended literals) and ``job.yaml``'s text is read back as the spec loader reads it, to
+exactly the spec file's mapping with eject's edits made to it; InputError (exit 2) otherwise.
 """
 
 from __future__ import annotations
 
 import ast
+import copy
 import importlib.util
 import io
 import os
 import pprint
+import stat
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -118,17 +129,129 @@ def _check_ejectable(spec: Any, raw: dict[str, Any]) -> None:
 
 
 def _writable(path: Path, force: bool) -> None:
-    if path.is_symlink():
-        raise InputError(f"{path} is a symbolic link; spotwise never writes through a link", "remove it", "--out")
-    if path.exists():
+    """InputError (exit 2) unless eject may write ``path``: nothing there, or (with ``force``) a regular file whose
+    first line is :data:`MARK`.  What is there is looked at with ``lstat`` first, so a symbolic link, a FIFO, a
+    device, a socket or a folder is refused without being opened (a FIFO would block the read forever); a regular
+    file is opened ``O_NOFOLLOW | O_NONBLOCK`` and checked again on its descriptor (it may have been swapped)."""
+    from spotwise.inputfiles import _kind
+
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError(f"cannot access {path} ({e.strerror or e})", "choose another --out folder", "--out") from None
+    move = "move it away or choose another --out folder; eject writes only regular files of its own"
+    if stat.S_ISLNK(mode):
+        raise InputError(f"{path} is a symbolic link; spotwise never writes through a link", move, "--out")
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path} is {'a folder' if stat.S_ISDIR(mode) else _kind(mode)}, not a file", move, "--out")
+    ours = False
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        fd = -1
+    if fd >= 0:
         try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                ours = f.readline(len(MARK) + 1).startswith(MARK)
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                ours = os.read(fd, len(MARK)) == MARK.encode()
         except OSError:
             ours = False
-        if not force or not ours:
-            raise InputError(f"{path} exists", "choose another --out folder" + ("" if not ours else
-                             ", or pass --force to replace what spotwise eject wrote there"), "--out")
+        finally:
+            os.close(fd)
+    if not force or not ours:
+        raise InputError(f"{path} exists", "choose another --out folder" + ("" if not ours else
+                         ", or pass --force to replace what spotwise eject wrote there"), "--out")
+
+
+def _yaml_value(value: Any) -> Any:
+    """A string eject writes into ``job.yaml`` double-quoted, where YAML escapes every character that could
+    end it or be read as another value (a line break, U+0085/U+2028, ``#``, ``yes``); lists item by item."""
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    if isinstance(value, list):
+        from ruamel.yaml.comments import CommentedSeq
+
+        seq = CommentedSeq([_yaml_value(v) for v in value])
+        seq.fa.set_flow_style()
+        return seq
+    return DoubleQuotedScalarString(value) if isinstance(value, str) else value
+
+
+def _as_script_job(doc: Any, spec: Any, src_dir: str, where: str, rt: bool) -> None:
+    """Make the spec mapping ``doc`` the ejected job (module docstring): its paths relative to ``where``, its
+    workload ``train.py``, a token target in samples.  ``rt``: ``doc`` is ruamel's round-trip mapping (its
+    strings quoted, a comment added); else plain data, edited the same way -- what the written file must
+    read back as."""
+    from spotwise.planner.plan.planned_spec import PATH_FIELDS, _get, _rel
+
+    value = _yaml_value if rt else (lambda v: v)
+    w = spec.workload
+    for keys in PATH_FIELDS:
+        v = _get(doc, keys)
+        if v is not None and keys != ("workload", "dataset"):
+            _get(doc, keys[:-1])[keys[-1]] = value(_rel(list(v) if isinstance(v, list) else v, src_dir, where))
+    old_w = doc.get("workload") or {}
+    new_w = {"script": value("train.py"), "batch_size": int(w.batch_size) // int(w.accumulate)}
+    for k in SPEC_FIELDS:
+        if k in old_w:
+            new_w[k] = old_w[k]
+    new_w.setdefault("family", value(str(w.family)))  # the built-in's own (a script's default is mlp)
+    doc["workload"] = new_w
+    target = doc.get("target")
+    if isinstance(target, dict) and target.get("tokens") is not None:  # a script declares no tokens per sample
+        target.pop("tokens")
+        target["samples"] = int(spec.target_samples())
+        if rt:
+            from spotwise.outputfiles import yaml_comment
+
+            target.fa.set_block_style()  # a comment can follow a key only in block style
+            note = yaml_comment([f"target.tokens {spec.target.tokens} in samples of {w.name}"]).rstrip("\n")
+            target.yaml_add_eol_comment(note, "samples")
+
+
+def _first_difference(got: Any, want: Any, at: str = "") -> str:
+    """The first field path where two plain values differ ('' at the top)."""
+    if isinstance(got, dict) and isinstance(want, dict):
+        for k in list(want) + [k for k in got if k not in want]:
+            if k not in got or k not in want or got[k] != want[k]:
+                return _first_difference(got.get(k), want.get(k), f"{at}.{k}" if at else str(k))
+    if isinstance(got, list) and isinstance(want, list) and len(got) == len(want):
+        for i, (a, b) in enumerate(zip(got, want)):
+            if a != b:
+                return _first_difference(a, b, f"{at}[{i}]")
+    return at or "the top level"
+
+
+def _check_job_yaml(text: str, want: dict[str, Any]) -> None:
+    """``job.yaml``'s text reads back (as every spec is read) as exactly the mapping ``want``; InputError otherwise."""
+    from spotwise.safeparse import load_yaml
+
+    got = load_yaml(text, "job.yaml", "ejected job")
+    if got != want:
+        raise InputError(f"the ejected job.yaml would not read back as the job: {_first_difference(got, want)} differs "
+                         "(a value YAML reads another way)", "quote that value in your spec, or rename the file or "
+                         "folder it names", "job.yaml")
+
+
+def _check_train_py(data: bytes, header: str, values: Mapping[str, Any]) -> None:
+    """``train.py``'s bytes compile as Python reads the file (its coding line honoured), the header adds no
+    statement, and each of ``values`` is assigned exactly that literal; InputError otherwise."""
+    try:
+        if ast.parse(header.encode("utf-8")).body:
+            raise SyntaxError("the header is not only comments")
+        compile(data, "train.py", "exec", dont_inherit=True)
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError) as e:
+        raise InputError(f"the ejected train.py would not compile ({e})", "rename the spec file (a plain name such as "
+                         "job.yaml)", "train.py") from None
+    found = {t.id: node.value for node in tree.body if isinstance(node, ast.AnnAssign | ast.Assign)
+             for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    for name, want in values.items():
+        if name not in found or found[name] is None or ast.literal_eval(found[name]) != want:
+            raise InputError(f"the ejected train.py would not hold the job's {name}", "use plain numbers, strings, "
+                             "lists and mappings in the workload", "train.py")
 
 
 def _source(spec_file: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any, str, str, str]:
@@ -157,8 +280,7 @@ def eject(spec_file: str | os.PathLike[str] | Mapping[str, Any], out: str | os.P
     from ruamel.yaml import YAML
 
     from spotwise.config import load_spec
-    from spotwise.outputfiles import write_output_text
-    from spotwise.planner.plan.planned_spec import PATH_FIELDS, _get, _rel
+    from spotwise.outputfiles import python_comment, write_output_text, yaml_comment
     from spotwise.safeparse import load_yaml
     from spotwise.workloads.registry import make_workload
 
@@ -179,47 +301,46 @@ def eject(spec_file: str | os.PathLike[str] | Mapping[str, Any], out: str | os.P
         raise InputError(f"workload {spec.workload.name} has sparse gradients (embedding tables), which DDP's buckets "
                          "do not reduce", "keep running this spec as it is (the built-in step takes sparse gradients)",
                          "workload.name")
-    out_dir.mkdir(parents=True, exist_ok=True)
     where = os.path.abspath(out_dir)
     # train.py: the loop, with the job's workload, seed and import folder as literals
     w = spec.workload
     loop = Path(__file__).resolve().parent.parent / "elastic" / "workload_loop.py"
     source = loop.read_text(encoding="utf-8")
-    values = {"WORKLOAD: dict[str, Any] | None = None": f"WORKLOAD: dict[str, Any] | None = {_literal(_workload_mapping(spec, where))}",
-              "SEED = 0": f"SEED = {_literal(int(spec.seed))}",
-              "PATHS: list[str] = []": f"PATHS: list[str] = {_literal(_module_folder(w.name, where))}"}
+    literals = {"WORKLOAD": _workload_mapping(spec, where), "SEED": int(spec.seed), "PATHS": _module_folder(w.name, where)}
+    values = {"WORKLOAD: dict[str, Any] | None = None": f"WORKLOAD: dict[str, Any] | None = {_literal(literals['WORKLOAD'])}",
+              "SEED = 0": f"SEED = {_literal(literals['SEED'])}",
+              "PATHS: list[str] = []": f"PATHS: list[str] = {_literal(literals['PATHS'])}"}
     for old, new in values.items():
         if source.count(f"\n{old}\n") != 1:  # pragma: no cover - the loop module's own lines
             raise RuntimeError(f"spotwise/elastic/workload_loop.py lost its line {old!r}")
         source = source.replace(f"\n{old}\n", f"\n{new}\n")
-    header = f"{MARK} from {src_name}: its workload {w.name!r}, trained through spotwise.elastic; yours to change\n"
+    # the header: the mark, the encoding (Python reads a coding line only in the first two), then the names,
+    # every character that could end a comment escaped
+    header = python_comment([MARK[2:] + ": the workload's loop on spotwise.elastic; yours to change",
+                             "-*- coding: utf-8 -*-", f"from {src_name}: its workload {w.name!r}"])
+    train_bytes = (header + source).encode("utf-8")
+    _check_train_py(train_bytes, header, literals)
     # job.yaml: the user's file, paths relative to the new folder, the workload now the script
     yaml = YAML(typ="rt")
     yaml.width = 100
     yaml.preserve_quotes = True
     doc = yaml.load(text)
-    for keys in PATH_FIELDS:
-        v = _get(doc, keys)
-        if v is not None and keys != ("workload", "dataset"):
-            _get(doc, keys[:-1])[keys[-1]] = _rel(list(v) if isinstance(v, list) else v, src_dir, where)
-    old_w = doc.get("workload") or {}
-    new_w = {"script": "train.py", "batch_size": int(w.batch_size) // int(w.accumulate)}
-    for k in SPEC_FIELDS:
-        if k in old_w:
-            new_w[k] = old_w[k]
-    new_w.setdefault("family", str(w.family))  # the built-in's own (a script's default is mlp)
-    doc["workload"] = new_w
-    target = doc.get("target")
-    if isinstance(target, dict) and target.get("tokens") is not None:  # a script declares no tokens per sample
-        target.pop("tokens")
-        target.fa.set_block_style()  # a comment can follow a key only in block style
-        target["samples"] = int(spec.target_samples())
-        target.yaml_add_eol_comment(f"target.tokens {spec.target.tokens} in samples of {w.name}", "samples")
+    _as_script_job(doc, spec, src_dir, where, rt=True)
+    want = copy.deepcopy(raw)
+    _as_script_job(want, spec, src_dir, where, rt=False)
     buf = io.StringIO()
     yaml.dump(doc, buf)
-    job_text = f"{MARK} from {src_name}: the same job, its workload now train.py (the recipe is the script's)\n" \
-        + buf.getvalue()
-    write_output_text(train_py, header + source, "--out")
+    job_text = yaml_comment([f"{MARK[2:]} from {src_name}: the same job, its workload now train.py (the recipe is "
+                             "the script's)"]) + buf.getvalue()  # one line, whatever the name holds
+    _check_job_yaml(job_text, want)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create the folder {out_dir} ({e.strerror or e})", "give --out a folder you can "
+                         "create", "--out") from None
+    from spotwise.outputfiles import write_output_bytes
+
+    write_output_bytes(train_py, train_bytes, "--out")
     write_output_text(job_yaml, job_text, "--out")
     resolve_epochs(load_spec(job_yaml), len(wl.train))  # what we wrote loads, from where it is, and has a length
     return [str(train_py), str(job_yaml)]
