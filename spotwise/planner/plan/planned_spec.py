@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from spotwise.config import JobSpec
+from spotwise.outputfiles import yaml_comment
 from spotwise.planner.plan.compose import apply_plan
 from spotwise.planner.plan.records import Plan
 
@@ -134,7 +135,7 @@ def planned_text(spec: JobSpec, plan: Plan, path: str | Path, source: str | Path
 
     lines = textwrap.wrap(f"{spec.name} with the plan applied: {plan.strategy} -- {plan.why}", 98) + \
         [f"fields the plan set are marked '# {MARK}'; paths are relative to this file"]
-    header = "".join(f"# {line}\n" for line in lines)
+    header = yaml_comment(lines)  # one comment line each, whatever the plan's text holds
     return header + buf.getvalue()
 
 
