@@ -284,3 +284,15 @@ def test_one_unreadable_run_below_a_prefix_is_one_row_locally_and_at_a_uri(tmp_p
         assert res.exit_code == 0 and "unreadable" in res.stdout
     res = CliRunner().invoke(app, ["status", f"file://{broken}"])  # the one run alone: exit 2 saying why, as a folder's
     assert res.exit_code == 2 and "cannot be read" in res.stderr and "Traceback" not in res.output
+
+
+def test_a_warning_line_quoting_a_run_directory_name_is_cleaned(capsys: pytest.CaptureFixture[str]) -> None:
+    """checkpoint and mirror warnings (a checkpoint's file name, a bucket's key) go through the same sanitiser."""
+    from spotwise.control.checkpoint import warn_on_stderr as checkpoint_warn
+    from spotwise.remote.mirror import _warn as mirror_warn
+
+    for warn in (checkpoint_warn, mirror_warn):
+        warn("checkpoint step-1\x1b]0;pwned\x07.pt is damaged\u202e")
+        err = capsys.readouterr().err
+        assert err.startswith("warning: ") and "\x1b" not in err and "\x07" not in err and "\u202e" not in err
+        assert "step-1\\x1b]0;pwned\\x07.pt" in err

@@ -76,6 +76,15 @@ def display_copy(value: Any) -> Any:
     return value
 
 
+def warn_on_stderr(message: str) -> None:
+    """One ``warning:`` line on stderr (plain, no console): its message may quote names read from a run
+    directory or bucket (a checkpoint's file, an object's key), so it is cleaned."""
+    import sys
+
+    sys.stderr.write(f"warning: {clean(message)}\n")
+    sys.stderr.flush()
+
+
 class _Cleaned:
     """A renderable that renders ``inner`` and cleans the text of each plain segment (control segments,
     e.g. a live display's cursor moves, are the console's own and kept); hyperlink styles are dropped."""
@@ -116,4 +125,4 @@ def terminal_console(**kwargs: Any) -> Any:
     return console
 
 
-__all__ = ["clean", "display_copy", "safe_cells", "safe_text", "terminal_console"]
+__all__ = ["clean", "display_copy", "safe_cells", "safe_text", "terminal_console", "warn_on_stderr"]
