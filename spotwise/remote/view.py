@@ -61,8 +61,8 @@ def _state_of(remote: RemoteRoot, name: str) -> Any:
         try:
             events_info = _info(remote, "events.jsonl", cap)
             got = [n for n in VIEW_FILES if _download(remote, n, local / n, cap)]
-        except InputError as e:  # over a cap, not a plain file: this run's files are unreadable
-            raise RunDirError(e.what) from None
+        except InputError as e:  # over a cap, not a plain file, a failed read: this run is unreadable
+            raise RunDirError(e.what, cause=e) from None
         if not any(n in got for n in ("spec.json", "summary.json", "events.jsonl")):
             raise InputError("no spotwise run at this URI (no spec.json, summary.json or events.jsonl there)",
                              "pass the outputs.uri of a `spotwise run` (spotwise runs URI lists the runs below a prefix)",

@@ -49,7 +49,12 @@ _FAMILY = {"completed": "completed", "nonfinite": "diverged", "diverged": "diver
 
 
 class RunDirError(Exception):
-    """A run directory whose files cannot be read as spotwise wrote them (the message says which and why)."""
+    """A run directory whose files cannot be read as spotwise wrote them (the message says which and why);
+    ``cause``: the InputError behind it, when one says how to fix it (a URI's object over a cap)."""
+
+    def __init__(self, message: str, cause: InputError | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass
@@ -376,6 +381,8 @@ def listed_state(where: str, name: str, read: Callable[[], RunState]) -> RunStat
 
 def unreadable_run(e: RunDirError, where: str) -> InputError:
     """``spotwise status`` of a run whose files cannot be read (a folder's or a URI's): exit 2 saying why."""
+    if e.cause is not None:
+        return e.cause
     return InputError(f"the run directory cannot be read: {e}",
                       "the run directory is damaged; rerun the job into a new --out (or resume it from a copy)", where)
 
