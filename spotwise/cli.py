@@ -306,7 +306,7 @@ def plan(
                           types=[t.strip() for t in types.split(",") if t.strip()] if types else None, plot=plot,
                           write_spec=write_spec, emit=emit, install=install, notes=notes)
     for line in notes:
-        err_console.print(line)
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
     if as_json:
         d = result.to_dict()
         d["expected_time_s"] = result.expected_time_s
