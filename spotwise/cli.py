@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import typer
-from rich.console import Console
 
 from spotwise import __version__
 from spotwise.cli_eject import eject_command
@@ -25,6 +24,7 @@ from spotwise.cli_help import command_kw
 from spotwise.cli_tables import _serverless_table, _summary_table
 from spotwise.errors import InputError
 from spotwise.outputfiles import check_output_file
+from spotwise.reports.terminal_text import clean, terminal_console
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,7 +37,7 @@ app = typer.Typer(
 traces_app = typer.Typer(help="Inspect price and availability traces.", no_args_is_help=True, **command_kw("traces"))
 app.add_typer(traces_app, name="traces")
 
-err_console = Console(stderr=True)
+err_console = terminal_console(stderr=True)
 
 
 def guarded(fn: F) -> F:
@@ -64,9 +64,7 @@ def guarded(fn: F) -> F:
             if details:  # e.g. the traceback of a user workload that raised: theirs to read, on stderr
                 sys.stderr.write(details.rstrip("\n") + "\n")
                 sys.stderr.flush()
-            from rich.markup import escape  # a message's own brackets (pip install 'spotwise[cloud]') are text
-
-            err_console.print(f"[bold red]error:[/bold red] {escape(e.message)}", highlight=False, soft_wrap=True)
+            _print_error("error:", e.message)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             if sigterm_received():  # SIGTERM's, turned into a plain KeyboardInterrupt by Ray's ray.get (issue 30 item 6)
@@ -77,14 +75,20 @@ def guarded(fn: F) -> F:
         except Exception as e:  # internal failure: exit 1
             if os.environ.get("SPOTWISE_DEBUG"):
                 traceback.print_exc()
-            err_console.print(
-                f"[bold red]internal error:[/bold red] {e.__class__.__name__}: {e} "
-                "(this is a bug in spotwise; rerun with SPOTWISE_DEBUG=1 for the traceback)",
-                highlight=False, soft_wrap=True,
-            )
+            _print_error("internal error:", f"{e.__class__.__name__}: {e} "
+                         "(this is a bug in spotwise; rerun with SPOTWISE_DEBUG=1 for the traceback)")
             raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _print_error(label: str, message: str) -> None:
+    """One error line on stderr: the message (which may quote a path, a name or a value read from a run
+    directory, trace or spec) as text -- its brackets are not markup (pip install 'spotwise[cloud]'), its
+    control characters are shown escaped (:mod:`spotwise.reports.terminal_text`)."""
+    from rich.text import Text
+
+    err_console.print(Text.assemble((label, "bold red"), " ", clean(message)), highlight=False, soft_wrap=True)
 
 
 #: where print_json writes while a ``--json`` command runs (the real stdout, set aside)
@@ -202,7 +206,7 @@ def traces_show(
         print_json({"series": rows})
     else:
         # wide enough for ISO timestamps when piped; a terminal folds cells instead of cutting them
-        Console(width=None if sys.stdout.isatty() else 220).print(render_table(rows))
+        terminal_console(width=None if sys.stdout.isatty() else 220).print(render_table(rows))
 
 
 # ------------------------------------------------------------------- commands of later issues
@@ -248,7 +252,7 @@ def _run_and_report(job: Any, out: Path, *, as_json: bool, **kw: Any) -> None:
     if as_json:
         print_json(summary.to_dict())
         return
-    console = Console()
+    console = terminal_console()
     if summary.mode == "serverless":
         console.print(_serverless_table(summary))
         console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}; report: {out / 'report' / 'index.html'}")
@@ -302,7 +306,7 @@ def plan(
                           types=[t.strip() for t in types.split(",") if t.strip()] if types else None, plot=plot,
                           write_spec=write_spec, emit=emit, install=install, notes=notes)
     for line in notes:
-        err_console.print(line)
+        err_console.print(line, markup=False, highlight=False, soft_wrap=True)
     if as_json:
         d = result.to_dict()
         d["expected_time_s"] = result.expected_time_s
@@ -310,7 +314,7 @@ def plan(
         return
     from spotwise.reports.plan_view import print_plan
 
-    print_plan(result, Console(), explain=explain)
+    print_plan(result, terminal_console(), explain=explain)
 
 
 @app.command(**command_kw("run"))
@@ -459,13 +463,13 @@ def simulate(
     if as_json:
         print_json(summary.to_dict())
         return
-    console = Console()
+    console = terminal_console()
     console.print(_summary_table(summary, out))
     notes = summary.extra.get("loss_model") or {}
     for m in notes.get("measured", []):
-        console.print(f"loss model, measured: {m}")
+        console.print(f"loss model, measured: {m}", markup=False)
     for a in notes.get("assumed", []):
-        console.print(f"loss model, assumed: {a}")
+        console.print(f"loss model, assumed: {a}", markup=False)
     plots = (out / "report" / "index.html").is_file()
     console.print(f"events: {out / 'events.jsonl'}; summary: {out / 'summary.json'}"
                   + (f"; report: {out / 'report' / 'index.html'}" if plots else ""))
@@ -503,7 +507,7 @@ def _simulate_sweep(spec: Path, out: Optional[Path], overwrite: bool, as_json: b
         d["homes"], d["skipped_series"], d["written"] = result.homes, result.skipped, result.written
         print_json(d)
         return
-    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
+    console = terminal_console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
     console.print(sweep_table(result, breakdown=breakdown, width=console.width))
     console.print(f"{len(result.homes)} home place(s), {result.places} place(s) in all; {result.worker_iterations / 1e6:.1f} M "
                   f"simulated worker-iterations in {human_duration(result.wall_s)}")
@@ -530,14 +534,14 @@ def report(
     if rep.kind == "run":
         from spotwise.reports.run import load_run, summary_table
 
-        Console().print(summary_table(load_run(run_dirs[0])))
+        terminal_console().print(summary_table(load_run(run_dirs[0])))
     else:
         from spotwise.cli_tables import comparison_table
 
-        Console().print(comparison_table(rep))
+        terminal_console().print(comparison_table(rep))
         for f in rep.flags:
-            err_console.print(f"not like for like: {f}")
-    Console().print("written: " + ", ".join(str(p) for p in rep.files))
+            err_console.print(f"not like for like: {clean(f)}", markup=False)
+    terminal_console().print("written: " + ", ".join(clean(p) for p in rep.files), markup=False)
 
 
 @app.command(**command_kw("runs"))
@@ -554,11 +558,11 @@ def runs(
     notes: list[str] = []
     states = list_states(root, notes)
     for line in notes:
-        err_console.print(f"note: {line}", highlight=False, soft_wrap=True)
+        err_console.print(f"note: {clean(line)}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         print_json({"dir": str(root), "runs": [s.to_dict() for s in states]})
     else:
-        Console().print(runs_table(states) if states else f"no run directories below {root}")
+        terminal_console().print(runs_table(states) if states else f"no run directories below {clean(root)}", markup=False)
 
 
 @app.command(**command_kw("status"))
@@ -580,11 +584,11 @@ def status(
 
     read = state_reader(run_dir)
     if watch:
-        watch_status(run_dir, Console(), interval, read=read)
+        watch_status(run_dir, terminal_console(), interval, read=read)
     elif as_json:
         print_json(read().to_dict())
     else:
-        Console().print(status_table(read()))
+        terminal_console().print(status_table(read()))
 
 
 app.command("eject", **command_kw("eject"))(guarded(eject_command))

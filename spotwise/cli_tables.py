@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from spotwise.reports.terminal_text import safe_text
+
 
 def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> Any:
     """The run's summary beside its on-demand comparison; ``elapsed_s`` is the whole command's wall time
@@ -19,7 +21,7 @@ def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> A
     ex = summary.extra
     od = ex.get("on_demand") or {}
     measured = od.get("basis") == "measured"
-    t = Table(title=f"{summary.spec['name']}: {summary.status}", show_header=True)
+    t = Table(title=safe_text(f"{summary.spec['name']}: {summary.status}"), show_header=True)
     t.add_column("", style="bold", no_wrap=True)
     t.add_column("spot (this run)", justify="right")
     t.add_column(f"on-demand x{od.get('workers', '?')}, same samples" + ("" if measured else " (model estimate)"),
@@ -62,7 +64,7 @@ def _serverless_table(summary: Any) -> Any:
     from spotwise.reports.units import human_duration
 
     ex = summary.extra
-    t = Table(title=f"{summary.spec['name']}: {summary.status} (serverless, {ex.get('sync')}, {ex.get('backend')})")
+    t = Table(title=safe_text(f"{summary.spec['name']}: {summary.status} (serverless, {ex.get('sync')}, {ex.get('backend')})"))
     t.add_column("", style="bold")
     t.add_column("value", justify="right")
     metric = summary.metric_name or "metric"
@@ -87,6 +89,7 @@ def comparison_table(rep: Any) -> Any:
     in hours or days (:func:`~spotwise.reports.units.human_duration`), short headers that fit 80 columns."""
     from rich.table import Table
 
+    from spotwise.reports.terminal_text import safe_cells
     from spotwise.reports.units import human_hours
 
     def f(v: Any, spec: str = ".4g") -> str:
@@ -98,11 +101,11 @@ def comparison_table(rep: Any) -> Any:
     t.add_column("run / strategy", overflow="fold", ratio=1)
     for col in ("samples", "metric", "time", "cost $", "deadline"):
         t.add_column(col, justify="right", no_wrap=True)
-    for e in rep.entries:
+    for e in rep.entries:  # names read from the run and sweep directories: text, never markup
         if e["kind"] == "run":
-            t.add_row(e["name"], f(e["samples"], ","), f(e["final_metric"]), human_hours(e["virtual_h"]), f(e["cost_usd"]),
-                      f(e["deadline_met"]) if e["deadline_met"] is not None else "-")
+            t.add_row(*safe_cells(e["name"], f(e["samples"], ","), f(e["final_metric"]), human_hours(e["virtual_h"]),
+                                  f(e["cost_usd"]), f(e["deadline_met"]) if e["deadline_met"] is not None else "-"))
         else:
-            t.add_row(e["name"], f"{f(e['windows'])} win.", "-", human_hours(e["p95_finish_h"]) + " p95",
-                      f(e["mean_cost"]) + " mean", f(e["deadline_met"], ".0%") + " met")
+            t.add_row(*safe_cells(e["name"], f"{f(e['windows'])} win.", "-", human_hours(e["p95_finish_h"]) + " p95",
+                                  f(e["mean_cost"]) + " mean", f(e["deadline_met"], ".0%") + " met"))
     return t

@@ -89,6 +89,8 @@ def test_a_run_writes_events_checkpoints_and_summary_to_s3(s3: dict[str, str], r
     assert code == 0, err
     st = json.loads(out)
     assert st["status"] == "completed" and st["steps"] == 40 and st["dir"] == f"s3://{BUCKET}/runs/a"
+    # issue 54 item 9: the last event's age is the bucket object's (LastModified), not the epoch minus a since-start wall
+    assert st["updated_age_s"] is not None and 0 <= st["updated_age_s"] < bound(600), st["updated_age_s"]
     code, out, err = cli("runs", f"s3://{BUCKET}/runs", "--json")
     assert code == 0, err
     listed = json.loads(out)["runs"]
@@ -107,11 +109,13 @@ def test_status_of_a_uri_says_running_while_its_lease_beats(tmp_path: Path, cli:
     remote_dir = tmp_path / "bucket" / "run"
     remote_dir.mkdir(parents=True)
     (remote_dir / "spec.json").write_text(json.dumps(_spec(f"file://{remote_dir}")))
-    now = time.time()
-    events = [{"t": 0.0, "wall": now - 30, "kind": "header", "schema": 1},
-              {"t": 5.0, "wall": now - 20, "kind": "step", "step": 1, "loss": 2.0, "active": 2, "lr": 0.1,
+    # an event's wall counts from the run's start; the age of the last one is the bucket object's (issue 54 item 9)
+    events = [{"t": 0.0, "wall": 0.01, "kind": "header", "schema": 1},
+              {"t": 5.0, "wall": 10.0, "kind": "step", "step": 1, "loss": 2.0, "active": 2, "lr": 0.1,
                "sync": "full", "samples": 16, "cost": 0.001}]
     (remote_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    written = time.time() - 20
+    os.utime(remote_dir / "events.jsonl", (written, written))
     lease = RemoteLease(connect(f"file://{remote_dir}"))
     lease.acquire()
     try:

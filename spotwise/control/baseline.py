@@ -30,13 +30,12 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from rich.console import Console
-
 from spotwise.config import JobSpec, MarketSpec, PolicySpec, RevocationSpec, SyntheticSpec, TargetSpec
 from spotwise.errors import InputError
 from spotwise.rundir_files import make_run_folder
 from spotwise.market.world import build_market
 from spotwise.policies.registry import POLICIES
+from spotwise.reports.terminal_text import terminal_console
 
 BASELINE_DIR = "on-demand"
 
@@ -113,7 +112,7 @@ def compare_on_demand(summary: Any, out_dir: str | Path, *, progress: bool = Tru
     out = Path(out_dir)
     per_step = spec.cluster.workers * spec.workload.batch_size
     if progress:
-        Console(stderr=True).print(f"on-demand baseline: the same {samples} samples on {spec.cluster.workers} on-demand workers")
+        terminal_console(stderr=True).print(f"on-demand baseline: the same {samples} samples on {spec.cluster.workers} on-demand workers")
     # the steps are an estimate: a step may hold fewer samples than workers x batch (n-sync, epoch ends)
     with RunProgress(math.ceil(samples / per_step), progress, estimated=True, label="on-demand") as bar:
         # a real folder in the run directory, never a link out of it (issue 30 item 2)

@@ -40,7 +40,6 @@ import os
 import re
 import shutil
 import stat
-import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -52,6 +51,7 @@ from spotwise.events import atomic_write_text
 from spotwise.rundir import DiskFullError, is_disk_full
 from spotwise.inputfiles import max_input_bytes
 from spotwise.rundir_files import make_run_folder, read_run_file
+from spotwise.reports.terminal_text import warn_on_stderr  # re-exported: spotwise.control.checkpointing
 
 CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "manifest.json"
@@ -67,11 +67,6 @@ SERVERLESS_KEYS = (*REQUIRED_KEYS, "kind", "schedule")
 CHECKPOINT_MIN_CAP = 4 << 30
 
 Warn = Callable[[str], None]
-
-
-def warn_on_stderr(message: str) -> None:
-    sys.stderr.write(f"warning: {message}\n")
-    sys.stderr.flush()
 
 
 def _sha256(path: Path) -> str:

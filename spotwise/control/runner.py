@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from rich.console import Console
 from rich.progress import Progress
 
 from spotwise.config import JobSpec, data_plane_why, resolve_epochs
 from spotwise.errors import InputError
+from spotwise.reports.terminal_text import terminal_console
 from spotwise.events import RunSummary
 from spotwise.market.world import build_market
 from spotwise.control.checkpoint import load_latest_checkpoint, no_valid_checkpoint_error
@@ -30,7 +30,7 @@ class RunProgress:
         from spotwise.reports.progress_view import progress_columns
 
         self.enabled, self.estimated, self.total = enabled, estimated, total
-        self.console = Console(stderr=True)
+        self.console = terminal_console(stderr=True)
         self.progress = Progress(  # columns sized to the terminal (80 columns: nothing cut)
             *progress_columns(self.console.width, label=label, estimated=estimated),
             console=self.console, transient=False, disable=not enabled, refresh_per_second=8,
@@ -151,7 +151,7 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
         check_progress_possible(spec, market)
         placement_for(spec)  # the workers' device and GPUs (issue 20 item 4): device: cuda without a GPU exits 2
     if progress:  # which plane trains the job, and why (issue 40 item 4)
-        Console(stderr=True).print(f"data plane: {spec.cluster.data_plane} ({data_plane_why(spec)})", highlight=False,
+        terminal_console(stderr=True).print(f"data plane: {spec.cluster.data_plane} ({data_plane_why(spec)})", highlight=False,
                                    soft_wrap=True)
     resolve_epochs(spec)  # target.epochs in samples, before Ray starts (a bad dataset exits 2 here)
     ensure_ray(ray_address)

@@ -28,7 +28,6 @@ that names the local copy.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ from spotwise.remote.uri import RemoteRoot, describe_error
 from spotwise.rundir import LOCK_FILE, MARKER, RUN_FILES
 from spotwise.rundir_files import check_run_file, read_run_file
 from spotwise.safeparse import loads_json
+from spotwise.reports.terminal_text import warn_on_stderr
 
 if TYPE_CHECKING:
     from spotwise.control.checkpointing import Checkpointer
@@ -50,9 +50,7 @@ EVENTS = "events.jsonl"
 EVENTS_EVERY_S = 5.0
 
 
-def _warn(message: str) -> None:
-    sys.stderr.write(f"warning: {message}\n")
-    sys.stderr.flush()
+_warn = warn_on_stderr  # a warning line on stderr, its untrusted names cleaned (spotwise.reports.terminal_text)
 
 
 #: the mirror uploads spotwise's own files: no size cap beyond the disk, but read without following links

@@ -7,21 +7,25 @@ and the marker, each a plain object within the input caps (:func:`~spotwise.remo
 as a local run directory is read (:func:`~spotwise.reports.runs_view.run_state`).  Whether the run
 is still going is the URI's lease (``lease.json``: a heartbeat younger than its TTL, the holder's
 host and process named), as a local run's is its lock file; the time since the last event is
-that event's own wall time, not the download's.  ``runs URI`` lists the run directories below
+measured from when the bucket's ``events.jsonl`` was last written (its modification time there:
+an event's ``wall`` counts from the run's start, not from the epoch), not from the download.  A run
+whose files are over a cap is ``unreadable`` in ``runs URI`` (the others are listed) and exit 2 in
+``status URI``, as a local run directory's.  ``runs URI`` lists the run directories below
 the prefix (a ``spec.json``, ``events.jsonl`` or ``summary.json`` at most four levels down, at most
 :data:`MAX_RUNS` of them).
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from spotwise.errors import InputError
 from spotwise.inputfiles import max_input_bytes
-from spotwise.remote.fetch import _download
+from spotwise.remote.fetch import _download, _info
 from spotwise.remote.uri import RemoteRoot, connect, storage_error
 from spotwise.rundir import MARKER
 
@@ -47,50 +51,68 @@ def _lease_holder(remote: RemoteRoot) -> str | None:
 
 
 def _state_of(remote: RemoteRoot, name: str) -> Any:
-    from spotwise.reports.runs_view import RunDirError, RunState, run_state
+    """The state of the run at ``remote``: InputError when no run is there; RunDirError (the reason) when
+    one of its files cannot be read within the caps, as a local run directory's (:func:`runs_view.run_state`)."""
+    from spotwise.reports.runs_view import RunDirError, run_state
 
     cap = max_input_bytes()
     with tempfile.TemporaryDirectory(prefix="spotwise-view-") as d:
         local = Path(d)
-        got = [n for n in VIEW_FILES if _download(remote, n, local / n, cap)]
+        try:
+            events_info = _info(remote, "events.jsonl", cap)
+            got = [n for n in VIEW_FILES if _download(remote, n, local / n, cap)]
+        except InputError as e:  # over a cap, not a plain file, a failed read: this run is unreadable
+            raise RunDirError(e.what, cause=e) from None
         if not any(n in got for n in ("spec.json", "summary.json", "events.jsonl")):
             raise InputError("no spotwise run at this URI (no spec.json, summary.json or events.jsonl there)",
                              "pass the outputs.uri of a `spotwise run` (spotwise runs URI lists the runs below a prefix)",
                              remote.uri)
         holder = _lease_holder(remote)
-        try:
-            st = run_state(local, name, holder=1 if holder else None)
-        except RunDirError as e:
-            return RunState(dir=remote.uri, name=name, status="unreadable", detail=str(e))
+        st = run_state(local, name, holder=1 if holder else None,
+                       modified=modified_time(events_info) if "events.jsonl" in got else None)
         st.dir = remote.uri
         st.lock_pid = None
         if holder:
             st.notes.append(f"running on {holder} (the URI's lease)")
-        last = _last_wall(local / "events.jsonl")
-        st.updated_age_s = None if last is None else max(0.0, time.time() - last)
         return st
 
 
-def _last_wall(path: Path) -> float | None:
-    from spotwise.events import read_events
-
-    if not path.is_file():
+def modified_time(info: dict[str, Any] | None) -> float | None:
+    """When an object was last written (seconds since the epoch) from its fsspec ``info``: ``mtime``
+    (file://), ``LastModified`` (S3), ``updated`` (GCS); None when the store does not say."""
+    if not info:
         return None
-    try:
-        walls = [float(e["wall"]) for e in read_events(path) if isinstance(e.get("wall"), (int, float))]
-    except InputError:
-        return None
-    return walls[-1] if walls else None
+    for key in ("mtime", "LastModified", "updated", "last_modified", "modified", "created"):
+        v = info.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+            return float(v)
+        if isinstance(v, datetime.datetime):
+            return (v if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc)).timestamp()
+        if isinstance(v, str):
+            try:
+                t = datetime.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            return (t if t.tzinfo else t.replace(tzinfo=datetime.timezone.utc)).timestamp()
+    return None
 
 
 def remote_run_state(uri: str) -> Any:
-    """``spotwise status URI``: the state of the run mirrored at ``uri`` (InputError when none is there)."""
+    """``spotwise status URI``: the state of the run mirrored at ``uri`` (InputError when none is there or
+    its files cannot be read, as ``spotwise status DIR``'s)."""
+    from spotwise.reports.runs_view import RunDirError, unreadable_run
+
     remote = connect(uri)
-    return _state_of(remote, remote.root.rstrip("/").rsplit("/", 1)[-1] or remote.uri)
+    try:
+        return _state_of(remote, remote.root.rstrip("/").rsplit("/", 1)[-1] or remote.uri)
+    except RunDirError as e:
+        raise unreadable_run(e, uri) from None
 
 
 def remote_runs(uri: str, notes: list[str] | None = None) -> list[Any]:
     """``spotwise runs URI``: the state of each run directory below ``uri`` (module docstring)."""
+    from spotwise.reports.runs_view import listed_state
+
     remote = connect(uri)
     root = remote.root.rstrip("/")
     try:
@@ -111,8 +133,8 @@ def remote_runs(uri: str, notes: list[str] | None = None) -> list[Any]:
         rel = d[len(root):].lstrip("/")
         sub = RemoteRoot(uri=f"{remote.uri.rstrip('/')}/{rel}" if rel else remote.uri, scheme=remote.scheme,
                          fs=remote.fs, root=d)
-        name = "".join(ch if ch.isprintable() else "?" for ch in (rel or "."))
-        out.append(_state_of(sub, name))
+        # one run's files over a cap or malformed: its row says why, the others are listed (as list_runs does)
+        out.append(listed_state(sub.uri, rel or ".", functools.partial(_state_of, sub, rel or ".")))
     return out
 
 

@@ -16,10 +16,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotwise.reports.terminal_text import clean, safe_cells
 from spotwise.reports.units import human_duration, humanize_seconds
 
 #: below this many columns the strategies and backtest tables use the narrow layout
 WIDE_COLUMNS = 120
+
+
+def _text(v: Any) -> str:
+    """A value from the spec or the traces inside one of the headline's markup lines: cleaned, its brackets escaped."""
+    from rich.markup import escape
+
+    return escape(clean(v))
 
 
 def _money(v: Any) -> str:
@@ -68,8 +76,9 @@ def headline_lines(plan: Any) -> list[str]:
     where = rec.get("place") or ""
     inst = rec.get("instance") or extra.get("instance") or ""
     bids = _bids(rec.get("bids"))
-    lines = [f"[bold]recommended:[/bold] {rec.get('strategy', getattr(plan, 'strategy', '?'))}"
-             + (f" in {where}" if where else "") + f", {rec.get('workers', '?')} x {inst}" + (f", {bids}" if bids else "")]
+    lines = [f"[bold]recommended:[/bold] {_text(rec.get('strategy', getattr(plan, 'strategy', '?')))}"
+             + (f" in {_text(where)}" if where else "") + f", {rec.get('workers', '?')} x {_text(inst)}"
+             + (f", {bids}" if bids else "")]
     ci = _interval(rec.get("expected_cost_ci95") or rec.get("cost_ci95") or rec.get("expected_cost_interval"))
     p = rec.get("deadline_probability")
     tested = rec.get("basis") == "backtest"  # issue 29: a backtested strategy's figures are measured, not modelled
@@ -83,8 +92,8 @@ def headline_lines(plan: Any) -> list[str]:
         lines.append(f"  [bold yellow]no tested strategy reached the target P(deadline) "
                      f"{float(rec.get('target_deadline_probability') or 0):.0%}[/bold yellow]: relax the deadline")
     if tested and rec.get("policies"):
-        lines.append("  policies: " + ", ".join(str(q.get("name")) for q in rec["policies"])
-                     + (f" (the model's pick was {rec['model_strategy']})" if rec.get("model_strategy") else ""))
+        lines.append("  policies: " + ", ".join(_text(q.get("name")) for q in rec["policies"])
+                     + (f" (the model's pick was {_text(rec['model_strategy'])})" if rec.get("model_strategy") else ""))
     od, saving = rec.get("on_demand_cost"), rec.get("saving_vs_on_demand")
     if od is None or saving is None:
         lines.append("  on-demand: no price to compare")
@@ -134,7 +143,7 @@ def strategies_table(plan: Any, width: int = 80) -> Any:
     for a in plan.alternatives:
         bids = ", ".join(f"{b:.3g}" for b in sorted(set(a.bids), reverse=True)) if a.bids else "-"
         style = "bold green" if a.strategy == plan.strategy else (None if a.feasible else "dim")
-        row = [a.strategy, bids]
+        row = [clean(a.strategy), bids]
         if wide:
             row += [str(a.workers), str(a.iterations)]
         row += ["-" if a.expected_cost is None else _money(a.expected_cost),
@@ -143,7 +152,7 @@ def strategies_table(plan: Any, width: int = 80) -> Any:
                 "-" if a.expected_error is None else f"{a.expected_error:.3g}"]
         if wide:
             row += [a.method, humanize_seconds(a.reason if a.feasible else f"infeasible: {a.reason}")]
-        t.add_row(*row, style=style)
+        t.add_row(*safe_cells(*row), style=style)
     return t
 
 
@@ -165,15 +174,15 @@ def backtest_table(placement: dict[str, Any], width: int = 80, chosen: str | Non
     title = f"backtest in {ch['zone']}: {bt['windows']} past windows, {first}..{last}, every {every}"
     caption = (f"{ch['instance']} at the start: {ch['spot_price']:.4g} $/h spot, {ch['on_demand_price']:.4g} $/h on-demand; "
                "P(dl): share of windows that met the deadline")
-    t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    t = Table(title=safe_cells(title)[0], title_justify="left", caption=safe_cells(caption)[0], caption_justify="left")
     t.add_column("strategy", no_wrap=True, overflow="ellipsis", min_width=14 if width >= 80 else None)
     for col in (("P(dl)", "95% CI", "mean $", "p95 $", "/oracle") if width < WIDE_COLUMNS else
                 ("P(deadline)", "95% CI", "mean cost", "p95 cost", "vs oracle")):
         t.add_column(col, justify="right", no_wrap=True)
     for s in bt["strategies"]:
         lo, hi = s["ci95"]
-        t.add_row(s["strategy"], f"{s['deadline_met']:.0%}", f"{lo:.0%}-{hi:.0%}", f"${s['mean_cost']:.2f}",
-                  f"${s['p95_cost']:.2f}", f"{s['vs_oracle']:.2f}x", style="bold green" if s["strategy"] == chosen else None)
+        t.add_row(*safe_cells(s["strategy"], f"{s['deadline_met']:.0%}", f"{lo:.0%}-{hi:.0%}", f"${s['mean_cost']:.2f}",
+                  f"${s['p95_cost']:.2f}", f"{s['vs_oracle']:.2f}x"), style="bold green" if s["strategy"] == chosen else None)
     return t
 
 
@@ -183,25 +192,25 @@ __all__ = ["WIDE_COLUMNS", "alternative_notes", "backtest_table", "headline_line
 def print_plan(plan: Any, console: Any, *, explain: bool = False) -> None:
     """Everything ``spotwise plan`` prints for people, in reading order, sized to ``console.width``."""
     width = int(getattr(console, "width", 80) or 80)
-    for line in headline_lines(plan):
-        console.print(line, highlight=False)
+    for line in headline_lines(plan):  # spotwise's markup; the values in it escaped (_text)
+        console.print(line, highlight=False, markup=True)
     console.print(strategies_table(plan, width))
     for line in alternative_notes(plan, width):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, markup=False)
     placement = (getattr(plan, "extra", None) or {}).get("placement")
     if placement and placement.get("backtest"):
         console.print(backtest_table(placement, width, getattr(plan, "strategy", None)))
     elif placement:
-        console.print(f"placement: {placement.get('error') or placement.get('note')}", highlight=False)
-    console.print(f"why: {humanize_seconds(plan.why)}", highlight=False)
+        console.print(f"placement: {placement.get('error') or placement.get('note')}", highlight=False, markup=False)
+    console.print(f"why: {humanize_seconds(plan.why)}", highlight=False, markup=False)
     plane = (getattr(plan, "extra", None) or {}).get("data_plane")
     if plane:
-        console.print(f"data plane: {plane['plane']} ({plane['why']})", highlight=False)
-    console.print(f"prices: {plan.price_source}", highlight=False)
+        console.print(f"data plane: {plane['plane']} ({plane['why']})", highlight=False, markup=False)
+    console.print(f"prices: {plan.price_source}", highlight=False, markup=False)
     for m in plan.measured:
-        console.print(f"measured: {m}", highlight=False)
+        console.print(f"measured: {m}", highlight=False, markup=False)
     if explain:
         for a in plan.assumed:
-            console.print(f"assumed: {a}", highlight=False)
+            console.print(f"assumed: {a}", highlight=False, markup=False)
     else:
-        console.print(f"({len(plan.assumed)} assumptions behind these numbers: --explain prints them)", highlight=False)
+        console.print(f"({len(plan.assumed)} assumptions behind these numbers: --explain prints them)", highlight=False, markup=False)

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from spotwise.control.phases import phase_line, totals_of
 from spotwise.errors import InputError
 from spotwise.rundir_files import read_run_file, read_run_tail
 from spotwise.safeparse import loads_json
+from spotwise.reports.terminal_text import display_copy, safe_cells, safe_text
 from spotwise.reports.units import human_duration, humanize_seconds
 
 #: bytes read of summary.json / spec.json at most
@@ -47,7 +49,12 @@ _FAMILY = {"completed": "completed", "nonfinite": "diverged", "diverged": "diver
 
 
 class RunDirError(Exception):
-    """A run directory whose files cannot be read as spotwise wrote them (the message says which and why)."""
+    """A run directory whose files cannot be read as spotwise wrote them (the message says which and why);
+    ``cause``: the InputError behind it, when one says how to fix it (a URI's object over a cap)."""
+
+    def __init__(self, message: str, cause: InputError | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass
@@ -266,11 +273,22 @@ def _from_events(st: RunState, events: list[dict[str, Any]], cut: bool, holder: 
         st.status, st.detail = "interrupted", "no end event and no process holds the run's lock"
 
 
+def last_event_age(modified: float | None, now: float | None = None) -> float | None:
+    """Seconds since the run's last event, from when its event log was last written (``modified``, seconds
+    since the epoch: the local file's or the bucket object's modification time).  An event's ``wall``
+    counts from the run's start, not from the epoch, so it never gives an age on its own (issue 54 item 9)."""
+    if modified is None:
+        return None
+    return max(0.0, (time.time() if now is None else now) - modified)
+
+
 def run_state(d: Path, name: str | None = None, *, events_cap: int = EVENTS_TAIL_STATUS,
-              holder: int | None | bool = False) -> RunState:
+              holder: int | None | bool = False, modified: float | None = None) -> RunState:
     """The state of the run directory ``d``; RunDirError when its files are malformed.  ``holder``: who
     holds the run (a pid, or None for nobody) when it is known otherwise (a URI's lease,
-    :mod:`spotwise.remote.view`); by default the lock file in ``d`` says."""
+    :mod:`spotwise.remote.view`); by default the lock file in ``d`` says.  ``modified``: when the event
+    log was last written where the run writes it (a bucket's object, for a downloaded copy); by default
+    the modification time of ``d/events.jsonl``."""
     st = RunState(dir=str(d), name=name or d.name, status="unknown")
     spec = _json_object(d, "spec.json")
     summary = _json_object(d, "summary.json")
@@ -288,10 +306,12 @@ def run_state(d: Path, name: str | None = None, *, events_cap: int = EVENTS_TAIL
     got = _events(d, events_cap)
     if got is not None:
         _from_events(st, *got, holder)
-        try:
-            st.updated_age_s = max(0.0, time.time() - os.lstat(d / "events.jsonl").st_mtime)
-        except OSError:
-            pass
+        if modified is None:
+            try:
+                modified = os.lstat(d / "events.jsonl").st_mtime
+            except OSError:
+                pass
+        st.updated_age_s = last_event_age(modified)
     elif summary is None:
         if (d / "sweep.json").is_file() and not (d / "sweep.json").is_symlink():
             st.status, st.detail = "completed", "trace sweep (spotwise report DIR shows it)"
@@ -346,11 +366,25 @@ def list_runs(root: str | os.PathLike[str] = ".", notes: list[str] | None = None
     out = []
     for d in find_runs(r, notes=notes):
         name = "." if d == r else str(d.relative_to(r))
-        try:
-            out.append(run_state(d, name, events_cap=EVENTS_TAIL_RUNS))
-        except RunDirError as e:
-            out.append(RunState(dir=str(d), name=name, status="unreadable", detail=str(e)))
+        out.append(listed_state(str(d), name, functools.partial(run_state, d, name, events_cap=EVENTS_TAIL_RUNS)))
     return out
+
+
+def listed_state(where: str, name: str, read: Callable[[], RunState]) -> RunState:
+    """One row of ``spotwise runs`` (a folder's or a URI prefix's): ``read()``, or an ``unreadable`` row
+    saying why when the run's files cannot be read (the other runs are still listed)."""
+    try:
+        return read()
+    except RunDirError as e:
+        return RunState(dir=where, name=name, status="unreadable", detail=str(e))
+
+
+def unreadable_run(e: RunDirError, where: str) -> InputError:
+    """``spotwise status`` of a run whose files cannot be read (a folder's or a URI's): exit 2 saying why."""
+    if e.cause is not None:
+        return e.cause
+    return InputError(f"the run directory cannot be read: {e}",
+                      "the run directory is damaged; rerun the job into a new --out (or resume it from a copy)", where)
 
 
 def one_run(d: str | os.PathLike[str]) -> RunState:
@@ -366,8 +400,7 @@ def one_run(d: str | os.PathLike[str]) -> RunState:
     try:
         return run_state(p, p.name)
     except RunDirError as e:
-        raise InputError(f"the run directory cannot be read: {e}",
-                         "the run directory is damaged; rerun the job into a new --out (or resume it from a copy)", str(p)) from None
+        raise unreadable_run(e, str(p)) from None
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -393,6 +426,7 @@ def runs_table(states: list[RunState]) -> Any:
     """``spotwise runs``: one row per run directory."""
     from rich.table import Table
 
+    states = [display_copy(s) for s in states]  # names, details: untrusted text (spotwise.reports.terminal_text)
     t = Table(title=f"{len(states)} run(s)", title_justify="left")
     t.add_column("run", overflow="fold", ratio=1)
     t.add_column("status", no_wrap=True)
@@ -402,8 +436,8 @@ def runs_table(states: list[RunState]) -> Any:
     t.add_column("left", justify="right", no_wrap=True)
     for s in states:
         style = {"running": "bold", "unreadable": "red", "failed": "red", "diverged": "red", "interrupted": "yellow"}.get(s.status)
-        t.add_row(s.name, s.status, _progress(s), "-" if s.cost_usd is None else f"${s.cost_usd:.4g}",
-                  human_duration(s.deadline_s), _left(s), style=style)
+        t.add_row(*safe_cells(s.name, s.status, _progress(s), "-" if s.cost_usd is None else f"${s.cost_usd:.4g}",
+                              human_duration(s.deadline_s), _left(s)), style=style)
     return t
 
 
@@ -411,7 +445,8 @@ def status_table(s: RunState) -> Any:
     """``spotwise status DIR``: the run, field by field."""
     from rich.table import Table
 
-    t = Table(title=f"run {s.job or s.name}: {s.status}", show_header=False, title_justify="left")
+    s = display_copy(s)  # every string read from the run: untrusted text (spotwise.reports.terminal_text)
+    t = Table(title=safe_text(f"run {s.job or s.name}: {s.status}"), show_header=False, title_justify="left")
     t.add_column("field", style="bold", no_wrap=True)
     t.add_column("value", overflow="fold")
     rows: list[tuple[str, str]] = [("directory", s.dir), ("status", s.status + (f" ({s.detail})" if s.detail not in ("", s.status) else "")
@@ -444,7 +479,7 @@ def status_table(s: RunState) -> Any:
         rows.append(("last event", f"{human_duration(s.updated_age_s)} ago"))
     rows += [("note", n) for n in s.notes]
     for k, v in rows:
-        t.add_row(k, v)
+        t.add_row(*safe_cells(k, v))
     return t
 
 
@@ -469,5 +504,5 @@ def watch_status(d: str | os.PathLike[str], console: Any, interval: float = 2.0,
     return s
 
 
-__all__ = ["RunDirError", "RunState", "find_runs", "is_run_dir", "list_runs", "lock_holder", "one_run", "run_state",
-           "runs_table", "status_table", "watch_status"]
+__all__ = ["RunDirError", "RunState", "find_runs", "is_run_dir", "last_event_age", "list_runs", "listed_state",
+           "lock_holder", "one_run", "run_state", "runs_table", "status_table", "unreadable_run", "watch_status"]

@@ -72,6 +72,8 @@ def render_table(rows: list[dict[str, Any]]) -> Any:
     time at each count: :func:`format_count_shares`)."""
     from rich.table import Table
 
+    from spotwise.reports.terminal_text import safe_cells
+
     table = Table(title=f"{len(rows)} series", show_lines=False)
     for col, just in [("id", "left"), ("kind", "left"), ("instance", "left"), ("zone/region", "left"),
                       ("points", "right"), ("start", "left"), ("end", "left"), ("min", "right"),
@@ -81,13 +83,13 @@ def render_table(rows: list[dict[str, Any]]) -> Any:
     for r in rows:
         price = r["kind"] == "price"
         unit = (lambda v: f"${v:.4f}") if price else (lambda v: f"{v:.3g}")
-        table.add_row(
+        table.add_row(*safe_cells(  # ids, types and zones read from the trace files: text, never markup
             r["id"], r["kind"], r["instance"], r["zone"] or r["region"], str(r["points"]), r["start"], r["end"],
             unit(r["min"]), unit(r["max"]), unit(r["mean"]),
             "-" if price else f"{100 * r['fraction_available']:.1f}%",
             "-" if price else fmt_duration(r["mean_time_between_preemptions_s"]),
             format_count_shares(r),
-        )
+        ))
     return table
 
 

@@ -221,12 +221,14 @@ def summary_table(run: RunData) -> Any:
     """A two-column rich Table of the run (what ``spotwise report DIR`` prints)."""
     from rich.table import Table
 
+    from spotwise.reports.terminal_text import safe_text
+
     name = run.header.get("job") or run.out_dir.name
-    table = Table(title=f"run {name}", show_header=False, title_justify="left")
+    table = Table(title=safe_text(f"run {name}"), show_header=False, title_justify="left")
     table.add_column("field", style="bold", no_wrap=True)
     table.add_column("value", overflow="fold")
-    for label, value in summary_rows(run):
-        table.add_row(label, f"[yellow]{value}[/yellow]" if label == "warning" else value)
+    for label, value in summary_rows(run):  # values read from the run directory: text, never markup
+        table.add_row(safe_text(label), safe_text(value, "yellow" if label == "warning" else None))
     return table
 
 
