@@ -16,11 +16,14 @@ def eject_command(
     spec that runs it (DIR/job.yaml): start a GAN, a teacher or an EMA from what ran."""
     import shlex
 
+    from spotwise.reports.terminal_text import clean
     from spotwise.spec.eject import eject
 
     train_py, job_yaml = eject(spec, out, force=force)
-    q = shlex.quote  # the commands are for the user to copy: a folder name with a blank or a quote stays one word
-    print(f"wrote {train_py} (the workload's loop on spotwise.elastic: yours to change)\n"
-          f"wrote {job_yaml} (the same job, its workload now train.py)\n"
+    def q(path: Path) -> str:  # a command to copy: a blank or a quote stays one word, a control character is shown escaped
+        return clean(shlex.quote(str(path)))
+
+    print(f"wrote {clean(train_py)} (the workload's loop on spotwise.elastic: yours to change)\n"
+          f"wrote {clean(job_yaml)} (the same job, its workload now train.py)\n"
           f"run it:        spotwise run {q(job_yaml)} --out run\n"
           f"or on its own: python {q(train_py)} --epochs 1")
