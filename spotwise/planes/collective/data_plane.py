@@ -15,8 +15,9 @@ checkpoints, summary). What a step is here:
   so an emulated run is the same run on every repetition and across a resume (issue 30 item 8).
 * **Regroup** (Sec. 3.2, reconcile / accept / restart). Any change of membership, a failure a member flags (a
   dead or frozen peer), and a change of strategy or learning rate (policies) end the generation: the controller
-  flags it failed, collects the survivors' last committed steps (a survivor that does not answer within
-  ``group_timeout_s`` is declared lost and killed), announces the next generation with a survivor of the highest
+  flags it failed, collects the survivors' last committed steps (a survivor is waited for while its
+  heartbeat goes on, however slow; it is declared lost and killed only once its process is gone or its
+  heartbeat has been silent for the heartbeat timeout: :mod:`spotwise.planes.collective.heartbeat`), announces the next generation with a survivor of the highest
   step as its source (roll forward: see :mod:`spotwise.planes.collective.member`; after AD-PSGD, a roll-back to
   the last barrier and an average of the survivors' replicas) and the joiners started, and the members rebuild
   the group in place (same processes, replicas in memory) and take the source's state by broadcast. Recovery
@@ -63,24 +64,32 @@ from spotwise.planes.ps.compute import Compute
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
 
+#: seconds between two reads of the members' heartbeats while steps are leased
+BEAT_CHECK_S = 0.25
+#: the longest wait for a member that beats but does not answer (a survivor's report, a generation's
+#: forming): a hung member (its training thread deadlocked, its heartbeat thread alive) is dropped then
+ANSWER_MOST_S = 900.0
+
 
 class CollectivePlane:
     """The collective data plane of one job; see the module docstring.
 
     ``faults`` (a test hook): member slot -> fault for its first start (``{"step": s, "action":
-    "exit"|"stop"}``).  ``store_host``: where the rendezvous store listens (only there):
-    ``127.0.0.1`` on one machine, the head's cluster address on a Ray cluster.
+    "exit"|"stop"|"sleep"|"pause", "seconds": t}``, :meth:`CollectiveMember._inject`).  ``store_host``:
+    where the rendezvous store listens (only there): ``127.0.0.1`` on one machine, the head's cluster
+    address on a Ray cluster.  ``heartbeat_s``: seconds of heartbeat silence after which a member is
+    lost (default :func:`~spotwise.planes.collective.heartbeat.heartbeat_timeout` of the group's timeout).
     """
 
     name = "collective"
 
     def __init__(self, spec: JobSpec, faults: dict[int, dict[str, Any]] | None = None,
-                 store_host: str = "127.0.0.1") -> None:
+                 store_host: str = "127.0.0.1", heartbeat_s: float | None = None) -> None:
         cl = spec.cluster
         if cl.data_plane != "collective":
             raise ValueError("the collective plane runs cluster.data_plane: collective specs")
         self._job: PlaneHost | None = None
-        self.ctl = PlaneControl(host=store_host, timeout_s=float(cl.group_timeout_s))
+        self.ctl = PlaneControl(host=store_host, timeout_s=float(cl.group_timeout_s), heartbeat_s=heartbeat_s)
         self.local_steps = int(cl.local_steps)
         self.replica_every = int(cl.replica_every)
         #: member slot -> the ObjectRef of its member loop (done when the member leaves or dies)
@@ -180,6 +189,7 @@ class CollectivePlane:
 
     def on_leave(self, w: int, reason: str) -> None:
         self.runs.pop(w, None)
+        self.ctl.forget(w)
         if w in self.gen_members:
             # the slot may come back with a new process: it is no survivor of this generation
             self.gen_members = [m for m in self.gen_members if m != w]
@@ -323,7 +333,7 @@ class CollectivePlane:
     def _pump(self, until: int) -> None:
         """Log the members' records until step ``until``, a regroup is needed, or the job is done."""
         job = self.job
-        next_dead_check, pause = 0.0, POLL_S
+        next_dead_check, next_beat_check, pause = 0.0, 0.0, POLL_S
         self._stall.start()  # the members start on the lease now
         while job.step < until and not self._dirty:
             if self._take_records():
@@ -340,6 +350,12 @@ class CollectivePlane:
             if now >= next_dead_check:
                 next_dead_check = now + 0.02
                 self._check_membership()
+                if now >= next_beat_check:  # the heartbeats: a frozen or vanished member is lost
+                    next_beat_check = now + BEAT_CHECK_S
+                    for w in self.ctl.lost(self.gen_members):
+                        self.job.drop_member(w, "node-lost")
+                    if self._dirty:
+                        return
                 idle = self._stall.stalled(self.ctl.timeout_s, lambda: self.ctl.working(self.gen_members))
                 if idle is not None:
                     self._mark(f"generation {self.gen} stalled: no step record and no member at work for "
@@ -470,12 +486,13 @@ class CollectivePlane:
         alive: dict[int, int] = {}
         if self.gen >= 0:
             self.ctl.fail(self.gen, why)
-            # a member whose process or node is gone (its loop's ObjectRef ended) is not waited for
-            alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0, gone=lambda: set(ended_runs(self.runs)))
+            # a member whose process or node is gone (its loop's ObjectRef ended) or whose heartbeat is
+            # silent is not waited for; one that beats is, however slow (issue 54 item 8)
+            alive = self.ctl.alive(self.gen, survivors, ANSWER_MOST_S, gone=lambda: set(ended_runs(self.runs)))
             t_alive = time.perf_counter()
             for w in survivors:
                 if w not in alive:
-                    job.drop_member(w, "node-lost")  # frozen or dead: it did not answer
+                    job.drop_member(w, "node-lost")  # dead, frozen or vanished: no answer, no heartbeat
             self._dirty = False
             self._take_records()
         # the members holding a committed state: a joiner whose first generation never formed
@@ -523,7 +540,7 @@ class CollectivePlane:
             self.copy.hand_over(members, self.gen, self._cursor.epoch, self._cursor.pos)
         self.ctl.announce(plan)
         t_announce = time.perf_counter()
-        if self.ctl.formed(self.gen, len(members), self.ctl.timeout_s + 2.0):
+        if self.ctl.formed(self.gen, members, ANSWER_MOST_S, gone=lambda: set(ended_runs(self.runs))):
             self._held = plan.strategy  # the members now hold this strategy's state (reconciled)
         else:  # they still hold the last formed generation's (AD-PSGD's: replicas past its barrier)
             why_not = self.ctl.failed(self.gen)
@@ -572,7 +589,7 @@ class CollectivePlane:
             return
         survivors = [w for w in self.gen_members if w in job.members]
         self.ctl.fail(self.gen, "stop")
-        alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0)
+        alive = self.ctl.alive(self.gen, survivors, ANSWER_MOST_S, gone=lambda: set(ended_runs(self.runs)))
         # only members holding a committed state count (see _regroup); without one there is
         # nothing to collect: the shutdown ends the processes
         alive = {w: s for w, s in alive.items() if s >= 0}

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -192,8 +193,9 @@ class CollectiveMember:
             fault: dict[str, Any] | None = None) -> dict[str, Any]:
         """Take part in generations ``gen, gen + 1, ...`` until a plan leaves this member out or stops.
 
-        ``fault`` (tests): ``{"step": s, "action": "exit" | "stop"}`` -- at step ``s`` this process
-        exits at once or freezes itself (SIGSTOP), as a revoked or hung VM would.
+        ``fault`` (tests): ``{"step": s, "action": "exit" | "stop" | "pause" | "sleep", "seconds": t}``
+        -- at step ``s`` this process exits at once, freezes itself (SIGSTOP), as a revoked or hung VM
+        would, or is held up ``t`` seconds (:meth:`_inject`).
         """
         g = ElasticGroup(address, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
                          rendezvous_timeout_s=timeout_s, local_host=_node_address(),
@@ -579,9 +581,21 @@ class CollectiveMember:
         self._sent = max(self._sent, upto)
 
     def _inject(self, fault: dict[str, Any]) -> None:
+        """A test's fault at this step: ``exit`` (a killed VM), ``stop`` (SIGSTOP: a frozen VM, for
+        good), ``pause`` (SIGSTOP, continued after ``seconds`` by a helper process: a VM stalled a
+        while) or ``sleep`` (a step ``seconds`` longer, using no CPU: a member starved of CPU, or one
+        evaluating between two steps, as its peers and the controller see it)."""
         self._fault = None
-        if fault.get("action") == "stop":
-            os.kill(os.getpid(), 19)  # SIGSTOP: a frozen VM
+        action = fault.get("action")
+        if action == "sleep":
+            time.sleep(float(fault["seconds"]))
+        elif action == "pause":
+            import subprocess
+
+            self._resumer = subprocess.Popen(["/bin/sh", "-c", f"sleep {float(fault['seconds']):.3f}; kill -CONT {os.getpid()}"])
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif action == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)  # a frozen VM
         else:
             os._exit(3)
 
