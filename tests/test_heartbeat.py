@@ -7,6 +7,12 @@ test_resume_same_run[collective]).  The same happens to any first step that comp
 (``torch.compile``) for longer than the stall floor.  Members now beat the CPU time of their
 training thread; the controller's stall watch and its wait for survivors' answers count that work
 as progress, while a frozen or deadlocked member (no CPU) is still found.
+
+Issue 54 item 8: a busy survivor (a step starved of CPU on a loaded CI machine) was taken for a
+lost one and the run rolled committed steps back.  Liveness now comes from the heartbeat alone: a
+member is lost only when its process is gone or its beat has been silent past the heartbeat
+timeout (the rule on a fake clock, the regroup's and the forming's waits, a beat thread that
+survives a failed store call and is not starved by a training thread inside torch's operators).
 """
 
 from __future__ import annotations

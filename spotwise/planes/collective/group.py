@@ -13,7 +13,9 @@ over the same store, in the same processes, keeping their parameters in memory.
   no connection: the collective then fails after ``timeout_s`` (the process group's timeout), and
   the flag spreads that too.  The coordinator can raise the flag itself (a revocation notice).
 * **Regroup.**  After a failure each survivor reports itself alive for ``g`` with its last
-  committed step (``alive/<g>/<member>``); the coordinator announces ``g + 1``'s members and every
+  committed step (``alive/<g>/<member>``); the coordinator waits for every member whose process
+  lives and whose heartbeat goes on, however slow (:mod:`~spotwise.planes.collective.heartbeat`:
+  a collective that timed out on a slow peer is no loss), then announces ``g + 1``'s members and every
   one of them forms the new group (a gloo rendezvous over the store, tens of ms on one machine).
   A joiner forms the new generation like everyone else and receives the parameters by a broadcast
   from a member that has them.
