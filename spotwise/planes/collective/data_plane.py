@@ -15,10 +15,8 @@ checkpoints, summary). What a step is here:
   so an emulated run is the same run on every repetition and across a resume (issue 30 item 8).
 * **Regroup** (Sec. 3.2, reconcile / accept / restart). Any change of membership, a failure a member flags (a
   dead or frozen peer), and a change of strategy or learning rate (policies) end the generation: the controller
-  flags it failed, collects the survivors' last committed steps (a survivor is waited for while its
-  heartbeat goes on, however slow; it is declared lost and killed only once its process is gone or its
-  heartbeat has been silent for the heartbeat timeout: :mod:`spotwise.planes.collective.heartbeat`), announces the next generation with a survivor of the highest
-  step as its source (roll forward: see :mod:`spotwise.planes.collective.member`; after AD-PSGD, a roll-back to
+  flags it failed, collects the survivors' last committed steps (a slow one is waited for; one gone or silent is
+  lost and killed: :mod:`~.heartbeat`), announces the next generation with a survivor of the highest step as its source (roll forward: see :mod:`spotwise.planes.collective.member`; after AD-PSGD, a roll-back to
   the last barrier and an average of the survivors' replicas) and the joiners started, and the members rebuild
   the group in place (same processes, replicas in memory) and take the source's state by broadcast. Recovery
   (kill -> the first step the new generation commits) is measured on the members' clock.
@@ -53,6 +51,7 @@ from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
+from spotwise.planes.collective.heartbeat import ANSWER_MOST_S
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
 from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
@@ -64,21 +63,13 @@ from spotwise.planes.ps.compute import Compute
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
 
-#: seconds between two reads of the members' heartbeats while steps are leased
-BEAT_CHECK_S = 0.25
-#: the longest wait for a member that beats but does not answer (a survivor's report, a generation's
-#: forming): a hung member (its training thread deadlocked, its heartbeat thread alive) is dropped then
-ANSWER_MOST_S = 900.0
-
-
 class CollectivePlane:
     """The collective data plane of one job; see the module docstring.
 
     ``faults`` (a test hook): member slot -> fault for its first start (``{"step": s, "action":
     "exit"|"stop"|"sleep"|"pause", "seconds": t}``, :meth:`CollectiveMember._inject`).  ``store_host``:
     where the rendezvous store listens (only there): ``127.0.0.1`` on one machine, the head's cluster
-    address on a Ray cluster.  ``heartbeat_s``: seconds of heartbeat silence after which a member is
-    lost (default :func:`~spotwise.planes.collective.heartbeat.heartbeat_timeout` of the group's timeout).
+    address on a Ray cluster.  ``heartbeat_s``: seconds of heartbeat silence after which a member is lost.
     """
 
     name = "collective"
@@ -333,7 +324,7 @@ class CollectivePlane:
     def _pump(self, until: int) -> None:
         """Log the members' records until step ``until``, a regroup is needed, or the job is done."""
         job = self.job
-        next_dead_check, next_beat_check, pause = 0.0, 0.0, POLL_S
+        next_dead_check, pause = 0.0, POLL_S
         self._stall.start()  # the members start on the lease now
         while job.step < until and not self._dirty:
             if self._take_records():
@@ -350,12 +341,6 @@ class CollectivePlane:
             if now >= next_dead_check:
                 next_dead_check = now + 0.02
                 self._check_membership()
-                if now >= next_beat_check:  # the heartbeats: a frozen or vanished member is lost
-                    next_beat_check = now + BEAT_CHECK_S
-                    for w in self.ctl.lost(self.gen_members):
-                        self.job.drop_member(w, "node-lost")
-                    if self._dirty:
-                        return
                 idle = self._stall.stalled(self.ctl.timeout_s, lambda: self.ctl.working(self.gen_members))
                 if idle is not None:
                     self._mark(f"generation {self.gen} stalled: no step record and no member at work for "
@@ -365,9 +350,10 @@ class CollectivePlane:
             pause = min(POLL_MAX_S, pause * 1.5)  # no record: look less often (a big model's step is seconds)
 
     def _check_membership(self) -> None:
-        """Members whose loop ended on its own (a crashed process, a lost node) are lost; on a
-        cluster, requested members whose node has arrived join (both end the generation)."""
-        for w in ended_runs(self.runs):
+        """Members whose loop ended on its own (a crashed process, a lost node) or whose heartbeat is
+        silent (frozen, vanished) are lost; on a cluster, requested members whose node has arrived
+        join (both end the generation)."""
+        for w in ended_runs(self.runs) + self.ctl.lost_due(self.gen_members):
             self.job.drop_member(w, "node-lost")
         if self.job.provider.requests_capacity:
             self.job.poll_joins()
@@ -486,8 +472,7 @@ class CollectivePlane:
         alive: dict[int, int] = {}
         if self.gen >= 0:
             self.ctl.fail(self.gen, why)
-            # a member whose process or node is gone (its loop's ObjectRef ended) or whose heartbeat is
-            # silent is not waited for; one that beats is, however slow (issue 54 item 8)
+            # a member that is gone (its loop's ObjectRef ended) or silent is not waited for; one that beats is
             alive = self.ctl.alive(self.gen, survivors, ANSWER_MOST_S, gone=lambda: set(ended_runs(self.runs)))
             t_alive = time.perf_counter()
             for w in survivors:

@@ -44,6 +44,13 @@ HEARTBEAT_MIN_S = 10.0
 #: a member's beat thread gives up once the store has refused every beat for this long (the run ended)
 GIVE_UP_S = 120.0
 
+#: seconds between two reads of the members' heartbeats while steps are leased
+BEAT_CHECK_S = 0.25
+
+#: the longest wait for a member that beats but does not answer (a survivor's report, a generation's
+#: forming): a hung member (its training thread deadlocked, its heartbeat thread alive) is dropped then
+ANSWER_MOST_S = 900.0
+
 #: training-thread CPU seconds between two reads that count as work (a thread blocked in a wait uses
 #: none; the beat thread's own work is on its own clock)
 MIN_WORK_S = 0.05

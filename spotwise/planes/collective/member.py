@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import threading
 import time
 from collections import deque
@@ -67,6 +66,7 @@ import numpy as np
 import torch
 
 from spotwise.planes.collective.bucketed import load_ddp_machinery
+from spotwise.planes.collective.faults import inject
 from spotwise.planes.collective.heartbeat import WorkBeat
 from spotwise.planes.collective.moving import whole_state_needed
 from spotwise.planes.collective.offers import OfferSchedule, ReplicaOffers
@@ -193,9 +193,8 @@ class CollectiveMember:
             fault: dict[str, Any] | None = None) -> dict[str, Any]:
         """Take part in generations ``gen, gen + 1, ...`` until a plan leaves this member out or stops.
 
-        ``fault`` (tests): ``{"step": s, "action": "exit" | "stop" | "pause" | "sleep", "seconds": t}``
-        -- at step ``s`` this process exits at once, freezes itself (SIGSTOP), as a revoked or hung VM
-        would, or is held up ``t`` seconds (:meth:`_inject`).
+        ``fault`` (tests): ``{"step": s, "action": ..., "seconds": t}`` -- at step ``s`` this process
+        exits, freezes or is held up (:mod:`~spotwise.planes.collective.faults`).
         """
         g = ElasticGroup(address, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
                          rendezvous_timeout_s=timeout_s, local_host=_node_address(),
@@ -581,23 +580,9 @@ class CollectiveMember:
         self._sent = max(self._sent, upto)
 
     def _inject(self, fault: dict[str, Any]) -> None:
-        """A test's fault at this step: ``exit`` (a killed VM), ``stop`` (SIGSTOP: a frozen VM, for
-        good), ``pause`` (SIGSTOP, continued after ``seconds`` by a helper process: a VM stalled a
-        while) or ``sleep`` (a step ``seconds`` longer, using no CPU: a member starved of CPU, or one
-        evaluating between two steps, as its peers and the controller see it)."""
+        """A test's fault at this step (:mod:`~spotwise.planes.collective.faults`)."""
         self._fault = None
-        action = fault.get("action")
-        if action == "sleep":
-            time.sleep(float(fault["seconds"]))
-        elif action == "pause":
-            import subprocess
-
-            self._resumer = subprocess.Popen(["/bin/sh", "-c", f"sleep {float(fault['seconds']):.3f}; kill -CONT {os.getpid()}"])
-            os.kill(os.getpid(), signal.SIGSTOP)
-        elif action == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)  # a frozen VM
-        else:
-            os._exit(3)
+        self._resumer = inject(fault)
 
 
 _REMOTE: dict[str, Any] = {}

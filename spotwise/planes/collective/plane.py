@@ -29,7 +29,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
-from spotwise.planes.collective.heartbeat import BeatReader, heartbeat_timeout
+from spotwise.planes.collective.heartbeat import BEAT_CHECK_S, BeatReader, heartbeat_timeout
 from spotwise.planes.collective.calls import call_member, wait_calls
 from spotwise.planes.collective.member import REPLICA_CHUNK_BYTES, Plan, remote_member_class
 from spotwise.planes.collective.plan import encode_lease
@@ -77,6 +77,7 @@ class PlaneControl:
         #: the members' beats (:mod:`~spotwise.planes.collective.heartbeat`): their liveness, and a long
         #: step's work (no hang)
         self.beats = BeatReader(self.heartbeat_s)
+        self._next_beats = 0.0
 
     # ------------------------------------------------------------------ members
     def start(self, actor: Any, member: int, gen: int, fault: dict[str, Any] | None = None) -> Any:
@@ -146,6 +147,14 @@ class PlaneControl:
     def lost(self, members: list[int]) -> list[int]:
         """The members in ``members`` whose heartbeat has been silent longer than :attr:`heartbeat_s`."""
         return self.beats.lost(self.store, members)
+
+    def lost_due(self, members: list[int]) -> list[int]:
+        """:meth:`lost`, read at most every :data:`BEAT_CHECK_S` (``[]`` between two reads)."""
+        now = time.monotonic()
+        if now < self._next_beats:
+            return []
+        self._next_beats = now + BEAT_CHECK_S
+        return self.lost(members)
 
     def forget(self, member: int) -> None:
         """``member``'s slot left the job: its next process is watched afresh."""
