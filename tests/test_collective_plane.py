@@ -176,6 +176,29 @@ def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -
     assert summary.wall_s < 10 * (first + spec.cluster.group_timeout_s), (summary.wall_s, first)
 
 
+@pytest.mark.parametrize("hold", ["sleep", "pause"])
+def test_a_slow_member_whose_heartbeat_goes_on_is_never_dropped(ray_session: Any, tmp_path: Path, hold: str) -> None:
+    """Issue 54 item 8: a member held up far longer than the group's timeout -- a step that sleeps
+    (no CPU: a starved core, an evaluation between steps, as its peers see it) or a SIGSTOP'd process
+    continued before the heartbeat timeout -- makes its peers' collective time out, and the regroup
+    waits for it: the run ends with every member, no revocation and no rollback."""
+    timeout = bound(1)  # the group's timeout: the peers' all-reduce gives up on the held member this soon
+    held = 4 * timeout + 4  # without the heartbeat the regroup gave up on it after timeout + 2 s
+    spec = make_spec(cluster__group_timeout_s=timeout, target__iterations=8)
+    plane = CollectivePlane(spec, faults={1: {"step": 4, "action": hold, "seconds": held}},
+                            heartbeat_s=held + bound(10))  # (the paused process beats again before this)
+    coord, summary = run(spec, tmp_path / "run", plane=plane)
+    out = tmp_path / "run"
+    assert summary.status == "completed" and summary.steps == 8
+    assert not list(read_events(out / "events.jsonl", kinds=["revoke"]))
+    assert not list(read_events(out / "events.jsonl", kinds=["rollback"]))
+    history = committed_history(out)
+    assert [e["step"] for e in history] == list(range(1, 9)) and all(e["contributions"] == 3 for e in history)
+    regroups = list(read_events(out / "events.jsonl", kinds=["regroup"]))
+    assert len(regroups) >= 2 and all(r["members"] == [0, 1, 2] for r in regroups), regroups
+    assert summary.wall_s >= held  # it was waited for, not dropped
+
+
 def test_a_crashed_member_is_replaced_and_a_strategy_switch_is_atomic(ray_session: Any, tmp_path: Path) -> None:
     spec = make_spec(target__iterations=14, cluster__standby=1)
     market = build_market(spec, horizon_s=7 * 24 * 3600.0)

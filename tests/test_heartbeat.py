@@ -7,6 +7,12 @@ test_resume_same_run[collective]).  The same happens to any first step that comp
 (``torch.compile``) for longer than the stall floor.  Members now beat the CPU time of their
 training thread; the controller's stall watch and its wait for survivors' answers count that work
 as progress, while a frozen or deadlocked member (no CPU) is still found.
+
+Issue 54 item 8: a busy survivor (a step starved of CPU on a loaded CI machine) was taken for a
+lost one and the run rolled committed steps back.  Liveness now comes from the heartbeat alone: a
+member is lost only when its process is gone or its beat has been silent past the heartbeat
+timeout (the rule on a fake clock, the regroup's and the forming's waits, a beat thread that
+survives a failed store call and is not starved by a training thread inside torch's operators).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import pytest
 import torch.distributed as dist
 from _load import bound
 
-from spotwise.planes.collective.heartbeat import MIN_WORK_S, BeatReader, WorkBeat, beat_key, thread_cpu_clock
+from spotwise.planes.collective.heartbeat import (BEAT_S, HEARTBEAT_MIN_S, MIN_WORK_S, BeatReader, Liveness, WorkBeat,
+                                                  beat_cpu, beat_key, heartbeat_timeout, is_lost, thread_cpu_clock)
 from spotwise.planes.collective.records import StallWatch
 
 
@@ -154,24 +161,232 @@ def test_the_stall_watch_waits_while_a_member_works_and_stalls_when_it_stops() -
     assert len(asked) == n  # not asked again within look_every_s
 
 
-def test_survivors_at_work_are_waited_for_and_idle_ones_are_not() -> None:
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# issue 54 item 8: the liveness rule, on a fake clock.  (what the member does meanwhile, how the
+# controller reads its beats, whether its process is gone) -> lost?
+LIVENESS_CASES = {
+    # a step 60 s long (an eval, a compile, a starved core) while the beat goes on: not lost
+    "slow-step-beating": ([1] * 60, False, False),
+    # the beat stops for less than the timeout (a SIGSTOP/SIGCONT, a stalled VM), then resumes
+    "short-pause": ([1] * 5 + [0] * 8 + [1] * 5, False, False),
+    # a frozen (SIGSTOP'd) or vanished member: its beat stops for good
+    "silent": ([1] * 5 + [0] * 11, False, True),
+    # a member that never beat at all (a process that never got to its loop)
+    "never-beat": ([0] * 11, False, True),
+    # its process is gone (a Ray actor or node death): lost at once, whatever its last beat
+    "dead": ([1], True, True),
+}
+
+
+@pytest.mark.parametrize("case", list(LIVENESS_CASES))
+def test_a_member_is_lost_only_when_gone_or_silent_past_the_timeout(case: str) -> None:
+    beats, gone, want = LIVENESS_CASES[case]
+    clock = FakeClock()
+    live = Liveness(10.0, clock)
+    seq = 0
+    for beat in beats:  # one read a second
+        if beat:
+            seq += 1
+        live.observe(0, str(seq) if seq else None)
+        clock.t += 1.0
+    live.observe(0, str(seq) if seq else None)
+    assert live.lost(0, gone=gone) is want
+    assert is_lost(gone, live.silent_s(0), 10.0) is want
+
+
+def test_silence_runs_from_the_last_change_the_controller_saw_not_from_its_own_reads() -> None:
+    clock = FakeClock()
+    live = Liveness(10.0, clock)
+    live.observe(1, "1 0.5")
+    clock.t += 30.0  # the controller did not look for 30 s (its own CPU starved): the member beat meanwhile
+    live.observe(1, "31 0.9")
+    assert live.silent_s(1) == 0.0 and not live.lost(1)
+    clock.t += 9.0
+    live.observe(1, "31 0.9")  # the same beat read again: silence grows
+    assert live.silent_s(1) == 9.0 and not live.lost(1)
+    clock.t += 2.0
+    assert live.lost(1)
+    live.forget(1)  # the slot left; a new process there is watched afresh
+    live.observe(1, "31 0.9")
+    assert not live.lost(1)
+
+
+def test_the_heartbeat_timeout_has_a_floor_of_ten_beats() -> None:
+    assert heartbeat_timeout(1.0) == HEARTBEAT_MIN_S >= 10 * BEAT_S
+    assert heartbeat_timeout(60.0) == 60.0
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError):
+            heartbeat_timeout(bad)
+    with pytest.raises(ValueError):
+        Liveness(0.0)
+
+
+@pytest.mark.parametrize("raw,cpu", [("3 1.5", 1.5), ("2.0", 2.0), ("7", 7.0), ("4 nan", None), ("4 -1", None),
+                                     ("", None), ("1 2 3", None), ("x y", None), ("5 inf", None)])
+def test_a_beat_is_parsed_as_untrusted_input(raw: str, cpu: float | None) -> None:
+    assert beat_cpu(raw) == cpu
+
+
+class FlakyStore(CountingStore):
+    """A store whose first ``fail`` calls raise (a refused or broken connection)."""
+
+    def __init__(self, fail: int) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def set(self, key: str, value: str) -> None:
+        if self.fail > 0:
+            self.fail -= 1
+            raise RuntimeError("Connection reset by peer")
+        super().set(key, value)
+
+
+def test_a_failed_beat_is_retried_on_a_new_connection_not_the_end_of_the_beats() -> None:
+    store = FlakyStore(fail=3)
+    connects = [0]
+
+    def connect() -> FlakyStore:
+        connects[0] += 1
+        return store
+
+    beat = WorkBeat(connect, member=2, every_s=0.02)
+    beat.start()
+    try:
+        _wait_for(lambda: store.sets >= 3, "beats after the store came back")
+    finally:
+        beat.stop()
+    assert connects[0] >= 4  # one new connection per failed beat
+    seqs = [int(v.split()[0]) for v in [store.get(beat_key(2)).decode()]]
+    assert seqs[0] == beat.beats >= 3
+
+
+def test_a_beat_thread_gives_up_once_the_store_is_gone_for_good() -> None:
+    def connect() -> Any:
+        raise RuntimeError("Connection refused")
+
+    beat = WorkBeat(connect, member=0, every_s=0.01, give_up_s=0.1)
+    beat.start()
+    t = beat._thread
+    assert t is not None
+    t.join(timeout=bound(20))
+    assert not t.is_alive() and beat.beats == 0
+
+
+def test_beats_go_on_while_the_training_thread_is_inside_long_torch_ops() -> None:
+    """The beat thread needs the GIL only between its store calls; torch's operators release it while
+    they compute, so a step of long matrix products (the training thread busy throughout) never
+    silences the beat."""
+    import torch
+
+    store = CountingStore()
+    done = threading.Event()
+    gaps: list[float] = []
+
+    def training() -> None:
+        beat = WorkBeat(lambda: store, member=1, every_s=0.05)
+        beat.start()
+        try:
+            a = torch.randn(600, 600)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 1.5:
+                a = torch.tanh(a @ a)
+        finally:
+            beat.stop()
+            done.set()
+
+    last = [time.monotonic(), -1]
+    t = threading.Thread(target=training)
+    t.start()
+    while not done.is_set():
+        n = store.sets
+        now = time.monotonic()
+        if n != last[1]:
+            gaps.append(now - last[0])
+            last[:] = [now, n]
+        time.sleep(0.005)
+    t.join()
+    assert store.sets >= 5
+    # no silence anywhere near a heartbeat timeout (ten beats here)
+    assert max(gaps[1:] or [0.0]) < 10 * 0.05 * max(1.0, bound(1.0)), gaps
+
+
+def test_survivors_that_beat_are_waited_for_and_silent_or_dead_ones_are_not() -> None:
+    """The regroup's wait for survivors' reports: a slow member whose heartbeat goes on is waited
+    for well past any step-time bound; a silent one or one whose process is gone is not."""
     from spotwise.planes.collective.group import GroupCoordinator
 
     coord = GroupCoordinator(timeout_s=30.0)
     coord.store.set("alive/4/0", "7")  # member 0 answered at once; member 1 is inside a long step
     calls: list[list[int]] = []
 
-    def working(members: list[int]) -> bool:
+    def lost(members: list[int]) -> list[int]:
         calls.append(members)
-        if len(calls) == 3:  # it reaches its next collective, sees the failure and answers
+        if len(calls) == 8:  # it reaches its next collective, sees the failure and answers
             coord.store.set("alive/4/1", "7")
-        return True
+        return []  # its heartbeat goes on
 
     t0 = time.monotonic()
-    assert coord.alive(4, [0, 1], timeout_s=0.3, working=working) == {0: 7, 1: 7}
-    assert time.monotonic() - t0 > 0.3 and calls[0] == [1]  # past the plain deadline
-    assert coord.alive(5, [0, 1], timeout_s=0.3) == {}  # nobody answers, nobody works: the timeout
-    assert coord.alive(5, [0, 1], timeout_s=0.3, working=lambda m: False) == {}
+    assert coord.alive(4, [0, 1], timeout_s=bound(60), lost=lost) == {0: 7, 1: 7}
+    assert time.monotonic() - t0 > 0.6 and calls[0] == [1]  # ~0.1 s between two looks
+    # silent: not waited for (long before the bound)
     t0 = time.monotonic()
-    assert coord.alive(6, [0], timeout_s=0.2, working=lambda m: True, most_s=1.5) == {}  # bounded in all
+    assert coord.alive(5, [0, 1], timeout_s=bound(60), lost=lambda m: list(m)) == {}
     assert time.monotonic() - t0 < bound(30)
+    # gone (its process or node): not waited for, whatever its heartbeat says
+    t0 = time.monotonic()
+    assert coord.alive(5, [0, 1], timeout_s=bound(60), gone=lambda: {0, 1}, lost=lambda m: []) == {}
+    assert time.monotonic() - t0 < bound(30)
+    # without heartbeats to read: the plain timeout; with them, bounded in all
+    assert coord.alive(5, [0, 1], timeout_s=0.3) == {}
+    t0 = time.monotonic()
+    assert coord.alive(6, [0], timeout_s=1.5, lost=lambda m: []) == {}
+    assert 1.5 <= time.monotonic() - t0 < bound(30)
+
+
+def test_a_generation_forming_slowly_is_waited_for_while_its_members_beat() -> None:
+    from spotwise.planes.collective.plane import PlaneControl
+
+    now = FakeClock()
+    ctl = PlaneControl(timeout_s=1.0, heartbeat_s=10.0)
+    try:
+        ctl.beats = BeatReader(10.0, now)
+        for m in (0, 1):
+            ctl.store.set(beat_key(m), "1 0.0")
+
+        def form_late() -> None:  # slower than the group's timeout: a big state, a loaded machine
+            time.sleep(2.5)
+            ctl.store.add("formed/3", 2)
+
+        t = threading.Thread(target=form_late)
+        t.start()
+        seq = [1]
+
+        def beating() -> None:
+            while t.is_alive():
+                seq[0] += 1
+                ctl.store.set(beat_key(0), f"{seq[0]} 0.0")
+                ctl.store.set(beat_key(1), f"{seq[0]} 0.0")
+                now.t += 1.0
+                time.sleep(0.05)
+
+        b = threading.Thread(target=beating)
+        b.start()
+        assert ctl.formed(3, [0, 1], timeout_s=bound(60))
+        t.join()
+        b.join()
+        # a member whose beat went silent: the forming is given up at once (the regroup drops it)
+        assert ctl.lost([0, 1]) == []  # the last beats seen (silence runs from the last change seen)
+        now.t += 11.0
+        assert ctl.lost([0, 1]) == [0, 1]
+        assert not ctl.formed(4, [0, 1], timeout_s=bound(60))
+        # one whose process is gone: given up too
+        assert not ctl.formed(5, [0, 1], timeout_s=bound(60), gone=lambda: {1})
+    finally:
+        ctl.close()

@@ -15,9 +15,8 @@ checkpoints, summary). What a step is here:
   so an emulated run is the same run on every repetition and across a resume (issue 30 item 8).
 * **Regroup** (Sec. 3.2, reconcile / accept / restart). Any change of membership, a failure a member flags (a
   dead or frozen peer), and a change of strategy or learning rate (policies) end the generation: the controller
-  flags it failed, collects the survivors' last committed steps (a survivor that does not answer within
-  ``group_timeout_s`` is declared lost and killed), announces the next generation with a survivor of the highest
-  step as its source (roll forward: see :mod:`spotwise.planes.collective.member`; after AD-PSGD, a roll-back to
+  flags it failed, collects the survivors' last committed steps (a slow one is waited for; one gone or silent is
+  lost and killed: :mod:`~.heartbeat`), announces the next generation with a survivor of the highest step as its source (roll forward: see :mod:`spotwise.planes.collective.member`; after AD-PSGD, a roll-back to
   the last barrier and an average of the survivors' replicas) and the joiners started, and the members rebuild
   the group in place (same processes, replicas in memory) and take the source's state by broadcast. Recovery
   (kill -> the first step the new generation commits) is measured on the members' clock.
@@ -52,6 +51,7 @@ from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
+from spotwise.planes.collective.heartbeat import ANSWER_MOST_S
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
 from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
@@ -63,24 +63,24 @@ from spotwise.planes.ps.compute import Compute
 from spotwise.policies.base import Decision, Policy, SwitchSync
 
 
-
 class CollectivePlane:
     """The collective data plane of one job; see the module docstring.
 
     ``faults`` (a test hook): member slot -> fault for its first start (``{"step": s, "action":
-    "exit"|"stop"}``).  ``store_host``: where the rendezvous store listens (only there):
-    ``127.0.0.1`` on one machine, the head's cluster address on a Ray cluster.
+    "exit"|"stop"|"sleep"|"pause", "seconds": t}``, :meth:`CollectiveMember._inject`).  ``store_host``:
+    where the rendezvous store listens (only there): ``127.0.0.1`` on one machine, the head's cluster
+    address on a Ray cluster.  ``heartbeat_s``: seconds of heartbeat silence after which a member is lost.
     """
 
     name = "collective"
 
     def __init__(self, spec: JobSpec, faults: dict[int, dict[str, Any]] | None = None,
-                 store_host: str = "127.0.0.1") -> None:
+                 store_host: str = "127.0.0.1", heartbeat_s: float | None = None) -> None:
         cl = spec.cluster
         if cl.data_plane != "collective":
             raise ValueError("the collective plane runs cluster.data_plane: collective specs")
         self._job: PlaneHost | None = None
-        self.ctl = PlaneControl(host=store_host, timeout_s=float(cl.group_timeout_s))
+        self.ctl = PlaneControl(host=store_host, timeout_s=float(cl.group_timeout_s), heartbeat_s=heartbeat_s)
         self.local_steps = int(cl.local_steps)
         self.replica_every = int(cl.replica_every)
         #: member slot -> the ObjectRef of its member loop (done when the member leaves or dies)
@@ -180,6 +180,7 @@ class CollectivePlane:
 
     def on_leave(self, w: int, reason: str) -> None:
         self.runs.pop(w, None)
+        self.ctl.forget(w)
         if w in self.gen_members:
             # the slot may come back with a new process: it is no survivor of this generation
             self.gen_members = [m for m in self.gen_members if m != w]
@@ -349,9 +350,10 @@ class CollectivePlane:
             pause = min(POLL_MAX_S, pause * 1.5)  # no record: look less often (a big model's step is seconds)
 
     def _check_membership(self) -> None:
-        """Members whose loop ended on its own (a crashed process, a lost node) are lost; on a
-        cluster, requested members whose node has arrived join (both end the generation)."""
-        for w in ended_runs(self.runs):
+        """Members whose loop ended on its own (a crashed process, a lost node) or whose heartbeat is
+        silent (frozen, vanished) are lost; on a cluster, requested members whose node has arrived
+        join (both end the generation)."""
+        for w in ended_runs(self.runs) + self.ctl.lost_due(self.gen_members):
             self.job.drop_member(w, "node-lost")
         if self.job.provider.requests_capacity:
             self.job.poll_joins()
@@ -470,12 +472,12 @@ class CollectivePlane:
         alive: dict[int, int] = {}
         if self.gen >= 0:
             self.ctl.fail(self.gen, why)
-            # a member whose process or node is gone (its loop's ObjectRef ended) is not waited for
-            alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0, gone=lambda: set(ended_runs(self.runs)))
+            # a member that is gone (its loop's ObjectRef ended) or silent is not waited for; one that beats is
+            alive = self.ctl.alive(self.gen, survivors, ANSWER_MOST_S, gone=lambda: set(ended_runs(self.runs)))
             t_alive = time.perf_counter()
             for w in survivors:
                 if w not in alive:
-                    job.drop_member(w, "node-lost")  # frozen or dead: it did not answer
+                    job.drop_member(w, "node-lost")  # dead, frozen or vanished: no answer, no heartbeat
             self._dirty = False
             self._take_records()
         # the members holding a committed state: a joiner whose first generation never formed
@@ -523,7 +525,7 @@ class CollectivePlane:
             self.copy.hand_over(members, self.gen, self._cursor.epoch, self._cursor.pos)
         self.ctl.announce(plan)
         t_announce = time.perf_counter()
-        if self.ctl.formed(self.gen, len(members), self.ctl.timeout_s + 2.0):
+        if self.ctl.formed(self.gen, members, ANSWER_MOST_S, gone=lambda: set(ended_runs(self.runs))):
             self._held = plan.strategy  # the members now hold this strategy's state (reconciled)
         else:  # they still hold the last formed generation's (AD-PSGD's: replicas past its barrier)
             why_not = self.ctl.failed(self.gen)
@@ -572,7 +574,7 @@ class CollectivePlane:
             return
         survivors = [w for w in self.gen_members if w in job.members]
         self.ctl.fail(self.gen, "stop")
-        alive = self.ctl.alive(self.gen, survivors, self.ctl.timeout_s + 2.0)
+        alive = self.ctl.alive(self.gen, survivors, ANSWER_MOST_S, gone=lambda: set(ended_runs(self.runs)))
         # only members holding a committed state count (see _regroup); without one there is
         # nothing to collect: the shutdown ends the processes
         alive = {w: s for w, s in alive.items() if s >= 0}

@@ -13,7 +13,9 @@ over the same store, in the same processes, keeping their parameters in memory.
   no connection: the collective then fails after ``timeout_s`` (the process group's timeout), and
   the flag spreads that too.  The coordinator can raise the flag itself (a revocation notice).
 * **Regroup.**  After a failure each survivor reports itself alive for ``g`` with its last
-  committed step (``alive/<g>/<member>``); the coordinator announces ``g + 1``'s members and every
+  committed step (``alive/<g>/<member>``); the coordinator waits for every member whose process
+  lives and whose heartbeat goes on, however slow (:mod:`~spotwise.planes.collective.heartbeat`:
+  a collective that timed out on a slow peer is no loss), then announces ``g + 1``'s members and every
   one of them forms the new group (a gloo rendezvous over the store, tens of ms on one machine).
   A joiner forms the new generation like everyone else and receives the parameters by a broadcast
   from a member that has them.
@@ -51,7 +53,6 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from spotwise.planes.collective.heartbeat import BEAT_S
 
 
 class GroupFailed(Exception):
@@ -191,36 +192,38 @@ class GroupCoordinator:
         self.store.set(f"fail/{gen}", why)
 
     def alive(self, gen: int, members: list[int], timeout_s: float, poll_s: float = 0.002,
-              gone: Callable[[], set[int]] | None = None, working: Callable[[list[int]], bool] | None = None,
-              most_s: float = 900.0) -> dict[int, int]:
-        """Members of ``gen`` that reported alive (``member -> last committed step``) within ``timeout_s``.
+              gone: Callable[[], set[int]] | None = None,
+              lost: Callable[[list[int]], list[int]] | None = None) -> dict[int, int]:
+        """Members of ``gen`` that reported alive (``member -> last committed step``).
 
-        ``gone`` (optional) names members known dead (their process or node is gone): the wait
-        ends as soon as every member has answered or is known dead, instead of at the timeout.
-        ``working`` (optional) tells whether any of the members yet to answer is at work (its training
-        thread using CPU, :mod:`~spotwise.planes.collective.heartbeat`: inside a long step, e.g. a
-        compile, it sees the failure only at its next collective); the wait is then extended, one
-        ``timeout_s`` (at least three beats) at a time, up to ``most_s`` in all.
+        ``gone`` (optional) names members known dead (their process or node is gone); ``lost``
+        (optional) names, of the members it is given, those whose heartbeat has been silent too long
+        (:mod:`~spotwise.planes.collective.heartbeat`).  The wait ends as soon as every member has
+        answered, is gone or is lost -- a member whose heartbeat goes on is waited for however slow
+        its answer (inside a long step, an evaluation, starved of CPU: it sees the failure only at its
+        next collective), up to ``timeout_s`` in all (a member that beats but never answers is hung).
+        Without ``lost``, a member is waited for ``timeout_s``.
         """
-        start = time.monotonic()
-        deadline = start + timeout_s
+        deadline = time.monotonic() + timeout_s
         keys = {m: f"alive/{gen}/{m}" for m in members}
-        next_gone = next_work = 0.0
+        next_gone = next_look = 0.0
         dead: set[int] = set()
+        silent: set[int] = set()  # once lost, lost: a beat that comes back later is a new process's to show
+        pause = poll_s
         while True:
             have = {m: int(self.store.get(k)) for m, k in keys.items() if self.store.check([k])}
             now = time.monotonic()
             if gone is not None and now >= next_gone:
                 dead, next_gone = set(gone()), now + 0.05
-            if len(have) == len(keys) or set(keys) <= set(have) | dead:
+            pending = [m for m in keys if m not in have and m not in dead and m not in silent]
+            if pending and lost is not None and now >= next_look:
+                next_look = now + 0.1
+                silent |= set(lost(pending))
+                pending = [m for m in pending if m not in silent]
+            if not pending or now >= deadline:
                 return have
-            if working is not None and now >= next_work:
-                next_work = now + 1.0
-                if working([m for m in keys if m not in have and m not in dead]):
-                    deadline = min(start + most_s, max(deadline, now + timeout_s, now + 3 * BEAT_S))
-            if now >= deadline:
-                return have
-            time.sleep(poll_s)
+            time.sleep(pause)
+            pause = min(0.02, pause * 1.2)  # a long wait for a slow member asks the store less often
 
 
 #: groups whose pending work never ended: never destroyed (destroying them would end the process)

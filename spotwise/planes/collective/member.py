@@ -66,6 +66,7 @@ import numpy as np
 import torch
 
 from spotwise.planes.collective.bucketed import load_ddp_machinery
+from spotwise.planes.collective.faults import inject
 from spotwise.planes.collective.heartbeat import WorkBeat
 from spotwise.planes.collective.moving import whole_state_needed
 from spotwise.planes.collective.offers import OfferSchedule, ReplicaOffers
@@ -192,8 +193,8 @@ class CollectiveMember:
             fault: dict[str, Any] | None = None) -> dict[str, Any]:
         """Take part in generations ``gen, gen + 1, ...`` until a plan leaves this member out or stops.
 
-        ``fault`` (tests): ``{"step": s, "action": "exit" | "stop"}`` -- at step ``s`` this process
-        exits at once or freezes itself (SIGSTOP), as a revoked or hung VM would.
+        ``fault`` (tests): ``{"step": s, "action": ..., "seconds": t}`` -- at step ``s`` this process
+        exits, freezes or is held up (:mod:`~spotwise.planes.collective.faults`).
         """
         g = ElasticGroup(address, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
                          rendezvous_timeout_s=timeout_s, local_host=_node_address(),
@@ -579,11 +580,9 @@ class CollectiveMember:
         self._sent = max(self._sent, upto)
 
     def _inject(self, fault: dict[str, Any]) -> None:
+        """A test's fault at this step (:mod:`~spotwise.planes.collective.faults`)."""
         self._fault = None
-        if fault.get("action") == "stop":
-            os.kill(os.getpid(), 19)  # SIGSTOP: a frozen VM
-        else:
-            os._exit(3)
+        self._resumer = inject(fault)
 
 
 _REMOTE: dict[str, Any] = {}

@@ -29,7 +29,7 @@ import numpy as np
 
 from spotwise.errors import InputError
 from spotwise.planes.collective.group import GroupCoordinator, StoreAddress
-from spotwise.planes.collective.heartbeat import BeatReader
+from spotwise.planes.collective.heartbeat import BEAT_CHECK_S, BeatReader, heartbeat_timeout
 from spotwise.planes.collective.calls import call_member, wait_calls
 from spotwise.planes.collective.member import REPLICA_CHUNK_BYTES, Plan, remote_member_class
 from spotwise.planes.collective.plan import encode_lease
@@ -63,8 +63,10 @@ class PlaneControl:
     (:class:`~spotwise.planes.collective.group.StoreAddress`), which members get in their start call.
     """
 
-    def __init__(self, host: str = "127.0.0.1", timeout_s: float = 5.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", timeout_s: float = 5.0, heartbeat_s: float | None = None) -> None:
         self.timeout_s = float(timeout_s)
+        #: seconds of heartbeat silence after which a member is lost (:func:`heartbeat_timeout`)
+        self.heartbeat_s = heartbeat_timeout(self.timeout_s) if heartbeat_s is None else float(heartbeat_s)
         self.coord = GroupCoordinator(host, 0, timeout_s=max(30.0, self.timeout_s))
         self.store = self.coord.store
         self.host, self.port = self.coord.host, self.coord.port
@@ -72,8 +74,10 @@ class PlaneControl:
         self.store.set("lease", "0")
         self.store.set("want", "0")  # a counter (store.add)
         self._lease = 0
-        #: the members' beats (:mod:`~spotwise.planes.collective.heartbeat`): a long step is no hang
-        self.beats = BeatReader()
+        #: the members' beats (:mod:`~spotwise.planes.collective.heartbeat`): their liveness, and a long
+        #: step's work (no hang)
+        self.beats = BeatReader(self.heartbeat_s)
+        self._next_beats = 0.0
 
     # ------------------------------------------------------------------ members
     def start(self, actor: Any, member: int, gen: int, fault: dict[str, Any] | None = None) -> Any:
@@ -136,20 +140,48 @@ class PlaneControl:
 
     def alive(self, gen: int, members: list[int], timeout_s: float,
               gone: Callable[[], set[int]] | None = None) -> dict[int, int]:
-        """The members of ``gen`` that answered (a member still at work is waited for)."""
-        return self.coord.alive(gen, members, timeout_s, gone=gone, working=self.working)
+        """The members of ``gen`` that answered; one whose heartbeat goes on is waited for (up to
+        ``timeout_s``), one that is gone or silent is not (:meth:`GroupCoordinator.alive`)."""
+        return self.coord.alive(gen, members, timeout_s, gone=gone, lost=self.lost)
+
+    def lost(self, members: list[int]) -> list[int]:
+        """The members in ``members`` whose heartbeat has been silent longer than :attr:`heartbeat_s`."""
+        return self.beats.lost(self.store, members)
+
+    def lost_due(self, members: list[int]) -> list[int]:
+        """:meth:`lost`, read at most every :data:`BEAT_CHECK_S` (``[]`` between two reads)."""
+        now = time.monotonic()
+        if now < self._next_beats:
+            return []
+        self._next_beats = now + BEAT_CHECK_S
+        return self.lost(members)
+
+    def forget(self, member: int) -> None:
+        """``member``'s slot left the job: its next process is watched afresh."""
+        self.beats.forget(member)
 
     def working(self, members: list[int]) -> bool:
         """Whether some member in ``members`` did work since it was last looked at (its beat)."""
         return self.beats.working(self.store, members)
 
-    def formed(self, gen: int, n: int, timeout_s: float) -> bool:
-        """Whether all ``n`` members of ``gen`` formed the group and took their state in ``timeout_s``."""
+    def formed(self, gen: int, members: list[int], timeout_s: float,
+               gone: Callable[[], set[int]] | None = None) -> bool:
+        """Whether every member of ``gen`` formed the group and took its state.  ``False`` as soon as
+        the generation failed, a member is gone (``gone``) or its heartbeat is silent; members that
+        beat are waited for however long their forming takes (a big state's broadcast, a loaded
+        machine), up to ``timeout_s`` in all."""
         deadline = time.monotonic() + timeout_s
-        while int(self.store.add(f"formed/{gen}", 0)) < n:
-            if time.monotonic() >= deadline or self.failed(gen) is not None:
+        next_look, pause = 0.0, 0.0005
+        while int(self.store.add(f"formed/{gen}", 0)) < len(members):
+            now = time.monotonic()
+            if now >= deadline or self.failed(gen) is not None:
                 return False
-            time.sleep(0.0005)
+            if now >= next_look:
+                next_look = now + 0.1
+                if self.lost(members) or (gone is not None and set(gone()) & set(members)):
+                    return False
+            time.sleep(pause)
+            pause = min(0.01, pause * 1.2)
         return True
 
     def request_replica(self) -> int:
