@@ -91,7 +91,7 @@ def test_a_frozen_member_never_hangs_the_others():
     q = CTX.Queue()
     members = [0, 1, 2]
     coord.announce(0, members)
-    procs = start(coord, q, members, {"rounds": 8, "size": 10_000, "timeout_s": 1.0}, {2: {"freeze_at": 3}})
+    procs = start(coord, q, members, {"rounds": 8, "size": 10_000, "timeout_s": bound(1.0)}, {2: {"freeze_at": 3}})
     try:
         t0 = time.monotonic()
         # the frozen process is alive to the OS: the others' bounded collectives fail the generation
