@@ -35,10 +35,10 @@ from rich.console import Console
 from spotwise.config import JobSpec, MarketSpec, PolicySpec, RevocationSpec, SyntheticSpec, TargetSpec
 from spotwise.errors import InputError
 from spotwise.rundir_files import make_run_folder
+from spotwise.rundir_names import BASELINE_DIR  # noqa: F401 (re-exported; the registry names it)
 from spotwise.market.world import build_market
 from spotwise.policies.registry import POLICIES
 
-BASELINE_DIR = "on-demand"
 
 
 def on_demand_spec(spec: JobSpec, on_demand_per_hour: float) -> JobSpec:

@@ -75,7 +75,7 @@ from spotwise.control.state import TrainingState, training_state
 from spotwise.training.recipe import recipe_of
 from spotwise.control.summary import run_summary
 from spotwise.control.sync import SyncStrategy
-from spotwise.events import EventLog, RunSummary, atomic_write_text, write_summary
+from spotwise.events import EVENTS_FILE, EventLog, RunSummary, atomic_write_text, write_summary
 from spotwise.market.billing import Ledger
 from spotwise.market.preemption import MarketEvent
 from spotwise.market.job_market import Market
@@ -234,7 +234,7 @@ class JobController:
     def _fresh_start(self) -> None:
         self.provider.prepare(list(range(self.provisioned)))  # a real cluster: ask for the workers, wait for one
         atomic_write_text(self.out / SPEC_FILE, json.dumps(self.spec.to_dict(), indent=2) + "\n")  # never via a link
-        self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
+        self.log = EventLog(self.out / EVENTS_FILE, clock=lambda: self.T,
                             meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
                                   "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed,
                                   **self.plane.log_meta()})
@@ -588,6 +588,9 @@ class JobController:
         return summary
 
     def _shutdown(self) -> None:
+        log = getattr(self, "log", None)
+        if log is not None:  # the run ended by an error before its log closed: its sinks' runs end as failed
+            log.abort_sinks()
         try:
             for w, actor in list(self.members.items()):
                 try:
