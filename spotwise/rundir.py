@@ -42,6 +42,8 @@ from spotwise.rundir_names import (BY_NAME, EVENTS_FILE, LOCK_FILE, MARKER, NAME
 RUN_FILES = tuple(n for n in removable_names())
 KNOWN_NAMES = NAMES
 
+Mode = Literal["new", "overwrite", "resume"]
+
 
 def _is_spotwise_name(name: str) -> bool:
     return is_registered(name)
@@ -254,6 +256,7 @@ def open_run_dir(path: str | Path, mode: Mode) -> RunDirLock:
     _check_out(d)
     if _refuse_unsafe(d, mode):  # before the lock file is created: a refused directory is left untouched
         _removable(d)  # a link or user folder under one of spotwise's names too (checked again under the lock)
+    check_registered(d)  # every registered name left (the marker, the lock...) what spotwise writes: no link
     lock = lock_run_dir(d)
     try:
         if _refuse_unsafe(d, mode):  # again under the lock: another process may have written meanwhile
