@@ -55,8 +55,8 @@ MAX_WALK_ENTRIES = 200_000
 MAX_WALK_DEPTH = 32
 
 Holds = Literal["file", "own", "library", "run"]
-_FIX_LINK = ("remove it (spotwise never writes or reads through a link in a run directory, nor into anything but a "
-             "regular file or a real folder), or choose another --out")
+_FIX_LINK = ("remove or move that path away (spotwise writes only regular files and real folders in a run directory, "
+             "never through a link), or choose another --out")
 
 
 @dataclass(frozen=True)
