@@ -55,6 +55,7 @@ MAX_WALK_ENTRIES = 200_000
 MAX_WALK_DEPTH = 32
 
 Holds = Literal["file", "own", "library", "run"]
+_HARD_LINKED = "has other hard links: spotwise would write into a file outside the run directory"
 _FIX_LINK = ("remove or move that path away (spotwise writes only regular files and real folders in a run directory, "
              "never through a link), or choose another --out")
 
@@ -85,6 +86,8 @@ class RunName:
     links: tuple[LibraryLink, ...] = ()
     #: written through a temp file ``.NAME.tmp-PID`` renamed over it (an interrupted write leaves one)
     atomic: bool = False
+    #: written in place (appended, a database, truncated): a hard link to a file elsewhere would be written into
+    in_place: bool = False
     #: uploaded to the run's URI (outputs.uri) by the mirror
     mirrored: bool = True
     #: removed by ``--overwrite`` (the marker and the lock stay)
@@ -119,7 +122,7 @@ _WANDB_LINKS = (
 
 #: Everything spotwise writes in a run directory, in the order ``--overwrite`` removes it.
 REGISTRY: tuple[RunName, ...] = (
-    RunName(EVENTS_FILE, "file", "the event log (spotwise.events.EventLog)"),
+    RunName(EVENTS_FILE, "file", "the event log (spotwise.events.EventLog)", atomic=True, in_place=True),
     RunName(SUMMARY_FILE, "file", "the run's summary (spotwise.events.write_summary)", atomic=True),
     RunName(SPEC_FILE, "file", "the job spec the run was started with (the controller)", atomic=True),
     RunName(MODEL_FILE, "file", "the final model's state_dict (spotwise.control.checkpointing)", atomic=True),
@@ -134,10 +137,12 @@ REGISTRY: tuple[RunName, ...] = (
     RunName(TENSORBOARD_DIR, "library", "the tensorboard sink's event files (spotwise.control.sinks)", mirrored=False),
     RunName(WANDB_DIR, "library", "the wandb sink's offline runs and logs (spotwise.control.sinks)", links=_WANDB_LINKS,
             mirrored=False),
-    RunName(MLFLOW_DB, "file", "the mlflow sink's SQLite store (spotwise.control.sinks)", mirrored=False),
-    *(RunName(n, "file", "SQLite's file beside the mlflow sink's store", mirrored=False) for n in MLFLOW_SIDECARS),
+    RunName(MLFLOW_DB, "file", "the mlflow sink's SQLite store (spotwise.control.sinks)", mirrored=False, in_place=True),
+    *(RunName(n, "file", "SQLite's file beside the mlflow sink's store", mirrored=False, in_place=True)
+      for n in MLFLOW_SIDECARS),
     RunName(MARKER, "file", "the marker: spotwise made this run directory (spotwise.rundir)", atomic=True, removable=False),
-    RunName(LOCK_FILE, "file", "the lock of a run directory in use (spotwise.rundir)", mirrored=False, removable=False),
+    RunName(LOCK_FILE, "file", "the lock of a run directory in use (spotwise.rundir)", mirrored=False, removable=False,
+            in_place=True),
 )
 BY_NAME: dict[str, RunName] = {e.name: e for e in REGISTRY}
 if len(BY_NAME) != len(REGISTRY):  # pragma: no cover - a name registered twice
@@ -231,6 +236,8 @@ def _walk_library(top: Path, e: RunName) -> str | None:
                 stack.append((Path(d.path), rel + "/", depth + 1))
             elif not stat.S_ISREG(mode):
                 return f"{e.name}/{rel} is {_kind(mode)}, which neither spotwise nor its {e.name} sink creates"
+            elif d.stat(follow_symlinks=False).st_nlink > 1:
+                return f"{e.name}/{rel} {_HARD_LINKED}"
     return None
 
 
@@ -254,6 +261,8 @@ def problem(root: str | Path, name: str, *, strict: bool, nested: bool = False) 
     if not e.is_folder:
         if not stat.S_ISREG(mode):
             return f"{name} is {_kind(mode)}, but spotwise writes a regular file there"
+        if e.in_place and not strict and os.lstat(p).st_nlink > 1:  # removing a hard-linked name is harmless
+            return f"{name} {_HARD_LINKED}"
         return None
     if not stat.S_ISDIR(mode):
         return f"{name} is {_kind(mode)}, where spotwise keeps a folder"

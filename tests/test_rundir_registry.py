@@ -183,6 +183,24 @@ def test_a_link_inside_a_sinks_folder_or_at_its_file_exits_2(cli, no_cluster: No
     assert _digest(run) == here
 
 
+@pytest.mark.parametrize("rel", [e.name for e in REGISTRY if e.in_place] + ["tensorboard/events.out.tfevents.2.planted",
+                                                                          "wandb/RUN/logs/debug.log"])
+def test_a_hard_link_to_a_file_outside_where_spotwise_writes_in_place_exits_2(
+        cli, no_cluster: None, sink_env: None, finished: Path, tmp_path: Path, rel: str) -> None:
+    """events.jsonl is appended to, the lock truncated, SQLite and the sinks' files written in place: a hard link
+    there would write into the user's file elsewhere."""
+    run = tmp_path / "run"
+    shutil.copytree(finished, run, symlinks=True)
+    outside = _outside(tmp_path)
+    rel = rel.replace("RUN", _wandb_run(run).name)
+    if os.path.lexists(run / rel):
+        (run / rel).unlink()
+    os.link(outside / "precious.txt", run / rel)
+    code, out, err = cli(*_argv("resume", run, tmp_path / "spec.yaml"))
+    _assert_refused(code, out, err, rel)
+    assert "hard links" in err and (outside / "precious.txt").read_text() == "precious"
+
+
 @pytest.mark.parametrize("sink", SINKS)
 @pytest.mark.parametrize("where", ["target", "inside"])
 def test_a_sink_started_on_a_linked_folder_or_file_refuses_before_writing(
