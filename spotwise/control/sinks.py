@@ -147,7 +147,7 @@ class WandbSink:
                  note: Callable[[str], None]) -> None:
         import wandb
 
-        self.dir = check_sink_target(out_dir, WANDB_DIR)  # wandb writes OUT/wandb/: a real folder, no link in it
+        self.dir = check_sink_target(out_dir, WANDB_DIR).absolute()  # wandb writes OUT/wandb/: a real folder, no link
         mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_has_key() else "offline")
         if mode == "offline" and not os.environ.get("WANDB_MODE"):
             note(f"W&B: no API key (wandb login), so the run is written offline to {self.dir}; "
