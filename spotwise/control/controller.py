@@ -30,8 +30,7 @@ calls (``AccountedJob``, ``CheckpointedJob``, ``MarketHost``, ``OutageHost``, ``
 ``ObservedJob``, ``SummarisedJob``, ``TerminatingJob``; a plane's is
 :class:`~spotwise.control.dataplane.PlaneHost`), and none of them imports this module.
 
-A run on a real Ray cluster differs only by what is injected
-(:func:`spotwise.capacity.cluster.cluster_controller`).
+A run on a real Ray cluster differs only by what is injected (:func:`spotwise.capacity.cluster.cluster_controller`).
 
 **Atomic commit** (``papers/001_30a454edd897cf47.txt`` Sec. 3.2): the update is applied in one
 place, whole.  In the barrier modes a revocation of a worker whose gradient the step needs aborts
@@ -53,6 +52,7 @@ import dataclasses
 import json
 import math
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
@@ -588,15 +588,12 @@ class JobController:
         return summary
 
     def _shutdown(self) -> None:
-        log = getattr(self, "log", None)
-        if log is not None:  # the run ended by an error before its log closed: its sinks' runs end as failed
-            log.abort_sinks()
+        if hasattr(self, "log"):  # the run ended by an error before its log closed: its sinks' runs end as failed
+            self.log.abort_sinks()
         try:
             for w, actor in list(self.members.items()):
-                try:
+                with suppress(Exception):
                     self.provider.kill(w, actor)
-                except Exception:
-                    pass
             self.members.clear()
             self.provider.shutdown()
         finally:
