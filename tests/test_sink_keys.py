@@ -172,3 +172,32 @@ def test_a_run_that_ends_by_an_error_or_fails_closing_never_leaves_the_mlflow_ru
         log.close()
         assert any("failed closing" in s for s in said), said
     assert _mlflow_run(out).info.status == "FAILED"
+
+
+def test_a_run_that_raises_mid_training_ends_its_mlflow_run_failed(sink_env: None, ray_unimportable: None,
+                                                                    tmp_path: Path) -> None:
+    """The controller's ``finally`` ends the sinks' runs when training raises (the log is never closed)."""
+    from _specs import spec_with
+    from test_sinks import BASE
+
+    from spotwise.assemble import build_controller
+    from spotwise.market.world import build_market
+    from spotwise.planes.ps.compute import LocalCompute
+    from spotwise.planes.ps.worker import worker_args_for
+
+    spec = spec_with(BASE, outputs__sinks=["mlflow"])
+    out = tmp_path / "run"
+    coord = build_controller(spec, out, market=build_market(spec, horizon_s=7 * 24 * 3600.0),
+                             compute=LocalCompute(worker_args_for(spec)))
+    real, calls = coord.plane.tick, []
+
+    def tick() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("the training script crashed")
+        real()
+
+    coord.plane.tick = tick  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="crashed"):
+        coord.run()
+    assert _mlflow_run(out).info.status == "FAILED"
