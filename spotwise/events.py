@@ -34,10 +34,9 @@ from spotwise.errors import InputError
 from spotwise.safeparse import loads_json
 from spotwise.rundir import disk_full_error, is_disk_full
 from spotwise.rundir_files import open_run_reader, open_run_writer, read_run_file, write_run_bytes
+from spotwise.rundir_names import EVENTS_FILE, SUMMARY_FILE  # noqa: F401 (re-exported; the registry names them)
 
 SCHEMA_VERSION = 1
-EVENTS_FILE = "events.jsonl"
-SUMMARY_FILE = "summary.json"
 
 #: Known event kinds and the fields each must carry (beyond ``t``, ``wall``, ``kind``).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -174,6 +173,13 @@ class EventLog:
     def add_sink(self, sink: Any) -> None:
         """Pass every event written from now on to ``sink.write(event)``; ``sink.close()`` with the log."""
         self._sinks.append(sink)
+
+    def abort_sinks(self) -> None:
+        """The run ends by an error (the log is not closed normally): end every sink's run as failed
+        (``sink.abort()``), so none is left running elsewhere (an MLflow run ``RUNNING``)."""
+        sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            sink.abort()
 
     def close(self) -> None:
         """Flush and close; on a full disk the file is still closed, then DiskFullError is raised."""

@@ -1,10 +1,10 @@
 """Run directories: a marker that says spotwise made them, an exclusive lock, and safe removal.
 
-A run directory ``OUT`` holds only names spotwise knows (:data:`KNOWN_NAMES`): ``events.jsonl``,
-``summary.json``, ``spec.json``, ``model.pt`` (the final model's ``state_dict``), ``checkpoints/``, ``report/``, ``on-demand/`` (the measured
-on-demand baseline), the marker :data:`MARKER` (JSON with
-the spotwise version that created it) and the lock file :data:`LOCK_FILE`, plus the ``.NAME.tmp-PID``
-files of interrupted atomic writes.  Anything else in it belongs to the user and is never removed.
+A run directory ``OUT`` holds only the names of the registry :mod:`spotwise.rundir_names` (``events.jsonl``,
+``summary.json``, ``spec.json``, ``model.pt``, ``checkpoints/``, ``report/``, ``on-demand/``, the sinks'
+``tensorboard/``, ``wandb/`` and ``mlflow.db``, the marker :data:`MARKER` and the lock file
+:data:`LOCK_FILE`...), plus the ``.NAME.tmp-PID`` files of interrupted atomic writes.  Anything else
+in it belongs to the user and is never removed.
 
 * :func:`open_run_dir` validates ``OUT`` (an existing file, an unwritable parent, a full disk are
   :class:`~spotwise.errors.InputError`, exit 2), takes the lock and, for ``--overwrite``, removes
@@ -25,7 +25,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import shutil
 import stat
 from pathlib import Path
@@ -35,27 +34,19 @@ from spotwise import __version__
 from spotwise.errors import InputError
 from spotwise.rundir_files import (DISK_FULL_ERRNOS, DiskFullError, check_run_file, check_run_names,  # noqa: F401 (re-exported)
                                    disk_full_error, is_disk_full, write_run_text)
+from spotwise.rundir_names import (BY_NAME, EVENTS_FILE, LOCK_FILE, MARKER, NAMES, SPEC_FILE, TMP_RE,  # noqa: F401
+                                   check_registered, is_registered, problem, removable_names)
 
-MARKER = ".spotwise-run"
-LOCK_FILE = ".spotwise.lock"
-#: Names spotwise writes into a run directory (besides the marker and the lock file).
-RUN_FILES = ("events.jsonl", "summary.json", "spec.json", "checkpoints", "report", "on-demand",
-             "sweep.json", "windows.csv", "cost_cdf.png", "finish_cdf.png", "breakdown.png", "model.pt")
-KNOWN_NAMES = frozenset(RUN_FILES) | {MARKER, LOCK_FILE}
-#: Leftovers of an interrupted atomic write of one of spotwise's files (``.summary.json.tmp-123``).
-_TMP_RE = re.compile(r"^\.(?:events\.jsonl|summary\.json|spec\.json|spotwise-run|model\.pt|sweep\.json|windows\.csv|"
-                     r"cost_cdf\.png|finish_cdf\.png|breakdown\.png)\.tmp-\d+$")
-#: spotwise's own folders in a run directory, and the names spotwise writes inside each
-_FOLDER_NAMES = {
-    "checkpoints": re.compile(r"^(?:step-\d+\.pt|manifest\.json|\.(?:step-\d+\.pt|manifest\.json)\.tmp-\d+)$"),
-    "report": re.compile(r"^\.?[A-Za-z0-9_.-]+\.(?:html|png)(?:\.tmp-\d+)?$"),
-}
+#: Names spotwise writes into a run directory (besides the marker and the lock file): the registry's
+#: (:data:`spotwise.rundir_names.REGISTRY`, the one list the link checks and ``--overwrite`` read).
+RUN_FILES = tuple(n for n in removable_names())
+KNOWN_NAMES = NAMES
 
 Mode = Literal["new", "overwrite", "resume"]
 
 
 def _is_spotwise_name(name: str) -> bool:
-    return name in KNOWN_NAMES or bool(_TMP_RE.match(name))
+    return is_registered(name)
 
 
 def is_spotwise_run_dir(path: str | Path) -> bool:
@@ -69,80 +60,58 @@ def is_spotwise_run_dir(path: str | Path) -> bool:
     except OSError:
         return False
     return bool(names) and all(_is_spotwise_name(n) for n in names) and \
-        any((d / n).is_file() and not (d / n).is_symlink() for n in ("events.jsonl", "spec.json"))
+        any((d / n).is_file() and not (d / n).is_symlink() for n in (EVENTS_FILE, SPEC_FILE))
 
 
-def _foreign(d: Path, name: str) -> str | None:
-    """Why ``d/name`` (one of spotwise's names) is not what spotwise writes there, or None.
-
-    spotwise never makes a symbolic link; it writes a regular file under a file name and, under a
-    folder name, a real folder holding only its own names (``on-demand/`` is a run directory).
-    """
+def _remove_entry(d: Path, name: str) -> None:
+    """Remove the registered name ``d/name`` (checked by :func:`~spotwise.rundir_names.problem`): a file or a
+    link is unlinked (never followed), a folder removed with its tree (``rmtree`` opens each level without
+    following a link and unlinks the links it meets)."""
     p = d / name
     try:
         mode = os.lstat(p).st_mode
     except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(mode):
-        return f"{name} is a symbolic link, which spotwise never creates"
-    if name in _FOLDER_NAMES or name == "on-demand":
-        if not stat.S_ISDIR(mode):
-            return f"{name} is not a folder (spotwise writes a folder of that name)"
-        for inner in sorted(os.listdir(p)):
-            sub = p / inner
-            if name == "on-demand" and _is_spotwise_name(inner) and inner != LOCK_FILE:
-                why = _foreign(p, inner)
-                if why:
-                    return f"{name}/{why}"
-                continue
-            ok = inner == LOCK_FILE if name == "on-demand" else bool(_FOLDER_NAMES[name].match(inner))
-            if not ok or not stat.S_ISREG(os.lstat(sub).st_mode):
-                return f"{name}/{inner} was not written by spotwise"
-        return None
-    if not stat.S_ISREG(mode):
-        return f"{name} is {'a folder' if stat.S_ISDIR(mode) else 'not a regular file'}, but spotwise writes a file there"
-    return None
-
-
-def _remove_entry(p: Path) -> None:
-    """Remove one of spotwise's names (checked by :func:`_foreign`): a file, or a folder of spotwise's files."""
-    if p.is_symlink() or not p.is_dir():
-        p.unlink(missing_ok=True)
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(p)
     else:
-        shutil.rmtree(p)  # rmtree does not follow symlinks found inside the tree
+        os.unlink(p)
 
 
 def _removable(d: Path) -> list[str]:
-    """The names :func:`remove_run_files` would remove from ``d``; InputError if ``d`` is not a spotwise run
+    """The registered names :func:`remove_run_files` would remove from ``d``; InputError if ``d`` is not a spotwise run
     directory or one of them holds what spotwise does not write (a link, a FIFO, a user folder or file)."""
     if not is_spotwise_run_dir(d):
         raise InputError("not a spotwise run directory (no .spotwise-run marker); refusing to delete anything in it",
                          "choose an empty or new --out", str(d))
     try:
-        names = [n for n in sorted(os.listdir(d)) if n not in (MARKER, LOCK_FILE) and _is_spotwise_name(n)]
-        whys = [(name, _foreign(d, name)) for name in names]
-    except OSError as e:  # an unreadable folder below: nothing is removed
+        present = set(os.listdir(d))
+    except OSError as e:  # an unreadable folder: nothing is removed
         raise InputError(f"cannot inspect the old run before removing it ({e.strerror or e}: {e.filename})",
                          "check the run directory's permissions, or choose another --out", str(d)) from None
-    for name, why in whys:
+    names = [n for n in removable_names() if n in present] + sorted(n for n in present if TMP_RE.fullmatch(n))
+    for name in names:
+        why = problem(d, name, strict=True) if name in BY_NAME else None
         if why:
             raise InputError(f"{why}; refusing to delete it with --overwrite",
-                             f"move {d / name} away yourself (or choose another --out), then run again", str(d))
+                             f"move {d / why.split(' ', 1)[0]} away yourself (or choose another --out), then run again",
+                             str(d))
     return names
 
 
 def remove_run_files(path: str | Path) -> list[str]:
-    """Remove spotwise's names (not the marker or the lock) from the run directory ``path``;
-    returns the names removed.  Raises InputError if ``path`` is not a spotwise run directory, or
-    -- before anything is removed -- if one of spotwise's names holds something spotwise did not
-    write there (a folder named ``summary.json``, a symbolic link, a user file inside ``report/``);
-    user files are left in place."""
+    """Remove exactly the registered names (not the marker or the lock) from the run directory ``path``
+    -- the sinks' folders and files included, so a new run's TensorBoard / W&B / MLflow output holds
+    none of the old run's; returns the names removed.  Raises InputError if ``path`` is not a spotwise
+    run directory, or -- before anything is removed -- if one of the names holds something spotwise did
+    not write there (a folder named ``summary.json``, a symbolic link anywhere in a registered tree, a
+    user file inside ``report/``); user files are left in place."""
     d = Path(path)
     names = _removable(d)
     removed: list[str] = []
     for name in names:
         try:
-            _remove_entry(d / name)
+            _remove_entry(d, name)
         except OSError as e:
             raise InputError(f"cannot remove {name} from the old run ({e.strerror or e})",
                              "check the directory's permissions, or choose another --out", str(d)) from None
@@ -280,14 +249,14 @@ def open_run_dir(path: str | Path, mode: Mode) -> RunDirLock:
         # named), every other name spotwise reads or writes of the kind it writes (no link, no FIFO, no folder
         # named summary.json): a resume would otherwise fail on them only after the cluster started
         check_run_file(d, "spec.json")
-        check_run_names(d, [n for n in RUN_FILES if n not in _FOLDER_NAMES and n != "on-demand"] + [LOCK_FILE],
-                        [*_FOLDER_NAMES, "on-demand"])
+        check_registered(d)  # every registered name: the sinks' folders walked (no link in them), the lock too
         if os.path.lexists(d / "events.jsonl"):  # the resume appends to it and its report reads it: within the cap
             check_run_file(d, "events.jsonl", "the event log events.jsonl")
         return lock_run_dir(d)
     _check_out(d)
     if _refuse_unsafe(d, mode):  # before the lock file is created: a refused directory is left untouched
         _removable(d)  # a link or user folder under one of spotwise's names too (checked again under the lock)
+    check_registered(d)  # every registered name left (the marker, the lock...) what spotwise writes: no link
     lock = lock_run_dir(d)
     try:
         if _refuse_unsafe(d, mode):  # again under the lock: another process may have written meanwhile

@@ -33,11 +33,11 @@ from typing import Any, Callable
 from spotwise.config import JobSpec, MarketSpec, PolicySpec, RevocationSpec, SyntheticSpec, TargetSpec
 from spotwise.errors import InputError
 from spotwise.rundir_files import make_run_folder
+from spotwise.rundir_names import BASELINE_DIR  # noqa: F401 (re-exported; the registry names it)
 from spotwise.market.world import build_market
 from spotwise.policies.registry import POLICIES
 from spotwise.reports.terminal_text import terminal_console
 
-BASELINE_DIR = "on-demand"
 
 
 def on_demand_spec(spec: JobSpec, on_demand_per_hour: float) -> JobSpec:

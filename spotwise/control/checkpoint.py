@@ -52,8 +52,8 @@ from spotwise.rundir import DiskFullError, is_disk_full
 from spotwise.inputfiles import max_input_bytes
 from spotwise.rundir_files import make_run_folder, read_run_file
 from spotwise.reports.terminal_text import warn_on_stderr  # re-exported: spotwise.control.checkpointing
+from spotwise.rundir_names import CHECKPOINT_DIR  # noqa: F401 (re-exported; the registry names it)
 
-CHECKPOINT_DIR = "checkpoints"
 MANIFEST = "manifest.json"
 #: The only names a manifest entry may carry (and the only files the rotation may remove).
 CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")

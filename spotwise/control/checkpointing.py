@@ -30,6 +30,7 @@ from spotwise.errors import InputError
 from spotwise.events import EventLog, atomic_write_text
 from spotwise.market.job_market import Market
 from spotwise.market.world import market_for_place
+from spotwise.rundir_names import EVENTS_FILE, MODEL_FILE  # noqa: F401 (MODEL_FILE re-exported: the final model's state_dict)
 from spotwise.safeparse import loads_json
 from spotwise.signals import termination_pending
 
@@ -93,8 +94,6 @@ class CheckpointedJob(Protocol):
     def enter_place(self, place: Market, region: str | None) -> None: ...
 
 
-#: the exported final model in the run directory (a ``state_dict``)
-MODEL_FILE = "model.pt"
 
 
 class Checkpointer:
@@ -217,7 +216,7 @@ class Checkpointer:
         acc = job.accounting
         self.last_step = job.step
         changed = self._apply_spec_changes()
-        job.log = EventLog(job.out / "events.jsonl", clock=lambda: job.T, resume=True)
+        job.log = EventLog(job.out / EVENTS_FILE, clock=lambda: job.T, resume=True)
         job.log.emit("restore", step=job.step, path=str(path), skipped=skipped,
                      **({"changed": {k: [a, b] for k, (a, b) in changed.items()}} if changed else {}))
         job.provider.resume_market(job.T, state)

@@ -30,8 +30,7 @@ calls (``AccountedJob``, ``CheckpointedJob``, ``MarketHost``, ``OutageHost``, ``
 ``ObservedJob``, ``SummarisedJob``, ``TerminatingJob``; a plane's is
 :class:`~spotwise.control.dataplane.PlaneHost`), and none of them imports this module.
 
-A run on a real Ray cluster differs only by what is injected
-(:func:`spotwise.capacity.cluster.cluster_controller`).
+A run on a real Ray cluster differs only by what is injected (:func:`spotwise.capacity.cluster.cluster_controller`).
 
 **Atomic commit** (``papers/001_30a454edd897cf47.txt`` Sec. 3.2): the update is applied in one
 place, whole.  In the barrier modes a revocation of a worker whose gradient the step needs aborts
@@ -53,6 +52,7 @@ import dataclasses
 import json
 import math
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable
 
@@ -75,7 +75,7 @@ from spotwise.control.state import TrainingState, training_state
 from spotwise.training.recipe import recipe_of
 from spotwise.control.summary import run_summary
 from spotwise.control.sync import SyncStrategy
-from spotwise.events import EventLog, RunSummary, atomic_write_text, write_summary
+from spotwise.events import EVENTS_FILE, EventLog, RunSummary, atomic_write_text, write_summary
 from spotwise.market.billing import Ledger
 from spotwise.market.preemption import MarketEvent
 from spotwise.market.job_market import Market
@@ -234,7 +234,7 @@ class JobController:
     def _fresh_start(self) -> None:
         self.provider.prepare(list(range(self.provisioned)))  # a real cluster: ask for the workers, wait for one
         atomic_write_text(self.out / SPEC_FILE, json.dumps(self.spec.to_dict(), indent=2) + "\n")  # never via a link
-        self.log = EventLog(self.out / "events.jsonl", clock=lambda: self.T,
+        self.log = EventLog(self.out / EVENTS_FILE, clock=lambda: self.T,
                             meta={"mode": self.mode, "job": self.spec.name, "workers": self.spec.cluster.workers,
                                   "sync": self.sync, "instance": self.market.instance.name, "seed": self.spec.seed,
                                   **self.plane.log_meta()})
@@ -588,12 +588,12 @@ class JobController:
         return summary
 
     def _shutdown(self) -> None:
+        if hasattr(self, "log"):  # the run ended by an error before its log closed: its sinks' runs end as failed
+            self.log.abort_sinks()
         try:
             for w, actor in list(self.members.items()):
-                try:
+                with suppress(Exception):
                     self.provider.kill(w, actor)
-                except Exception:
-                    pass
             self.members.clear()
             self.provider.shutdown()
         finally:

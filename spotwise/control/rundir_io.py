@@ -16,10 +16,9 @@ from spotwise.errors import InputError
 from spotwise.safeparse import loads_json
 from spotwise.control.checkpoint import load_latest_checkpoint
 from spotwise.rundir_files import read_run_file
+from spotwise.rundir_names import SPEC_FILE  # noqa: F401 (re-exported: the file of the job spec the run was started with)
 from spotwise.spec.trust import check_resume_trust
 
-#: the file in a run directory that holds the job spec the run was started with
-SPEC_FILE = "spec.json"
 
 
 def load_run_spec(out_dir: str | Path) -> JobSpec:

@@ -18,8 +18,17 @@ the committed step.
   and at the end, its status FINISHED, FAILED or KILLED as the run ended.
 
 A resumed run continues the same W&B / MLflow run: its id is recorded in the event log (a ``sink``
-event) and read back, checked, on resume.  A sink that fails -- no network, a full disk -- is
-dropped with one warning on stderr; the run goes on (the event log is the record).
+event) and read back, checked, on resume.  A sink that fails -- no network, a full disk, a refused
+batch -- is dropped with one warning on stderr and its external run ended (MLflow: ``FAILED``, W&B:
+exit code 1) at once; the run goes on (the event log is the record).  A run that ends by an error
+ends its sinks' runs the same way (:meth:`spotwise.events.EventLog.abort_sinks`), so no MLflow run
+is left ``RUNNING``.
+
+Where they write (issue 54 item 2): only the registered names of :mod:`spotwise.rundir_names`
+(``tensorboard/``, ``wandb/``, ``mlflow.db`` and SQLite's files beside it), each checked before any
+sink starts -- a real folder created by spotwise with no link, FIFO or device anywhere in its tree,
+a regular file or nothing -- else the run stops with exit 2 naming the path.  Metric names are
+given to each sink as it accepts them (:mod:`spotwise.control.sink_keys`).
 """
 
 from __future__ import annotations
@@ -33,6 +42,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from spotwise.control.sink_keys import RULES, MetricKeys
+from spotwise.errors import InputError
+from spotwise.rundir_names import MLFLOW_DB, TENSORBOARD_DIR, WANDB_DIR, check_sink_target
+
 #: what a W&B / MLflow run id recorded in the event log may look like (it is read back on resume)
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: the run statuses that are a success (others end the W&B run with exit code 1, the MLflow run FAILED)
@@ -44,15 +57,21 @@ def _num(v: Any) -> bool:
 
 
 class Scalars:
-    """The events as ``(step, {tag: value})``: the mapping every sink shares (module docstring)."""
+    """The events as ``(step, {tag: value})``: the mapping every sink shares (module docstring), each tag
+    as the sink accepts it (``keys``: :class:`~spotwise.control.sink_keys.MetricKeys`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: Callable[[str], str] | None = None) -> None:
+        self.keys: Callable[[str], str] = keys or (lambda name: name)
         self.step = 0
         self.revocations = 0
         self.joins = 0
         self.status: str | None = None
 
     def of(self, e: dict[str, Any]) -> tuple[int, dict[str, float]] | None:
+        got = self._of(e)
+        return None if got is None else (got[0], {self.keys(tag): v for tag, v in got[1].items()})
+
+    def _of(self, e: dict[str, Any]) -> tuple[int, dict[str, float]] | None:
         kind, out = e.get("kind"), {}
         if kind == "step" and _num(e.get("step")):
             self.step = int(e["step"])
@@ -85,12 +104,12 @@ class TensorBoardSink:
 
     name = "tensorboard"
 
-    def __init__(self, out_dir: str | Path, **_: Any) -> None:
+    def __init__(self, out_dir: str | Path, *, note: Callable[[str], None], **_: Any) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.dir = Path(out_dir) / "tensorboard"
+        self.dir = check_sink_target(out_dir, TENSORBOARD_DIR)  # a real folder, no link in it (issue 54 item 2)
         self.writer = SummaryWriter(log_dir=str(self.dir))
-        self.scalars = Scalars()
+        self.scalars = Scalars(MetricKeys(RULES[self.name], note))
 
     def write(self, e: dict[str, Any]) -> None:
         got = self.scalars.of(e)
@@ -100,6 +119,9 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self.writer.flush()
+        self.writer.close()
+
+    def abort(self) -> None:
         self.writer.close()
 
 
@@ -125,20 +147,22 @@ class WandbSink:
                  note: Callable[[str], None]) -> None:
         import wandb
 
+        self.dir = check_sink_target(out_dir, WANDB_DIR).absolute()  # wandb writes OUT/wandb/: a real folder, no link
         mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_has_key() else "offline")
         if mode == "offline" and not os.environ.get("WANDB_MODE"):
-            note(f"W&B: no API key (wandb login), so the run is written offline to {Path(out_dir) / 'wandb'}; "
+            note(f"W&B: no API key (wandb login), so the run is written offline to {self.dir}; "
                  "upload it with `wandb sync` on that folder")
         self.id = run_id or wandb.util.generate_id()
         kw: dict[str, Any] = {"resume": "allow"} if mode == "online" else {}
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "spotwise", name=run_name, id=self.id,
                               dir=str(out_dir), mode=mode, config=config, reinit="create_new",
-                              settings=wandb.Settings(console="off", silent=True, x_disable_stats=True), **kw)
+                              settings=wandb.Settings(console="off", silent=True, x_disable_stats=True, symlink=False),
+                              **kw)  # symlink=False: no latest-run / debug.log links in the run directory
         if mode == "online":
             note(f"W&B: {self.run.url}")
         self.run.define_metric("step")
         self.run.define_metric("*", step_metric="step")
-        self.scalars = Scalars()
+        self.scalars = Scalars(MetricKeys(RULES[self.name], note))
 
     def write(self, e: dict[str, Any]) -> None:
         got = self.scalars.of(e)
@@ -146,12 +170,26 @@ class WandbSink:
             self.run.log({**got[1], "step": got[0]})
 
     def close(self) -> None:
-        self.run.finish(exit_code=0 if self.scalars.status == "completed" else 1)
+        self._end(0 if self.scalars.status == "completed" else 1)
 
+    def abort(self) -> None:
+        self._end(1)
 
-def _mlflow_key(tag: str) -> str:
-    """MLflow's metric names: alphanumerics, ``_ - . / space``; anything else becomes ``_``."""
-    return re.sub(r"[^A-Za-z0-9_\-./ ]", "_", tag)[:250]
+    def _end(self, code: int) -> None:
+        try:
+            self.run.finish(exit_code=code)
+        finally:
+            self._unlink_core_log()
+
+    def _unlink_core_log(self) -> None:
+        """Remove the link ``wandb-core`` made from this run's ``logs/debug-core.log`` to its own log in the
+        user's cache: a finished run directory holds no link (a killed one's is accepted by the registry)."""
+        link = Path(getattr(self.run, "dir", "") or "").parent / "logs" / "debug-core.log"
+        try:
+            if str(link).startswith(str(self.dir) + os.sep) and link.is_symlink():
+                link.unlink()
+        except OSError:
+            pass
 
 
 class MlflowSink:
@@ -167,8 +205,12 @@ class MlflowSink:
         from mlflow.tracking import MlflowClient
 
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow tables"
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(out_dir).resolve() / 'mlflow.db'}"
+        if not os.environ.get("MLFLOW_TRACKING_URI"):  # OUT/mlflow.db (and SQLite's files beside it): no link, no FIFO
+            check_sink_target(out_dir, MLFLOW_DB)
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(out_dir).resolve() / MLFLOW_DB}"
         self.client = MlflowClient(tracking_uri=uri)
+        self.keys = MetricKeys(RULES[self.name], note)
+        self.id: str | None = None
         if run_id is not None:
             self.id = run_id
             self.client.update_run(run_id, status="RUNNING")
@@ -181,14 +223,18 @@ class MlflowSink:
             from mlflow.entities import Param
 
             flat = _flatten(config)
-            params = [Param(k, str(v)[:500]) for k, v in sorted(flat.items())][:100]
+            params = {_param_key(k): str(v)[:500] for k, v in sorted(flat.items())}
             if params:
-                self.client.log_batch(self.id, params=params)
+                try:
+                    self.client.log_batch(self.id, params=[Param(k, v) for k, v in list(params.items())[:100]])
+                except Exception:
+                    self.abort()  # the run was created: never left RUNNING
+                    raise
         if not os.environ.get("MLFLOW_TRACKING_URI"):
             note(f"MLflow: run {self.id} in {uri} (see it with `mlflow ui --backend-store-uri {shlex.quote(uri)}`)")
         self.pending: list[Any] = []
         self.last = time.monotonic()
-        self.scalars = Scalars()
+        self.scalars = Scalars(self.keys)
 
     def write(self, e: dict[str, Any]) -> None:
         got = self.scalars.of(e)
@@ -197,7 +243,7 @@ class MlflowSink:
         from mlflow.entities import Metric
 
         ms = int(float(e.get("wall") or time.time()) * 1000)
-        self.pending += [Metric(_mlflow_key(tag), v, ms, got[0]) for tag, v in got[1].items()]
+        self.pending += [Metric(tag, v, ms, got[0]) for tag, v in got[1].items()]
         if len(self.pending) >= 500 or time.monotonic() - self.last >= self.every_s:
             self.flush()
 
@@ -208,10 +254,31 @@ class MlflowSink:
             self.client.log_batch(self.id, metrics=pending[i:i + 1000])
 
     def close(self) -> None:
-        self.flush()
         status = self.scalars.status
-        self.client.set_terminated(self.id, "FINISHED" if status == "completed" else
-                                   "KILLED" if status in _KILLED else "FAILED")
+        ended = "FINISHED" if status == "completed" else "KILLED" if status in _KILLED else "FAILED"
+        try:
+            self.flush()
+        except BaseException:
+            ended = "FAILED"  # the run's last metrics did not reach MLflow: say so, and never leave it RUNNING
+            raise
+        finally:
+            self._terminate(ended)
+
+    def abort(self) -> None:
+        """End the MLflow run FAILED without sending what is pending (a write failed, or the run did)."""
+        self.pending = []
+        self._terminate("FAILED")
+
+    def _terminate(self, status: str) -> None:
+        if self.id is not None:
+            self.client.set_terminated(self.id, status)
+
+
+def _param_key(key: str) -> str:
+    """A spec field's dotted name as MLflow takes a parameter's (a workload's kwargs may name anything)."""
+    from spotwise.control.sink_keys import normalise
+
+    return normalise(key, RULES["mlflow"])
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -225,11 +292,18 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _said(exc: BaseException) -> str:
+    """An exception as one short line (a library's message may be long, or hold the refused name raw)."""
+    text = ascii(str(exc))[1:-1]
+    return f"{type(exc).__name__}: {text if len(text) <= 300 else text[:297] + '...'}"
+
+
 class Guarded:
-    """A sink whose failure drops it with one warning instead of ending the run."""
+    """A sink whose failure drops it with one warning instead of ending the run; its external run is ended
+    (``abort``) at once, and at the latest when the run ends (:meth:`close` / :meth:`abort`)."""
 
     def __init__(self, sink: Any, note: Callable[[str], None]) -> None:
-        self.sink, self.note, self.dead = sink, note, False
+        self.sink, self.note, self.dead, self.ended = sink, note, False, False
 
     def write(self, e: dict[str, Any]) -> None:
         if not self.dead:
@@ -237,15 +311,32 @@ class Guarded:
                 self.sink.write(e)
             except Exception as exc:  # noqa: BLE001 - a sink must not end the run
                 self.dead = True
-                self.note(f"the {self.sink.name} sink failed ({type(exc).__name__}: {exc}); the run goes on "
+                self.note(f"the {self.sink.name} sink failed ({_said(exc)}); the run goes on "
                           "without it (events.jsonl has every event)")
+                self.abort()
 
     def close(self) -> None:
-        if not self.dead:
-            try:
-                self.sink.close()
-            except Exception as exc:  # noqa: BLE001
-                self.note(f"the {self.sink.name} sink failed closing ({type(exc).__name__}: {exc})")
+        """The run ended: the sink's last data sent, its run ended with the run's status (dead: nothing more)."""
+        if self.ended:
+            return
+        if self.dead:
+            self.abort()
+            return
+        self.ended = True
+        try:
+            self.sink.close()
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"the {self.sink.name} sink failed closing ({_said(exc)})")
+
+    def abort(self) -> None:
+        """End the sink's run as failed, sending nothing more (a write failed, or the run ended by an error)."""
+        if self.ended:
+            return
+        self.ended = self.dead = True
+        try:
+            self.sink.abort()
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"the {self.sink.name} sink could not end its run ({_said(exc)})")
 
 
 def _warn(line: str) -> None:
@@ -272,6 +363,10 @@ def make_sinks(names: list[str], out_dir: str | Path, *, spec: Any = None, log: 
     """The sinks ``names`` (``outputs.sinks``), each :class:`Guarded`.  A W&B / MLflow run's id goes to
     ``log`` as a ``sink`` event; on ``resume`` the recorded one is continued.  A sink that cannot start
     (its service unreachable, say) is left out with a warning."""
+    for name in names:  # every sink's folder / file checked before any sink starts: an InputError (exit 2) here
+        target = {"tensorboard": TENSORBOARD_DIR, "wandb": WANDB_DIR, "mlflow": MLFLOW_DB}.get(name)
+        if target is not None and not (name == "mlflow" and os.environ.get("MLFLOW_TRACKING_URI")):
+            check_sink_target(out_dir, target)
     ids = recorded_ids(out_dir) if resume else {}
     run_name = str(getattr(spec, "name", "") or Path(out_dir).name)
     config = spec.to_dict() if spec is not None else {}
@@ -279,7 +374,7 @@ def make_sinks(names: list[str], out_dir: str | Path, *, spec: Any = None, log: 
     for name in names:
         try:
             if name == "tensorboard":
-                sink: Any = TensorBoardSink(out_dir)
+                sink: Any = TensorBoardSink(out_dir, note=note)
             elif name in ("wandb", "mlflow"):
                 cls = WandbSink if name == "wandb" else MlflowSink
                 sink = cls(out_dir, run_name=run_name, config=config, run_id=ids.get(name), note=note)
@@ -287,8 +382,12 @@ def make_sinks(names: list[str], out_dir: str | Path, *, spec: Any = None, log: 
                     log.emit("sink", sink=name, id=sink.id)
             else:
                 continue
+        except InputError:  # the run directory's (a link planted meanwhile): exit 2, the sinks started ended
+            for started in sinks:
+                started.abort()
+            raise
         except Exception as exc:  # noqa: BLE001 - checked at load; what is left is the service's
-            note(f"the {name} sink could not start ({type(exc).__name__}: {exc}); the run goes on without it")
+            note(f"the {name} sink could not start ({_said(exc)}); the run goes on without it")
             continue
         sinks.append(Guarded(sink, note))
     return sinks

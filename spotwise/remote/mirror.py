@@ -37,7 +37,8 @@ from spotwise.control.checkpoint import CHECKPOINT_DIR, CHECKPOINT_NAME, MANIFES
 from spotwise.errors import InputError
 from spotwise.remote.lease import LeaseLost, RemoteLease
 from spotwise.remote.uri import RemoteRoot, describe_error
-from spotwise.rundir import LOCK_FILE, MARKER, RUN_FILES
+from spotwise.rundir import LOCK_FILE, MARKER
+from spotwise.rundir_names import mirrored_names
 from spotwise.rundir_files import check_run_file, read_run_file
 from spotwise.safeparse import loads_json
 from spotwise.reports.terminal_text import warn_on_stderr
@@ -239,7 +240,7 @@ class RunMirror:
         Raises the first storage error (after trying every file)."""
         first: BaseException | None = None
         with self._lock:
-            for rel in [MARKER, "spec.json"] + [n for n in RUN_FILES if n not in ("spec.json", EVENTS, CHECKPOINT_DIR)]:
+            for rel in [MARKER, "spec.json"] + [n for n in mirrored_names() if n not in (MARKER, "spec.json", EVENTS, CHECKPOINT_DIR)]:
                 for sub in self._files(rel):
                     try:
                         self._put_file(sub)

@@ -26,6 +26,7 @@ from spotwise.errors import InputError
 from spotwise.safeparse import loads_json
 from spotwise.reports.units import human_hours
 from spotwise.rundir_files import make_run_folder, read_run_file, write_run_text
+from spotwise.rundir_names import REPORT_DIR, SUMMARY_FILE, SWEEP_FILE
 
 #: relative difference of samples trained on above which two runs did different work
 SAMPLES_TOLERANCE = 0.01
@@ -57,19 +58,19 @@ def single_report(run_dir: Path, plots: bool = True) -> Report:
     from spotwise.reports.run import load_run, report_json, write_report
 
     # lexists: a sweep.json that is a link, FIFO or folder is named by the reader below, not taken for a run
-    if os.path.lexists(Path(run_dir) / "sweep.json") and not os.path.lexists(Path(run_dir) / "summary.json"):
-        page = Path(run_dir) / "report" / "index.html"
+    if os.path.lexists(Path(run_dir) / SWEEP_FILE) and not os.path.lexists(Path(run_dir) / SUMMARY_FILE):
+        page = Path(run_dir) / REPORT_DIR / "index.html"
         if not plots:
             entries = _sweep_entries(Path(run_dir))
             return Report([str(run_dir)], page, [], entries, like_for_like(entries), "sweep")
-        make_run_folder(run_dir, "report")  # a real folder in the run directory, never a link (issue 30 item 2)
+        make_run_folder(run_dir, REPORT_DIR)  # a real folder in the run directory, never a link (issue 30 item 2)
         rep = compare_runs([Path(run_dir)], page, root=Path(run_dir))
         rep.kind = "sweep"
         return rep
 
     run = load_run(run_dir)
     files = write_report(run_dir) if plots else []
-    page = next((f for f in files if f.suffix == ".html"), Path(run_dir) / "report" / "index.html")
+    page = next((f for f in files if f.suffix == ".html"), Path(run_dir) / REPORT_DIR / "index.html")
     return Report([str(run_dir)], page, list(files), [report_json(run)], [], "run")
 
 

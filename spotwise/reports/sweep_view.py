@@ -16,6 +16,7 @@ from typing import Any
 from spotwise.reports.finite_json import dumps_finite
 from spotwise.reports.units import human_hours
 from spotwise.rundir_files import write_run_bytes, write_run_text
+from spotwise.rundir_names import SWEEP_FILE, SWEEP_PLOTS, WINDOWS_FILE
 from spotwise.sim.sweep import SweepResult
 
 
@@ -102,14 +103,14 @@ def sweep_table(result: SweepResult, breakdown: bool = False, width: int | None 
 
 def write_sweep(result: SweepResult, out: Path, plots: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    written = [write_run_text(out, "sweep.json", dumps_finite(result.to_dict(), what="sweep.json", indent=2) + "\n")]
+    written = [write_run_text(out, SWEEP_FILE, dumps_finite(result.to_dict(), what=SWEEP_FILE, indent=2) + "\n")]
     rows = [r.to_dict() for r in result.rows]
     f = io.StringIO(newline="")
     if rows:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    written.append(write_run_text(out, "windows.csv", f.getvalue()))  # never through a link (issue 30 item 2)
+    written.append(write_run_text(out, WINDOWS_FILE, f.getvalue()))  # never through a link (issue 30 item 2)
     if plots:
         written += plot_sweep(result, out)
     return written
@@ -159,10 +160,10 @@ def plot_sweep(result: SweepResult, out: Path) -> list[Path]:
     finish = {n: np.sort([min(r.finish_s / 3600, 3 * dl) if r.finish_s is not None else 3 * dl
                           for r in result.rows if r.strategy == n]) for n in names}
     return [
-        _breakdown_figure(result, out / "breakdown.png"),
-        _cdf_figure(cost, out / "cost_cdf.png", "cost / hindsight oracle", "Cost relative to the hindsight oracle (CDF over windows)",
+        _breakdown_figure(result, out / SWEEP_PLOTS[0]),
+        _cdf_figure(cost, out / SWEEP_PLOTS[1], "cost / hindsight oracle", "Cost relative to the hindsight oracle (CDF over windows)",
                     log_x=True),
-        _cdf_figure(finish, out / "finish_cdf.png", "finish time (h); unfinished runs drawn at the right edge",
+        _cdf_figure(finish, out / SWEEP_PLOTS[2], "finish time (h); unfinished runs drawn at the right edge",
                     "Finish time (CDF over windows)", vline=(dl, "deadline")),
     ]
 

@@ -36,6 +36,7 @@ from spotwise.reports.run.data import MAX_PLOT_POINTS, PLOT_FILES, RunData, _cle
 from spotwise.reports.run.plots import _dest, plot_run
 from spotwise.reports.units import humanize_seconds
 from spotwise.rundir_files import make_run_folder, write_run_text
+from spotwise.rundir_names import REPORT_DIR
 
 
 # --------------------------------------------------------------------------------------------- JSON
@@ -280,7 +281,7 @@ def write_report(out_dir: str | Path, dest: str | Path | None = None) -> list[Pa
     run = load_run(out_dir)
     # in the run directory: no link between it and the files is followed (issue 30 item 2)
     root = Path(out_dir) if dest is None else _dest(dest)
-    d = make_run_folder(root, "report") if dest is None else root
+    d = make_run_folder(root, REPORT_DIR) if dest is None else root
     images = plot_run(run, d, root=root)
     index = d / "index.html"
     write_run_text(root, index.relative_to(root), _html(run, images, d), fsync=False)
