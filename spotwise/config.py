@@ -27,7 +27,6 @@ from spotwise.remote.uri import check_uri
 from spotwise.safeparse import check_bounds, load_yaml
 from spotwise.policies.schema import validate_policies
 from spotwise.spec.resolve import data_plane_why, resolve_epochs, resolve_family, resolve_paths, settle_data_plane  # noqa: F401
-from spotwise.spec.input_paths import check_spec_files
 from spotwise.spec.packages import check_packages, check_requirements
 from spotwise.spec.script import check_script_workload
 from spotwise.spec.target import TargetSpec  # noqa: F401  (re-exported)
@@ -582,15 +581,13 @@ def load_spec(path: str | Path, data: dict[str, Any] | None = None) -> JobSpec:
     ``data``: the file's mapping as :func:`read_spec_file` read it, changed by the caller (``spotwise
     launch`` names the script); its paths are still the file's.
 
-    Raises :class:`InputError` (exit 2) for a missing, non-regular, oversized or non-UTF-8 file,
-    bad YAML, every invalid field and every input file it names that is missing, not a regular file
-    (a folder, FIFO, device), unreadable or over the size cap (:mod:`spotwise.spec.input_paths`).  Loading never imports a user workload module.
+    Raises :class:`InputError` (exit 2) for a bad file, bad YAML, every invalid field and every input
+    file it names that is missing, not a regular file or too large (:mod:`spotwise.spec.input_paths`).  Loading never imports a user workload module.
     """
     p = Path(path)
     spec = spec_from_dict(read_spec_file(p) if data is None else data, str(p), resolve=False)
-    resolve_paths(spec, p.parent)
     try:
-        check_spec_files(spec)  # every file it names: a regular, readable file of sane size (issue 54 item 9)
+        resolve_paths(spec, p.parent)  # and every file it names checked (issue 54 item 9)
         settle_data_plane(spec)  # after the paths (a market.catalog file is relative to the spec)
         resolve_family(spec)  # the built-in's own family where its instance type has a profile (issue 42 item 2)
         resolve_hardware(spec)
