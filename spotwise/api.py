@@ -45,7 +45,11 @@ def load_spec(source: SpecLike) -> "JobSpec":
     if isinstance(source, JobSpec):
         return source
     if isinstance(source, Mapping):
-        return spec_from_dict(dict(source), "spec")
+        from spotwise.spec.input_paths import check_spec_files
+
+        job = spec_from_dict(dict(source), "spec")
+        check_spec_files(job)  # its paths are the current folder's, checked as a file's are
+        return job
     if isinstance(source, (str, os.PathLike)):
         return _load(source)
     raise InputError(f"cannot make a job spec of {type(source).__name__}", "pass a YAML path, a dict or a JobSpec", "spec")

@@ -581,13 +581,13 @@ def load_spec(path: str | Path, data: dict[str, Any] | None = None) -> JobSpec:
     ``data``: the file's mapping as :func:`read_spec_file` read it, changed by the caller (``spotwise
     launch`` names the script); its paths are still the file's.
 
-    Raises :class:`InputError` (exit 2) for a missing, non-regular, oversized or non-UTF-8 file,
-    bad YAML and every invalid field.  Loading never imports a user workload module.
+    Raises :class:`InputError` (exit 2) for a bad file, bad YAML, every invalid field and every input
+    file it names that is missing, not a regular file or too large (:mod:`spotwise.spec.input_paths`).  Loading never imports a user workload module.
     """
     p = Path(path)
     spec = spec_from_dict(read_spec_file(p) if data is None else data, str(p), resolve=False)
-    resolve_paths(spec, p.parent)
     try:
+        resolve_paths(spec, p.parent)  # and every file it names checked (issue 54 item 9)
         settle_data_plane(spec)  # after the paths (a market.catalog file is relative to the spec)
         resolve_family(spec)  # the built-in's own family where its instance type has a profile (issue 42 item 2)
         resolve_hardware(spec)

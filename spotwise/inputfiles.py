@@ -48,35 +48,64 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def check_input_file(path: str | Path, what: str = "file", where: str | None = None, *,
+                     folder_ok: bool = False, capped: bool = True) -> Path:
+    """``path`` checked without opening it (a FIFO is never opened, so nothing blocks): it exists, is a
+    regular file (a folder too with ``folder_ok``; a symbolic link counts as what it points at), is
+    readable and, with ``capped``, holds at most :func:`max_input_bytes` bytes.
+
+    ``what`` names the file in messages ("requirements file"); ``where`` is the error's place (a spec
+    field such as ``workload.requirements``; default: the path itself, else the path is named in the
+    message).  Raises :class:`InputError` saying how to fix it; returns the path.
+    """
+    p = Path(path)
+    at = where or str(p)
+    named = "" if where is None else f"{str(p)!r:.300} "
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{named}does not exist (expected a {what})" if named else f"{what} not found",
+                         "check the path (relative paths are taken from the "
+                         + ("spec's folder)" if where else "current directory)"), at) from None
+    except OSError as exc:
+        raise InputError(f"{named}cannot access the {what} ({exc.strerror or exc.__class__.__name__})",
+                         "check the path and its permissions", at) from None
+    if stat.S_ISDIR(st.st_mode):
+        if not folder_ok:
+            raise InputError(f"{named}is a directory, expected a {what}", f"name a {what} inside it", at)
+    elif not stat.S_ISREG(st.st_mode):
+        kind = _kind(st.st_mode)
+        raise InputError(f"{named}not a regular file ({kind})" if kind != "not a regular file" else f"{named}not a regular file",
+                         f"pass a {what} on disk; devices, pipes and sockets are not read", at)
+    elif capped:
+        cap = max_input_bytes()
+        if st.st_size > cap:
+            raise _too_big(what, cap, at, named)
+    if not os.access(p, os.R_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)):
+        raise InputError(f"{named}cannot read the {what} (permission denied)", "check its permissions", at)
+    return p
+
+
+def _too_big(what: str, cap: int, where: str, named: str = "") -> InputError:
+    return InputError(
+        f"{named}the {what} is larger than the {cap / _MIB:g} MiB that spotwise reads per file",
+        f"pass a smaller file, or raise the cap with {MAX_FILE_ENV}=<MiB> (e.g. {MAX_FILE_ENV}={max(1024, 4 * math.ceil(cap / _MIB))})",
+        where,
+    )
+
+
 def read_input_bytes(path: str | Path, what: str = "file") -> bytes:
     """The bytes of the regular file ``path`` (``what`` names it in messages, e.g. "trace file").
 
     Raises :class:`InputError` when the path does not exist, is a directory, is not a regular
     file (device, FIFO, socket: refused *before* opening, so nothing blocks or streams forever),
-    cannot be read, or is larger than :func:`max_input_bytes` (the message says how to raise it).
+    cannot be read, or is larger than :func:`max_input_bytes` (the message says how to raise it):
+    :func:`check_input_file`, then the read itself bounded by the cap.
     """
-    p = Path(path)
+    p = check_input_file(path, what)
     where = str(p)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise InputError(f"{what} not found", "check the path (relative paths are taken from the current directory)", where) from None
-    except OSError as exc:
-        raise InputError(f"cannot access the {what} ({exc.strerror or exc.__class__.__name__})", "check the path and its permissions", where) from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"is a directory, expected a {what}", f"name a {what} inside it", where)
-    if not stat.S_ISREG(st.st_mode):
-        kind = _kind(st.st_mode)
-        raise InputError(f"not a regular file ({kind})" if kind != "not a regular file" else "not a regular file",
-                         f"pass a {what} on disk; devices, pipes and sockets are not read", where)
     cap = max_input_bytes()
-    too_big = InputError(
-        f"the {what} is larger than the {cap / _MIB:g} MiB that spotwise reads per file",
-        f"pass a smaller file, or raise the cap with {MAX_FILE_ENV}=<MiB> (e.g. {MAX_FILE_ENV}={max(1024, 4 * math.ceil(cap / _MIB))})",
-        where,
-    )
-    if st.st_size > cap:
-        raise too_big
+    too_big = _too_big(what, cap, where)
     try:
         # O_NONBLOCK: should the path have been swapped for a FIFO since stat(), open() still returns
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -118,4 +147,4 @@ def read_input_text(path: str | Path, what: str = "file", fix: str | None = None
     return text.lstrip("\ufeff")
 
 
-__all__ = ["DEFAULT_MAX_FILE_MB", "MAX_FILE_ENV", "max_input_bytes", "read_input_bytes", "read_input_text"]
+__all__ = ["DEFAULT_MAX_FILE_MB", "MAX_FILE_ENV", "check_input_file", "max_input_bytes", "read_input_bytes", "read_input_text"]

@@ -37,6 +37,7 @@ def test_demo_values() -> None:
 def test_relative_paths_resolve_against_spec_folder(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     spec_file = tmp_path / "sub" / "job.yaml"
+    (tmp_path / "t.json").write_text("{}")  # a file the spec names must exist (issue 54 item 9)
     spec_file.write_text(yaml.safe_dump({
         "name": "j", "workload": {"name": "mlp-digits"}, "target": {"iterations": 5},
         "cluster": {"instance_type": "c5.xlarge"}, "market": {"traces": ["../t.json"]},

@@ -460,6 +460,7 @@ def test_resume_of_a_run_naming_a_dataset_needs_the_users_say_so(tmp_path: Path,
     with pytest.raises(InputError, match="names the dataset"):
         spotwise.run(None, run, resume=True)
     # a spec naming another dataset does not vouch for this one
+    (tmp_path / "mine").mkdir()  # it exists (a spec's files are checked at load)
     other = _hostile_spec(tmp_path / "mine")
     code, _, err = cli("run", str(_spec_file(tmp_path, other, "other.json")), "--resume", str(run))
     assert code == 2 and "does not match" in err and "workload.dataset" in err, err
@@ -483,6 +484,7 @@ def test_a_vouched_for_resume_reads_the_dataset_safely_before_ray(tmp_path: Path
 def test_the_resume_rule_unit(tmp_path: Path, finished: Path) -> None:
     from spotwise.control.rundir_io import load_resume_spec
 
+    (tmp_path / "data").mkdir()  # it exists (a spec's files are checked at load)
     data = _hostile_spec(tmp_path / "data")
     run = _resumable(finished, tmp_path, data["workload"])
     with pytest.raises(InputError, match="resuming would read it"):

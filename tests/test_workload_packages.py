@@ -120,13 +120,12 @@ def test_without_workload_packages_the_setup_installs_nothing_more(tmp_path: Pat
     assert got == [["-m", "pip", "install", "-q", *GPU_PACKAGES]]
 
 
-def test_a_missing_requirements_file_exits_2_at_emit(tmp_path: Path) -> None:
+def test_a_missing_requirements_file_exits_2_at_load(tmp_path: Path) -> None:
     d = _spec_dict(requirements="nope.txt")
     d["market"]["traces"] = []
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(d))
-    spec = load_spec(str(tmp_path / "spec.yaml"))
-    with pytest.raises(InputError) as e:
-        emit.skypilot_task(_rec(), spec, uri=URI)
+    with pytest.raises(InputError) as e:  # issue 54 item 9: at load, not only at --emit
+        load_spec(str(tmp_path / "spec.yaml"))
     assert "workload.requirements" in str(e.value) and "does not exist" in str(e.value)
 
 

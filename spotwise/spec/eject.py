@@ -264,7 +264,10 @@ def _source(spec_file: str | os.PathLike[str] | Mapping[str, Any]) -> tuple[Any,
     if isinstance(spec_file, Mapping):
         from ruamel.yaml import YAML
 
+        from spotwise.spec.input_paths import check_spec_files
+
         spec = spec_from_dict(dict(spec_file), "spec")
+        check_spec_files(spec)  # its paths: the current folder's
         buf = io.StringIO()
         YAML(typ="rt").dump(dict(spec_file), buf)
         return spec, buf.getvalue(), _abs("."), "the spec mapping"

@@ -77,7 +77,11 @@ def launch_spec(spec: str | os.PathLike[str] | Mapping[str, Any], script: str | 
     from spotwise.config import load_spec, read_spec_file, spec_from_dict
 
     if isinstance(spec, Mapping):
-        return spec_from_dict(with_script(spec, script, args), "spec")
+        from spotwise.spec.input_paths import check_spec_files
+
+        job = spec_from_dict(with_script(spec, script, args), "spec")
+        check_spec_files(job)  # the script and every other file the mapping names (its paths: this folder's)
+        return job
     if not isinstance(spec, (str, os.PathLike)):
         raise InputError(f"cannot make a job spec of {type(spec).__name__}", "pass the spec's YAML path or a dict",
                          "spec")

@@ -104,7 +104,8 @@ def data_plane_why(spec: Any) -> str:
 
 def resolve_paths(spec: Any, base: Path) -> None:
     """The spec file's relative paths (traces, catalogs, lifetimes, dataset, script,
-    requirements file) made absolute
+    requirements file; the pools' own traces and lifetimes) made absolute, then checked
+    (:func:`~spotwise.spec.input_paths.check_spec_files`)
     against the folder it was read from."""
     def res(s: str) -> str:
         q = Path(s).expanduser()
@@ -123,3 +124,13 @@ def resolve_paths(spec: Any, base: Path) -> None:
         spec.workload.script = res(spec.workload.script)
     if spec.workload.requirements is not None:
         spec.workload.requirements = res(spec.workload.requirements)
+    for pool in spec.cluster.pools or []:  # a pool's own traces and lifetimes, read like the job's
+        if pool.revocation is not None and pool.revocation.lifetimes is not None:
+            pool.revocation.lifetimes = res(pool.revocation.lifetimes)
+        if pool.market is not None:
+            pool.market.traces = [res(t) for t in pool.market.traces]
+            if pool.market.synthetic is not None and pool.market.synthetic.fit_to is not None:
+                pool.market.synthetic.fit_to = res(pool.market.synthetic.fit_to)
+    from spotwise.spec.input_paths import check_spec_files
+
+    check_spec_files(spec)  # each a regular, readable file of sane size, stat only (issue 54 item 9)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from spotwise.errors import InputError
+from spotwise.training.optim_args import check_optimizer_kwargs
 
 Precision = Literal["fp32", "bf16", "fp16"]
 Decay = Literal["constant", "linear", "cosine", "step"]
@@ -201,11 +202,12 @@ class OptimizerSpec:
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 raise InputError(f"{self.name} takes no argument {key!r}",
                                  f"{hint}{self.name} takes {', '.join(a for a in accepted if a != 'lr')}", f"{where}.{key}")
+        check_optimizer_kwargs(klass, self.name, self.kwargs, where)  # foreach: "yes", betas: [0.9] (issue 54 item 9)
         try:
             klass([torch.nn.Parameter(torch.zeros(2, 2))], lr=self.lr or 1e-3, **self.kwargs)  # a matrix: Muon takes only those
-        except (TypeError, ValueError, RuntimeError) as e:
-            raise InputError(f"{self.name} rejects these arguments: {e}", "fix the value(s) under workload.optimizer",
-                             where) from None
+        except Exception as e:  # noqa: BLE001 -- whatever torch.optim raises for its arguments (an IndexError too)
+            raise InputError(f"{self.name} rejects these arguments: {e.__class__.__name__}: {str(e)[:300]}",
+                             "fix the value(s) under workload.optimizer", where) from None
 
     def build(self, params: Any, lr: float, model: Any = None) -> Any:
         """The optimizer over ``params`` at base rate ``lr`` (imports a ``module:Class`` here).

@@ -7,8 +7,10 @@ itself, on top of the offer's copy of it (issue 40: a member's peak memory 1.5x 
 each tensor's dtype, shape and size -- plus the tensors themselves; :meth:`Packed.read` returns any
 byte range of ``header + tensor bytes`` by slicing the tensors' own memory, so the encoded form is
 never materialised on the sender.  :func:`unpack` reads it back, checking everything (it comes
-from another process: dtypes from an allow-list, sizes against the data, bounded depth), and never
-unpickles.  A tree :func:`pack` cannot express (a non-strided tensor, an object that is not plain
+from another process: dtypes from an allow-list, shapes, sizes and offsets against the data, bounded
+depth, canonical numbers, plain and distinct mapping keys, a CRC-32 of the header and one of the tensors'
+bytes, so a changed byte is an error, never another value), and never unpickles.  Every malformed
+input raises :class:`UnpackError` (issue 54 item 9), the torch.save form's included.  A tree :func:`pack` cannot express (a non-strided tensor, an object that is not plain
 data) is encoded with ``torch.save`` and read back with ``weights_only=True`` as before
 (:func:`encode`/:func:`decode` tell the two apart by :data:`MAGIC`).
 """
@@ -17,24 +19,34 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import math
 import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from spotwise.errors import InputError
-from spotwise.safeparse import loads_json
 
-#: the first bytes of a packed tree (``torch.save`` output starts with ``PK``, a zip file)
-MAGIC = b"SWTT1\n"
+#: the first bytes of a packed tree (``torch.save`` output starts with ``PK``, a zip file); then
+#: ``<QI``: the header's length and its CRC-32, the JSON header, the tensors' bytes
+MAGIC = b"SWTT2\n"
+_LEN = struct.Struct("<QI")
 #: deepest nesting :func:`pack` writes and :func:`unpack` accepts
 MAX_DEPTH = 32
 #: the longest header :func:`unpack` accepts (an optimizer state of 100k tensors fits)
 MAX_HEADER_BYTES = 64 * 2**20
+#: the most dimensions, and the largest dimension, of a tensor :func:`unpack` accepts (a zero-size
+#: tensor's other dimensions are not bounded by its bytes)
+MAX_DIMS = 64
+MAX_DIM = 2**40
+#: the longest integer (digits) and string a header may hold
+MAX_INT_DIGITS = 400
+#: the JSON nesting a header may hold: the tree's own bound, times two for its encoding, plus slack
+_MAX_JSON_DEPTH = 2 * MAX_DEPTH + 8
 
 _DTYPES: dict[str, torch.dtype] = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
@@ -220,8 +232,11 @@ def pack(tree: Any) -> Packed | None:
         raise ValueError("pack() takes CPU tensors (copy device tensors to the host first)")
     tensors = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     sizes = [t.numel() * t.element_size() for t in tensors]
-    body = json.dumps({"tree": node, "sizes": sizes}, separators=(",", ":")).encode()
-    return Packed(MAGIC + struct.pack("<Q", len(body)) + body, tensors)
+    crc = 0
+    for t in tensors:  # one pass over the bytes (zlib releases the GIL), so a changed byte is found
+        crc = zlib.crc32(_bytes_of(t), crc)
+    body = json.dumps({"tree": node, "sizes": sizes, "crc": crc}, separators=(",", ":")).encode()
+    return Packed(MAGIC + _LEN.pack(len(body), zlib.crc32(body)) + body, tensors)
 
 
 def encode(tree: Any) -> bytes:
@@ -236,55 +251,92 @@ def encode(tree: Any) -> bytes:
 
 def decode(data: bytes | bytearray | memoryview) -> Any:
     """What :func:`encode` (or :meth:`Packed.read`) wrote; ``torch.load(weights_only=True)`` for the
-    ``torch.save`` form.  Raises :class:`UnpackError` (a ``ValueError``) for a malformed packed tree."""
-    mv = memoryview(data).cast("B")
+    ``torch.save`` form.  Total on untrusted bytes: whatever is malformed raises :class:`UnpackError`
+    (a ``ValueError``), never another exception or another value than was encoded."""
+    try:
+        mv = memoryview(data).cast("B")
+    except (TypeError, ValueError) as e:
+        raise UnpackError(f"not bytes ({e.__class__.__name__})") from None
     if bytes(mv[:len(MAGIC)]) == MAGIC:
         return unpack(mv)
-    return torch.load(io.BytesIO(bytes(mv)), weights_only=True, map_location="cpu")
+    if bytes(mv[:2]) != b"PK":  # torch.save writes a zip file
+        raise UnpackError("neither a packed tree nor a torch.save file")
+    try:
+        return torch.load(io.BytesIO(bytes(mv)), weights_only=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 -- torch.load's failures on bad bytes are many kinds (zip, unpickler)
+        raise UnpackError(f"a malformed torch.save file ({e.__class__.__name__})") from None
+
+
+def _tensor_spec(spec: Any, sizes: list[int]) -> tuple[int, torch.dtype, list[int]]:
+    """``(index, dtype, shape)`` of a tensor entry, checked against the byte count of its tensor."""
+    if not (isinstance(spec, list) and len(spec) == 3 and type(spec[0]) is int and isinstance(spec[2], list)):
+        raise UnpackError("a malformed tensor entry")
+    i, dname, shape = spec
+    if not 0 <= i < len(sizes):
+        raise UnpackError("a tensor entry names no tensor")
+    dtype = _DTYPES.get(dname) if isinstance(dname, str) else None
+    if dtype is None:
+        raise UnpackError(f"dtype {str(dname)[:40]!r} is not allowed")
+    if len(shape) > MAX_DIMS or not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape) \
+            or math.prod(max(d, 1) for d in shape) > MAX_DIM:  # a zero-size tensor's strides must fit too
+        raise UnpackError("a malformed tensor shape")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if math.prod(shape) * itemsize != sizes[i]:
+        raise UnpackError(f"tensor {i}: shape {shape[:8]} of {dname} is not {sizes[i]} bytes")
+    return i, dtype, shape
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a JSON object names a key twice")
+    return out
+
+
+def _plain_key(key: Any) -> bool:
+    """A mapping key :func:`pack` writes: None, bool, int, float, str, or a tuple of them."""
+    if key is None or isinstance(key, (bool, int, float, str)):
+        return True
+    return type(key) is tuple and all(_plain_key(k) for k in key)
 
 
 def unpack(data: bytes | bytearray | memoryview) -> Any:
-    """The tree of a packed form; every tensor a fresh, writable CPU tensor (module docstring)."""
+    """The tree of a packed form; every tensor a fresh, writable CPU tensor (module docstring).
+    :class:`UnpackError` for every malformed input."""
     mv = memoryview(data).cast("B")
-    if bytes(mv[:len(MAGIC)]) != MAGIC or len(mv) < len(MAGIC) + 8:
+    start = len(MAGIC) + _LEN.size
+    if bytes(mv[:len(MAGIC)]) != MAGIC or len(mv) < start:
         raise UnpackError("not a packed tree")
-    (n,) = struct.unpack("<Q", mv[len(MAGIC):len(MAGIC) + 8])
-    start = len(MAGIC) + 8
+    n, header_crc = _LEN.unpack(mv[len(MAGIC):start])
     if n > MAX_HEADER_BYTES or start + n > len(mv):
         raise UnpackError("a packed tree's header is longer than its data")
-    try:  # (bounded=False: the walk below bounds the tree's depth itself)
-        meta = loads_json(bytes(mv[start:start + n]), "a packed state's header", "header", bounded=False)
-    except (ValueError, InputError) as e:
+    body = bytes(mv[start:start + n])
+    if zlib.crc32(body) != header_crc:
+        raise UnpackError("a packed tree's header does not match its checksum")
+    try:
+        meta = json.loads(body, object_pairs_hook=_no_duplicates)
+    except (ValueError, RecursionError) as e:  # ValueError: not JSON, not UTF-8, a key twice, 5000 digits
         raise UnpackError(f"a packed tree's header is not JSON ({e.__class__.__name__})") from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("sizes"), list):
-        raise UnpackError("a packed tree's header has no sizes")
-    sizes = meta["sizes"]
-    if not all(type(s) is int and s >= 0 for s in sizes):
+    if not isinstance(meta, dict) or set(meta) != {"tree", "sizes", "crc"} or not isinstance(meta["sizes"], list):
+        raise UnpackError("a packed tree's header holds other keys than tree, sizes and crc")
+    sizes, crc = meta["sizes"], meta["crc"]
+    if not all(type(s) is int and 0 <= s <= len(mv) for s in sizes) or type(crc) is not int:
         raise UnpackError("a packed tree's sizes are not byte counts")
-    offsets = np.cumsum([start + n] + sizes).tolist()
+    offsets = list(itertools.accumulate(sizes, initial=start + n))  # Python ints: no overflow
     if offsets[-1] != len(mv):
         raise UnpackError(f"a packed tree's tensors need {offsets[-1] - start - n} bytes, it holds {len(mv) - start - n}")
+    if zlib.crc32(mv[start + n:]) != crc:
+        raise UnpackError("a packed tree's tensor bytes do not match their checksum")
     used: set[int] = set()
 
     def tensor(spec: Any) -> torch.Tensor:
-        if not (isinstance(spec, list) and len(spec) == 3 and type(spec[0]) is int and isinstance(spec[2], list)):
-            raise UnpackError("a malformed tensor entry")
-        i, dname, shape = spec
-        if not 0 <= i < len(sizes) or i in used:
-            raise UnpackError("a tensor entry names no tensor, or one already used")
+        i, dtype, shape = _tensor_spec(spec, sizes)
+        if i in used:
+            raise UnpackError("a tensor entry names a tensor already used")
         used.add(i)
-        dtype = _DTYPES.get(dname) if isinstance(dname, str) else None
-        if dtype is None:
-            raise UnpackError(f"dtype {dname!r} is not allowed")
-        if not all(type(d) is int and d >= 0 for d in shape) or len(shape) > 64:
-            raise UnpackError("a malformed tensor shape")
-        numel = math.prod(shape)
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if numel * itemsize != sizes[i]:
-            raise UnpackError(f"tensor {i}: shape {shape} of {dname} is not {sizes[i]} bytes")
-        raw = bytearray(mv[offsets[i]:offsets[i + 1]])
-        if numel == 0:
+        if sizes[i] == 0:
             return torch.empty(shape, dtype=dtype)
+        raw = bytearray(mv[offsets[i]:offsets[i + 1]])
         return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
 
     def node(x: Any, depth: int) -> Any:
@@ -295,32 +347,40 @@ def unpack(data: bytes | bytearray | memoryview) -> Any:
             return tensor(v)
         if k == "v" and (v is None or isinstance(v, (bool, str))):
             return v
-        if k == "i" and isinstance(v, str) and len(v) <= 400:
+        if k == "i" and isinstance(v, str) and 0 < len(v) <= MAX_INT_DIGITS:
             try:
-                return int(v)
+                out = int(v)
             except ValueError:
                 raise UnpackError("a malformed integer") from None
-        if k == "f" and isinstance(v, str) and len(v) <= 64:
+            if str(out) != v:  # "1_0", " 1", "+1": not what pack writes
+                raise UnpackError("an integer not written as pack writes it")
+            return out
+        if k == "f" and isinstance(v, str) and 0 < len(v) <= 64:
             try:
-                return float(v)
+                f = float(v)
             except ValueError:
                 raise UnpackError("a malformed float") from None
+            if repr(f) != v:  # "1e999", "-nan", "1_0.0": not what pack writes
+                raise UnpackError("a float not written as pack writes it")
+            return f
         if k == "d" and isinstance(v, list):
-            out = {}
+            out_d: dict[Any, Any] = {}
             for kv in v:
                 if not (isinstance(kv, list) and len(kv) == 2):
                     raise UnpackError("a malformed mapping entry")
                 key = node(kv[0], depth + 1)
-                if isinstance(key, (torch.Tensor, dict, list)):
+                if not _plain_key(key):
                     raise UnpackError("a mapping key that is not a plain value")
-                out[key] = node(kv[1], depth + 1)
-            return out
+                if key in out_d:
+                    raise UnpackError(f"a mapping names the key {str(key)[:60]!r} twice")
+                out_d[key] = node(kv[1], depth + 1)
+            return out_d
         if k in ("l", "u") and isinstance(v, list):
             items = [node(e, depth + 1) for e in v]
             return items if k == "l" else tuple(items)
-        raise UnpackError(f"a malformed tree node {k!r}")
+        raise UnpackError(f"a malformed tree node {str(k)[:40]!r}")
 
-    tree = node(meta.get("tree"), 0)
+    tree = node(meta["tree"], 0)
     if len(used) != len(sizes):
         raise UnpackError("a packed tree holds tensors its tree does not name")
     return tree

@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -184,15 +183,13 @@ def require_path(dataset: str | None, workload: str, what: str) -> Path:
     """``spec.dataset`` as an existing path, or InputError saying how to fix it."""
     if not dataset:
         raise InputError(f"workload {workload!r} needs a dataset path", f"set workload.dataset to {what}", "workload.dataset")
+    from spotwise.inputfiles import check_input_file
+
     path = Path(dataset).expanduser()
     if not path.exists():
         raise InputError(f"dataset path {str(path)!r} does not exist", f"check workload.dataset (expected {what})", "workload.dataset")
-    mode = path.stat().st_mode
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO would block the reader forever, /dev/zero never end
-        kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
-        raise InputError(f"dataset path {str(path)!r} is {kind}, not a file or folder",
-                         f"point workload.dataset at {what} on disk; devices, pipes and sockets are not read", "workload.dataset")
+    # a FIFO would block the reader forever, /dev/zero never end: refused without opening them
+    check_input_file(path, what, "workload.dataset", folder_ok=True, capped=False)
     return path
 
 

@@ -233,9 +233,9 @@ def emit_outputs(values: Sequence[str]) -> list[tuple[Path, str]]:
 
 def spec_inputs(spec: JobSpec) -> list[str]:
     """Every input file ``spec`` names (traces, catalogs, fit_to, lifetimes, the dataset, the pools' files)."""
-    from spotwise.planner.emit.files import _spec_paths
+    from spotwise.spec.input_paths import spec_paths
 
-    return [str(box[key]) for _, box, key in _spec_paths(spec.to_dict())]
+    return [str(box[key]) for _, box, key in spec_paths(spec.to_dict())]
 
 
 def sky_controller_config(cloud: str, head: str) -> dict[str, Any]:

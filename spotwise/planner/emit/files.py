@@ -24,6 +24,7 @@ from typing import Any, Iterator
 
 from spotwise.config import JobSpec
 from spotwise.errors import InputError
+from spotwise.spec.input_paths import check_spec_path, spec_paths
 
 #: where the job lives on the nodes: the spec, its inputs, the workload's code, the run directory
 REMOTE_DIR = "~/spotwise-job"
@@ -92,37 +93,6 @@ def parse_install(value: str | None) -> Install:
 
 
 # ------------------------------------------------------------------------------------- the spec's files
-def _spec_paths(d: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
-    """``(where, container, key)`` of every input path in a spec dict (``JobSpec.to_dict()`` form)."""
-    def market(m: Any, at: str) -> Iterator[tuple[str, Any, Any]]:
-        if not isinstance(m, dict):
-            return
-        for key in ("traces", "catalog"):
-            for i, _ in enumerate(m.get(key) or []):
-                yield f"{at}.{key}[{i}]", m[key], i
-        synth = m.get("synthetic")
-        if isinstance(synth, dict) and synth.get("fit_to"):
-            yield f"{at}.synthetic.fit_to", synth, "fit_to"
-        rev = m.get("revocation")
-        if isinstance(rev, dict) and rev.get("lifetimes"):
-            yield f"{at}.revocation.lifetimes", rev, "lifetimes"
-
-    yield from market(d.get("market"), "market")
-    wl = d.get("workload")
-    if isinstance(wl, dict) and wl.get("dataset"):
-        yield "workload.dataset", wl, "dataset"
-    if isinstance(wl, dict) and wl.get("script"):  # the user's training script (spotwise.elastic)
-        yield "workload.script", wl, "script"
-    if isinstance(wl, dict) and wl.get("requirements"):  # the workload's requirements file (installed by the setup)
-        yield "workload.requirements", wl, "requirements"
-    for j, pool in enumerate((d.get("cluster") or {}).get("pools") or []):
-        if isinstance(pool, dict):
-            rev = pool.get("revocation")
-            if isinstance(rev, dict) and rev.get("lifetimes"):
-                yield f"cluster.pools[{j}].revocation.lifetimes", rev, "lifetimes"
-            yield from market(pool.get("market"), f"cluster.pools[{j}].market")
-
-
 def _local(path: str, base: Path | None) -> Path:
     p = Path(path).expanduser()
     return p if p.is_absolute() else (base or Path.cwd()) / p
@@ -176,15 +146,17 @@ def workload_code(spec: JobSpec, base: Path | None = None) -> tuple[tuple[str, s
 
 def node_files(spec: JobSpec, base: Path | None = None) -> NodeFiles:
     """Every input file of ``spec`` (paths relative to ``base``, the spec's folder, else the current
-    folder) with its place on the node, and the workload's code; InputError for a path that is missing here."""
+    folder) with its place on the node, and the workload's code; InputError for a path that is missing here
+    or is not the field's kind of file (:func:`~spotwise.spec.input_paths.check_spec_path`)."""
     inputs: dict[str, str] = {}
-    for where, box, key in _spec_paths(spec.to_dict()):
+    for where, box, key in spec_paths(spec.to_dict()):
         raw = str(box[key])
         p = _local(raw, base)
         if not p.exists():
             raise InputError(f"{where} names {raw!r}, which does not exist here: --emit cannot mount it on the nodes",
                              "fix the path in the spec (a relative path is read from the spec's folder) or remove the "
                              "entry, then emit again", where)
+        check_spec_path(where, raw, base)  # a folder, FIFO, device or oversized file fails on every node
         local = str(p.resolve())
         if local not in inputs:  # the name on the node: plain characters only (see _UNSAFE_REMOTE)
             name = _UNSAFE_REMOTE.sub("_", p.resolve().name).strip("._") or "input"
@@ -203,7 +175,7 @@ def node_spec_dict(spec: JobSpec, files: NodeFiles, base: Path | None = None) ->
     """``spec`` as the nodes read it: every input path replaced by its mounted copy (relative to the
     spec's folder on the node, where spotwise resolves it)."""
     d = spec.to_dict()
-    for _, box, key in _spec_paths(d):
+    for _, box, key in spec_paths(d):
         rel = files.remote(str(box[key]), base)
         if rel is not None:
             box[key] = rel

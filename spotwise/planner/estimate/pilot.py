@@ -61,6 +61,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 
 from spotwise.errors import InputError
 from spotwise.theory.bounds import ErrorModel
+from spotwise.planner.estimate.user_calls import Heartbeat, run_bounded
 from spotwise.planner.estimate.runtime_fit import KS_LEVEL, MIN_POINTS, RuntimeFit, fit_runtime  # noqa: F401  (re-exported)
 from spotwise.planner.estimate.pilot_training import (  # noqa: F401  (PilotSkipped, PILOT_BUDGET_S re-exported)
     PILOT_BUDGET_S, PilotClock, PilotSkipped, recipe_steps, sgd_steps, trains_on_gpus)
@@ -508,23 +509,32 @@ def run_pilot(spec: Any, steps: int = 200, seed: int | None = None,
     if trains_on_gpus(spec) and not cuda_available():
         raise PilotSkipped(f"the job trains {wl.name} on GPUs and this machine has no CUDA: its pilot is not trained "
                            "on the CPU")
-    workload = make_workload(wl, seed)
-    model = workload.build_model()
-    model.train()
-    sampler = EpochSampler(len(workload.train), seed)
     lr = float(wl.lr)
     losses = np.empty(steps)
+
+    def train(beat: Heartbeat) -> PilotClock:  # every call into the workload's code, bounded (user_calls)
+        beat.enter("building it (its function, model and dataset)")
+        torch.set_num_threads(1)  # (this thread's too)
+        workload = make_workload(wl, seed)
+        model = workload.build_model()
+        model.train()
+        sampler = EpochSampler(len(workload.train), seed)
+        clock = PilotClock(steps, budget_s if budget_s is not None else PILOT_BUDGET_S, beat)
+        try:
+            if wl.plain_sgd_recipe:
+                sgd_steps(torch, workload, model, sampler, batch, lr, losses, seed, clock)
+            else:  # the job's own recipe (issue 28): its optimizer, schedule, clipping, micro-batches, precision
+                recipe_steps(torch, spec, workload, model, sampler, batch, lr, losses, seed, clock)
+        finally:
+            clock.done()
+        return clock
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: threading costs more than it saves
-    clock = PilotClock(steps, budget_s if budget_s is not None else PILOT_BUDGET_S)
     try:
-        if wl.plain_sgd_recipe:
-            sgd_steps(torch, workload, model, sampler, batch, lr, losses, seed, clock)
-        else:  # the job's own recipe (issue 28): its optimizer, schedule, clipping, micro-batches, precision
-            recipe_steps(torch, spec, workload, model, sampler, batch, lr, losses, seed, clock)
+        clock = run_bounded(train, wl.name)
     finally:
         torch.set_num_threads(threads)
-        clock.done()
     if clock.steps < MIN_POINTS:
         raise PilotSkipped(f"its in-process pilot would take {clock.projected_s:.0f} s for {MIN_POINTS} steps on this "
                            f"machine, more than the {clock.budget_s:g} s budget")

@@ -53,14 +53,20 @@ class PilotClock:
     """How many of a pilot's steps fit its time budget (projected from the steps so far), with
     progress on stderr once it has run for more than 2 s."""
 
-    def __init__(self, steps: int, budget_s: float) -> None:
+    def __init__(self, steps: int, budget_s: float, heartbeat: Any = None) -> None:
         self.planned, self.steps, self.budget_s = int(steps), int(steps), float(budget_s)
+        #: a :class:`~spotwise.planner.estimate.user_calls.Heartbeat` told of each step (the user-code bound)
+        self.heartbeat = heartbeat
+        if heartbeat is not None:
+            heartbeat.enter("its first step (a batch of its dataset, its model, its loss)")
         self.t0 = time.perf_counter()
         self.projected_s = 0.0
         self._shown = 0.0
 
     def after(self, done: int) -> bool:
         """``done`` steps are done: whether to go on."""
+        if self.heartbeat is not None:
+            self.heartbeat.enter(f"step {done + 1} (a batch of its dataset, its model, its loss)")
         el = time.perf_counter() - self.t0
         per = el / max(1, done)
         self.projected_s = per * MIN_POINTS
