@@ -143,6 +143,30 @@ def test_round_draws_from_a_checkpoint_are_checked():
             restored_draws(bad)
 
 
+def test_the_summary_totals_a_checkpoint_carries_come_back_and_malformed_ones_are_refused():
+    """What the summary adds up over sessions (issue 54 item 5) round-trips through a checkpoint's plain
+    data; a checkpoint is untrusted: anything else is refused with exit 2's error, naming the field."""
+    from spotwise.control.carried import count, durations, number_map, optional_number
+    from spotwise.control.phases import PhaseTotals
+    from spotwise.errors import InputError
+
+    t = PhaseTotals()
+    t.add({"compute": 2.5, "reduce": 1.0, "gpu_busy_share": 0.5}, 32)
+    t.add({"compute": 1.5}, 16)
+    assert PhaseTotals.from_state(t.state()) == t and PhaseTotals.from_state(None) == PhaseTotals()
+    assert number_map({"val_loss": 0.5, "": 1}, "m") == {"val_loss": 0.5, "": 1.0}
+    assert optional_number(None, "x") is None and durations([1, 2.5], "d") == [1.0, 2.5] and count(3, "c") == 3
+    for call in (lambda: PhaseTotals.from_state("x"), lambda: PhaseTotals.from_state({"ms": {"bogus": 1.0}}),
+                 lambda: PhaseTotals.from_state({"ms": {"compute": -1.0}}),
+                 lambda: PhaseTotals.from_state({"steps": 1, "busy_steps": 2, "busy": 1.0}),
+                 lambda: number_map({"loss": float("nan")}, "m"), lambda: number_map([1], "m"),
+                 lambda: optional_number(float("inf"), "x"), lambda: optional_number(True, "x"),
+                 lambda: durations([-1.0], "d"), lambda: durations("1", "d"), lambda: count(-1, "c"),
+                 lambda: count(1.5, "c")):
+        with pytest.raises(InputError, match="the checkpoint's"):
+            call()
+
+
 # ------------------------------------------------------------------------------ end to end, both planes
 BASE: dict[str, Any] = {
     "name": "same-run", "seed": 5,
