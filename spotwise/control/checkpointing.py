@@ -3,8 +3,9 @@
 :class:`Checkpointer` is a component held by the job controller (``job.checkpointer``); what it
 reads and writes of the job is :class:`CheckpointedJob`.  A checkpoint holds the parameters, learning rate, clock, sampler and
 duration generator, the provider's market state, the place and market the workers run on, the
-sync mode, the counters and the ledger (settled money and open intervals), so that a killed
-controller resumes where it was (``spotwise run --resume OUT``); the file format is
+sync mode, the counters and the ledger (settled money and open intervals), and what the summary adds
+up over the run's sessions (:mod:`spotwise.control.carried`: last loss and evaluation, recoveries, the
+plane's phases, metrics, joins and regroups), so that a killed controller resumes where it was (``spotwise run --resume OUT``); the file format is
 :mod:`spotwise.control.checkpoint`'s.  It knows the format on both sides: :meth:`take` reads the
 job into a checkpoint, :meth:`restore` puts the newest valid one back into the job.
 """
