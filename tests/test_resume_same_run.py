@@ -143,18 +143,55 @@ def test_round_draws_from_a_checkpoint_are_checked():
             restored_draws(bad)
 
 
+def test_the_summary_totals_a_checkpoint_carries_come_back_and_malformed_ones_are_refused():
+    """What the summary adds up over sessions (issue 54 item 5) round-trips through a checkpoint's plain
+    data; a checkpoint is untrusted: anything else is refused with exit 2's error, naming the field."""
+    from spotwise.control.carried import count, durations, number_map, optional_number
+    from spotwise.control.phases import PhaseTotals
+    from spotwise.errors import InputError
+
+    t = PhaseTotals()
+    t.add({"compute": 2.5, "reduce": 1.0, "gpu_busy_share": 0.5}, 32)
+    t.add({"compute": 1.5}, 16)
+    assert PhaseTotals.from_state(t.state()) == t and PhaseTotals.from_state(None) == PhaseTotals()
+    assert number_map({"val_loss": 0.5, "": 1}, "m") == {"val_loss": 0.5, "": 1.0}
+    assert optional_number(None, "x") is None and durations([1, 2.5], "d") == [1.0, 2.5] and count(3, "c") == 3
+    for call in (lambda: PhaseTotals.from_state("x"), lambda: PhaseTotals.from_state({"ms": {"bogus": 1.0}}),
+                 lambda: PhaseTotals.from_state({"ms": {"compute": -1.0}}),
+                 lambda: PhaseTotals.from_state({"steps": 1, "busy_steps": 2, "busy": 1.0}),
+                 lambda: number_map({"loss": float("nan")}, "m"), lambda: number_map([1], "m"),
+                 lambda: optional_number(float("inf"), "x"), lambda: optional_number(True, "x"),
+                 lambda: durations([-1.0], "d"), lambda: durations("1", "d"), lambda: count(-1, "c"),
+                 lambda: count(1.5, "c")):
+        with pytest.raises(InputError, match="the checkpoint's"):
+            call()
+
+
 # ------------------------------------------------------------------------------ end to end, both planes
 BASE: dict[str, Any] = {
     "name": "same-run", "seed": 5,
-    "workload": {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000},
-    "target": {"iterations": 30},
+    "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
+    "target": {"iterations": 20},
     "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 1,
-                "replica_every": 5, "group_timeout_s": bound(2),
+                "replica_every": 5, "group_timeout_s": bound(4),
                 "replica_budget": None},  # replicas at fixed steps (not at their measured cost): the same run every time
+    # a notice time: notices are market events of their own that change nobody (issue 54 item 5: after
+    # one the collective plane counted its next lease from the last step's end, so a step ran past the
+    # revocation, which then applied one step late -- and a resume from the notice's checkpoint did not)
     "market": {"synthetic": {"kind": "constant", "price": 0.07},
-               "revocation": {"model": "lifetime", "mttf_s": 15, "mttr_s": 5, "notice_s": 0}},
-    "outputs": {"checkpoint_every": 4, "plots": False},  # and one at every notice
+               "revocation": {"model": "lifetime", "mttf_s": 6, "mttr_s": 2, "notice_s": 1.5}},
+    # checkpoints only at notices (a periodic one is deferred to the next lease: where it lands depends on the
+    # machine's speed, and whether a notice's own is written with it), the SIGTERM one and the final one
+    "outputs": {"checkpoint_every": 1000, "plots": False},
 }
+#: SIGTERM right after the first notice checkpoint from this step on (where the review's SIGTERM landed)
+SIGTERM_AT = 12
+#: summary fields a resume may change: wall-clock measurements, a resume's own regroup (its first step is
+#: not timed: ``step_phases.steps``) and its SIGTERM checkpoint; everything else (samples, steps, bill,
+#: losses, metrics, which phases were timed, revocations, joins, recoveries) is the uninterrupted run's
+MAY_DIFFER = ("wall_s", "extra.checkpoints", "extra.regroups", "extra.step_phases.steps", "extra.regroup_ms_median", "extra.recovery_ms.median",
+              "extra.recovery_ms.p99", "extra.join_ms.median", "extra.join_ms.p99", "extra.join_ms.max",
+              "extra.step_phases.ms_per_step.", "extra.step_phases.share.", "extra.step_phases.samples_per_s")
 
 
 def _membership(out: Path) -> list[tuple[str, Any, float]]:
@@ -164,16 +201,54 @@ def _membership(out: Path) -> list[tuple[str, Any, float]]:
             if e["kind"] in ("join", "notice", "revoke", "leave") and not e.get("resumed")]
 
 
-def _outcome(s: Any) -> tuple[Any, ...]:
-    return (s.status, s.steps, s.extra.get("samples"), round(s.cost_usd, 12), round(s.virtual_s, 9))
+def _steps(out: Path) -> list[tuple[Any, ...]]:
+    """Every committed step as the log has it: members, samples, time, learning rate, loss."""
+    from spotwise.events import read_events
+
+    return [(e["step"], e["active"], e.get("contributions"), e.get("samples"), round(float(e["t"]), 9),
+             round(float(e["lr"]), 12), e["loss"]) for e in read_events(out / "events.jsonl") if e["kind"] == "step"]
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = round(v, 12) if isinstance(v, float) else v
+    return out
+
+
+def _summary_differences(out: Path, full: Path, may_differ: tuple[str, ...] = MAY_DIFFER) -> dict[str, tuple[Any, Any]]:
+    """The fields of the two summaries that differ (a field only one of them has always counts)."""
+    import json
+
+    a, b = (_flat(json.loads((d / "summary.json").read_text())) for d in (out, full))
+    return {k: (a.get(k, "<absent>"), b.get(k, "<absent>")) for k in sorted(set(a) | set(b))
+            if (k not in a or k not in b) or (a[k] != b[k] and not any(
+                k == m or (m.endswith(".") and k.startswith(m)) for m in may_differ))}
+
+
+def _same_run(out: Path, full: Path, key: Any) -> None:
+    assert _steps(out) == _steps(full), key
+    assert _membership(out) == _membership(full), key
+    assert _summary_differences(out, full) == {}, key
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("plane", ["ps", "collective"])
 def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path, plane: str) -> None:
+    """Kill -9 right after chosen checkpoints (one at a revocation's instant), a real SIGTERM right after
+    a notice's checkpoint, and a resume with nothing left to train: each resumed run is the
+    uninterrupted one -- every step (members, samples, time, lr, loss), the membership timeline and
+    every summary field but the wall-clock ones (:data:`MAY_DIFFER`)."""
+    import os
+    import signal
+
     from spotwise.assemble import build_controller
     from spotwise.events import read_events
+    from spotwise.signals import Terminated, sigterm_as_interrupt
 
     spec = spec_with(BASE, cluster__data_plane=plane)
     full = tmp_path / "full"
@@ -186,10 +261,11 @@ def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path
         revoke_times.update(float(e["t"]) for e in rows if e["kind"] in ("notice", "revoke"))
         # written at the instant of a notice and its revocation (before or after it was applied)
         at_revocation = job.T in revoke_times or job.provider.peek_time() == job.T
-        # (the collective plane's copy at a revocation's instant is its kill -9 copy; the SIGTERM copy
-        # below resumes from an ordinary checkpoint, as one at step 8 would)
-        if (job.step == 8 and plane == "ps") or (at_revocation and not any(k < 0 for k in copies)):
-            key = -job.step if at_revocation and job.step != 8 else job.step
+        if plane == "ps" and job.step >= 8 and not copies:
+            copies[job.step] = tmp_path / f"kill9-{job.step}"
+            shutil.copytree(full, copies[job.step], ignore=shutil.ignore_patterns(".spotwise.lock"), dirs_exist_ok=True)
+        elif plane == "collective" and at_revocation and job.step > 0 and not copies:
+            key = -job.step
             copies[key] = tmp_path / f"kill9-{job.step}"
             shutil.copytree(full, copies[key], ignore=shutil.ignore_patterns(".spotwise.lock"), dirs_exist_ok=True)
 
@@ -199,15 +275,37 @@ def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path
     assert any(e["kind"] == "revoke" for e in read_events(full / "events.jsonl")), "the market should revoke"
     # the PS plane checkpoints only at commits (a notice's checkpoint waits for the next one); the
     # collective plane's at a notice is at the notice's instant, between it and its revocation
-    assert plane == "ps" or any(k < 0 for k in copies), "no checkpoint was written at a revocation's instant"
-    members = _membership(full)
+    assert plane == "ps" or any(k < 0 for k in copies), "no checkpoint was written at a notice's instant"
 
-    stopped = tmp_path / "sigterm"  # SIGTERM's path: a final checkpoint of the last committed step, then stop
-    s1 = build_controller(spec, stopped, stop_after_steps=13).run()
-    assert s1.status == "stopped"
+    # SIGTERM as the review sent it, landing while a notice's checkpoint is written: the run stops after
+    # it (the final checkpoint is that one), exit 143's path; then --resume
+    stopped = tmp_path / "sigterm"
+    term = build_controller(spec, stopped)
+
+    def sigterm_after(path: Path) -> None:
+        last = [e for e in read_events(stopped / "events.jsonl") if e["kind"] == "checkpoint"][-1]
+        # (the PS plane takes a notice's checkpoint at its next commit: any one from SIGTERM_AT on)
+        if (last["why"] == "notice" or plane == "ps") and term.step >= SIGTERM_AT and not signal_sent:
+            signal_sent.append(term.step)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    signal_sent: list[int] = []
+    term.checkpointer.listeners.append(sigterm_after)
+    with pytest.raises(Terminated), sigterm_as_interrupt():
+        term.run()
+    assert signal_sent and not (stopped / "summary.json").exists(), signal_sent
     copies[0] = stopped
 
     for key, out in sorted(copies.items()):
         again = build_controller(spec, out, resume=True).run()
-        assert _outcome(again) == _outcome(base), (key, _outcome(again), _outcome(base))
-        assert _membership(out) == members, key
+        assert again.status == "completed", key
+        _same_run(out, full, key)
+
+    # nothing left to train: the summary is the finished run's (final loss, metrics, phases, bill, counts)
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    shutil.copy(full / "summary.json", finished / "summary.json")
+    before = _steps(full)
+    assert build_controller(spec, full, resume=True).run().steps == spec.target.iterations
+    assert _steps(full) == before
+    assert _summary_differences(full, finished, ("wall_s",)) == {}

@@ -206,7 +206,8 @@ class Accounting:
     def ledger_state(self) -> dict[str, Any]:
         """The ledger at ``T`` for a checkpoint: settled money (this and earlier sessions) and open intervals."""
         snap = self.ledger.snapshot(self.job.T)
-        settled = _merge_costs(self.carried_cost, snap["settled"])
+        # by pool too (the ledger knows instances, not pools): a resume carries it as the uninterrupted run sums it
+        settled = _merge_costs(self.carried_cost, self._with_pools(snap["settled"]))
         return {"settled": _merge_costs(settled, self._egress_costs()), "open": snap["open"]}
 
     def _egress_costs(self) -> dict[str, Any]:
@@ -233,14 +234,17 @@ class Accounting:
     def cost_breakdown(self, final: bool) -> dict[str, Any]:
         """Total and ``by_category`` / ``by_market`` / ``by_instance`` / ``by_pool`` (USD); ``by_pool``
         and ``by_category`` each add up to the total."""
-        bd = self.ledger.breakdown(self.job.T) if not final else self.ledger.breakdown()
+        bd = self._with_pools(self.ledger.breakdown(self.job.T) if not final else self.ledger.breakdown())
+        return _merge_costs(_merge_costs(self.carried_cost, {"total": sum(bd["by_category"].values()), **bd}),
+                            self._egress_costs())
+
+    def _with_pools(self, bd: dict[str, Any]) -> dict[str, Any]:
+        """A ledger breakdown with ``by_pool`` added (its instances' money summed by pool)."""
         by_pool: dict[str, float] = {}
         for iid, usd in bd.get("by_instance", {}).items():
             name = self.pool_of_instance(iid)
             by_pool[name] = by_pool.get(name, 0.0) + float(usd)
-        bd = {**bd, "by_pool": by_pool}
-        return _merge_costs(_merge_costs(self.carried_cost, {"total": sum(bd["by_category"].values()), **bd}),
-                            self._egress_costs())
+        return {**bd, "by_pool": by_pool}
 
     def on_demand_estimate(self) -> dict[str, Any]:
         """Expected time and cost of the *same work* on ``cluster.workers`` on-demand workers.

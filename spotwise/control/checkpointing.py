@@ -3,8 +3,9 @@
 :class:`Checkpointer` is a component held by the job controller (``job.checkpointer``); what it
 reads and writes of the job is :class:`CheckpointedJob`.  A checkpoint holds the parameters, learning rate, clock, sampler and
 duration generator, the provider's market state, the place and market the workers run on, the
-sync mode, the counters and the ledger (settled money and open intervals), so that a killed
-controller resumes where it was (``spotwise run --resume OUT``); the file format is
+sync mode, the counters and the ledger (settled money and open intervals), and what the summary adds
+up over the run's sessions (:mod:`spotwise.control.carried`: last loss and evaluation, recoveries, the
+plane's phases, metrics, joins and regroups), so that a killed controller resumes where it was (``spotwise run --resume OUT``); the file format is
 :mod:`spotwise.control.checkpoint`'s.  It knows the format on both sides: :meth:`take` reads the
 job into a checkpoint, :meth:`restore` puts the newest valid one back into the job.
 """
@@ -21,6 +22,7 @@ import torch
 from spotwise.capacity.provider import Provider
 from spotwise.config import JobSpec
 from spotwise.control.accounting import Billing
+from spotwise.control.carried import durations, number_map, optional_number, section
 from spotwise.control.checkpoint import require_checkpoint, save_checkpoint, warn_on_stderr
 from spotwise.control.clock import Clock
 from spotwise.control.records import Counters
@@ -61,6 +63,8 @@ class CheckpointedJob(Protocol):
     sync: str
     sync_n: int | None
     ema_loss: float | None
+    last_loss: float | None
+    last_eval: dict[str, float]
     last_commit_T: float
     provisioned: int
     worker_market: str
@@ -117,8 +121,13 @@ class Checkpointer:
             **job.provider.market_state(), "provisioned": job.provisioned,
             "place": [job.market.instance.name, job.region], "worker_market": job.worker_market,
             "sync": job.sync, "sync_n": job.sync_n, "ema_loss": job.ema_loss,
-            "counters": {k: v for k, v in job.counters.__dict__.items() if k != "recoveries_ms"}, "cost": cost,
+            # the checkpoint counts itself: a resume from it goes on counting as the uninterrupted run
+            "counters": {**{k: v for k, v in job.counters.__dict__.items() if k != "recoveries_ms"},
+                         "checkpoints": job.counters.checkpoints + 1}, "cost": cost,
             "ledger": job.accounting.ledger_state(), **job.plane.checkpoint_state(),
+            # what the summary reads that a session accumulates (spotwise.control.carried; issue 54 item 5)
+            "carried": {"last_loss": job.last_loss, "last_eval": dict(job.last_eval),
+                        "recoveries_ms": list(job.counters.recoveries_ms)},
         }
         # issue 28: the whole training state as state_dicts (weights_only): the model's own (parameters
         # and buffers, for export), the optimizer's, a grad scaler's, integer buffers, RNG states
@@ -212,6 +221,10 @@ class Checkpointer:
         job.ema_loss = None if state["ema_loss"] is None else float(state["ema_loss"])
         c = state["counters"]
         job.counters = Counters(**{k: v for k, v in c.items() if k != "recoveries_ms"})
+        carried = section(state, "carried")  # the summary's view of the earlier sessions (issue 54 item 5)
+        job.last_loss = optional_number(carried.get("last_loss"), "carried.last_loss")
+        job.last_eval = number_map(carried.get("last_eval", {}), "carried.last_eval")
+        job.counters.recoveries_ms = durations(carried.get("recoveries_ms", []), "carried.recoveries_ms")
         job.plane.restore_state(state)
         acc = job.accounting
         self.last_step = job.step

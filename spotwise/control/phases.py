@@ -35,9 +35,12 @@ summary its mean over the timed steps, ``gpu_busy_share`` (absent where it was n
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from spotwise.control.carried import count, number_map, refuse
 
 #: the phases of a step, in the order a step goes through them (module docstring)
 PHASES: tuple[str, ...] = ("data", "compute", "reduce", "sync", "optimizer", "state", "wait")
@@ -111,6 +114,32 @@ class PhaseTotals:
         self.steps += 1
         self.samples += int(samples)
 
+    def state(self) -> dict[str, Any]:
+        """The totals as plain data, for a checkpoint (a resume goes on adding to them: issue 54 item 5)."""
+        return {"ms": dict(self.ms), "steps": self.steps, "samples": self.samples, "busy": self.busy,
+                "busy_steps": self.busy_steps}
+
+    @classmethod
+    def from_state(cls, raw: Any) -> "PhaseTotals":
+        """The totals a checkpoint holds (:meth:`state`), checked (untrusted input: InputError);
+        none in a checkpoint written before they were carried."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, dict):
+            raise refuse("phases", raw, "a map")
+        ms = number_map(raw.get("ms", {}), "phases.ms")
+        for k, v in ms.items():
+            if k not in PHASES or v < 0:
+                raise refuse(f"phases.ms[{k[:40]!r}]", v, f"the milliseconds >= 0 of a phase ({', '.join(PHASES)})")
+        steps = count(raw.get("steps", 0), "phases.steps")
+        busy_steps = count(raw.get("busy_steps", 0), "phases.busy_steps")
+        busy = raw.get("busy", 0.0)
+        if (isinstance(busy, bool) or not isinstance(busy, (int, float)) or not math.isfinite(float(busy))
+                or busy_steps > steps or not 0.0 <= float(busy) <= busy_steps):
+            raise refuse("phases.busy", busy, f"a sum of at most {busy_steps} busy shares")
+        return cls(ms=ms, steps=steps, samples=count(raw.get("samples", 0), "phases.samples"), busy=float(busy),
+                   busy_steps=busy_steps)
+
     def summary(self) -> dict[str, Any] | None:
         """``{"steps", "ms_per_step": {phase: mean}, "share": {phase: fraction}, "samples_per_s"}``
         over the timed steps (None when no step was timed)."""
@@ -132,8 +161,6 @@ class PhaseTotals:
 def totals_of(events: list[dict[str, Any]]) -> PhaseTotals:
     """The phases of the step events of a run's log (untrusted input: a phase that is not a known
     name with a finite, non-negative number of milliseconds is ignored)."""
-    import math
-
     totals = PhaseTotals()
     for e in events:
         # a generation's first step (it carries its "timing") builds the wrapper and allocates: not a

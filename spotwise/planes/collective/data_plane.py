@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from spotwise.control.carried import count, durations, number_map, section
 from spotwise.control.phases import PhaseTotals
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
@@ -92,8 +93,8 @@ class CollectivePlane:
         self._held: str | None = None  # the strategy of the last generation that formed: the state members hold
         self._dirty = True
         self._why = "start"
-        #: virtual end of the last logged step and the drawn round times of the next steps
-        self._step_end = 0.0
+        #: the drawn round times of the next steps (a step starts at the clock: the end of the last
+        #: logged step, or a later market event's instant -- no cursor of its own to fall behind)
         self._draws: list[tuple[int, float]] = []
         self.copy = StateCopy(self.ctl, lambda: self.job)  # the controller's copy of the state (issue 28)
         self.replicas = self.copy.replicas
@@ -142,11 +143,22 @@ class CollectivePlane:
     def checkpoint_state(self) -> dict[str, Any]:
         # the round times drawn ahead (the duration generator is past them): a resume uses them as the
         # uninterrupted run does, so both commit the same steps at the same instants (issue 30 item 8)
-        return {"round_draws": [[k, d] for k, d in self._draws]}
+        # and what the summary adds up over the run's sessions (spotwise.control.carried; issue 54 item 5)
+        return {"round_draws": [[k, d] for k, d in self._draws],
+                "plane_carried": {"phases": self.phases.state(), "metrics": dict(self._metrics),
+                                  "join_ms": list(self._join_ms), "regroup_ms": list(self._regroup_ms),
+                                  "regroups": self.regroups, "rolled_back_steps": self.rolled_back_steps}}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         refuse_foreign_checkpoint(state, "collective")
         self._draws = restored_draws(state.get("round_draws", []))
+        carried = section(state, "plane_carried")
+        self.phases = PhaseTotals.from_state(carried.get("phases"))
+        self._metrics = number_map(carried.get("metrics", {}), "plane_carried.metrics")
+        self._join_ms = durations(carried.get("join_ms", []), "plane_carried.join_ms")
+        self._regroup_ms = durations(carried.get("regroup_ms", []), "plane_carried.regroup_ms")
+        self.regroups = count(carried.get("regroups", 0), "plane_carried.regroups")
+        self.rolled_back_steps = count(carried.get("rolled_back_steps", 0), "plane_carried.rolled_back_steps")
 
     def begin(self) -> None:
         return None
@@ -160,7 +172,6 @@ class CollectivePlane:
         self.cursor = DataCursor(job.state.n_train, int(job.spec.seed), int(s["epoch"]), int(s["cursor"]),
                                  bool(s.get("ordered", False)))
         self.replicas.reset(job.step, (self._cursor.epoch, self._cursor.pos), int(job.counters.samples))
-        self._step_end = job.T
         self._schedule = dataclasses.asdict(job.recipe.schedule) if job.recipe.schedule is not None else None
 
     def sync_strategy(self, sync: str, sync_n: int | None) -> SyncStrategy:
@@ -294,7 +305,10 @@ class CollectivePlane:
         if job.provider.iteration_driven:
             lease = job.step + (1 if job.step < target else 0)
         else:
-            lease = job.step + steps_before(self._step_end, limit, target - job.step, lambda i: self._next_draw(i, k))
+            # from the clock: after a market event that changed nobody (a notice) the next step starts at
+            # the event's instant, where it is logged (issue 54 item 5: a lease counted from the last step's
+            # end let that step run past the next revocation, which then applied one step late)
+            lease = job.step + steps_before(job.T, limit, target - job.step, lambda i: self._next_draw(i, k))
         if job.stop_after_samples is not None:
             per_step = max(1, job.sync_strategy.samples_per_step(k, job.batch), k * self._per_member)
             left = job.stop_after_samples - job.counters.samples  # the steps that commit them at this width, no more
@@ -319,7 +333,6 @@ class CollectivePlane:
                 job.handle_market(job.provider.pop_event())
         if self._dirty:
             self._draws.clear()
-            self._step_end = job.T
 
     def _pump(self, until: int) -> None:
         """Log the members' records until step ``until``, a regroup is needed, or the job is done."""
@@ -398,9 +411,9 @@ class CollectivePlane:
         else:  # not the membership the draws were made for: draw afresh
             self._draws.clear()
             d = self._draw_round(k, rec.get("strategy", job.sync))
-        self._step_end = max(self._step_end, job.T) + d
-        job.drain_market(self._step_end)  # notices inside the step (the lease ends before a revocation or join)
-        job.clock.advance_to(self._step_end)
+        end = job.T + d  # the step started at the clock (the last step's end or a later event's instant)
+        job.drain_market(end)  # notices inside the step (the lease ends before a revocation or join)
+        job.clock.advance_to(end)
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
         self._per_member = max(self._per_member, samples // max(1, k))
@@ -505,7 +518,6 @@ class CollectivePlane:
         rep = self.replica_every if not ck else math.gcd(self.replica_every, ck)
         committed = max(holding.values()) if holding else job.step
         k_old = len(self._plan.members) if self._plan is not None else len(members)
-        self._step_end = max(self._step_end, job.T)
         # steps the old generation committed whose records are still to come, then the new
         # generation's: the members start on the next lease at once (no round trip after forming)
         old_sync = self._held or job.sync

@@ -42,6 +42,7 @@ import numpy as np
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.dataplane import PlaneHost
+from spotwise.control.carried import section
 from spotwise.control.phases import BUSY, PhaseTotals
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.clock import ReadyFn
@@ -111,10 +112,12 @@ class ParameterServerPlane:
         return {}
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {}
+        # what the summary adds up over the run's sessions (spotwise.control.carried; issue 54 item 5)
+        return {"plane_carried": {"phases": self.phases.state()}}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         refuse_foreign_checkpoint(state, "ps")
+        self.phases = PhaseTotals.from_state(section(state, "plane_carried").get("phases"))
 
     def begin(self) -> None:
         return None
