@@ -41,10 +41,7 @@ import random
 import time
 from typing import Any
 
-import numpy as np
 
-from spotwise.control.carried import count, durations, number_map, section
-from spotwise.control.phases import PhaseTotals
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.dataplane import PlaneHost
@@ -55,6 +52,7 @@ from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.heartbeat import ANSWER_MOST_S
 from spotwise.planes.collective.member import NO_LIMIT, Plan
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
+from spotwise.planes.collective.totals import CollectiveTotals
 from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
 from spotwise.planes.collective.records import GossipRecords, StallWatch, split_halts, unreported_records
 from spotwise.planes.collective.replica import DataCursor
@@ -102,16 +100,14 @@ class CollectivePlane:
         self._pending_ckpt: str | None = None  # asked for between two leases (a notice, a policy): taken at the next
         #: join latency: when each joining slot's process was up (wall, epoch seconds), and the measured ms
         self._join_started: dict[int, float] = {}
-        self._join_ms: list[float] = []
-        #: the committed steps' per-phase timing, from the members' records (issue 40 item 5)
-        self.phases = PhaseTotals()
+        #: the run's totals, carried across sessions: per-phase timing of the committed steps (issue 40 item 5),
+        #: join and regroup times, regroups, rolled-back steps, a script's metrics
+        self.totals = CollectiveTotals()
         self._gossip, self._stall = GossipRecords(), StallWatch()  # AD-PSGD's partial steps; progress
-        self.rolled_back_steps, self.regroups, self._regroup_ms = 0, 0, list[float]()
         self._fault_rng = random.Random(int(spec.seed))
         self.cursor: DataCursor | None = None
         self._nonfinite: dict[str, Any] | None = None  # issue 28: the first record of a diverged step
         self._script_over: dict[str, Any] | None = None  # issue 41: a member's script ended / raised
-        self._metrics: dict[str, float] = {}  # the latest value of each metric a training script logged
         self._per_member = 0  # the most samples a member committed in a step (a script's accumulation: its A * b)
         self._schedule: dict[str, Any] | None = None  # issue 28: the lr schedule the members use
 
@@ -145,20 +141,12 @@ class CollectivePlane:
         # uninterrupted run does, so both commit the same steps at the same instants (issue 30 item 8)
         # and what the summary adds up over the run's sessions (spotwise.control.carried; issue 54 item 5)
         return {"round_draws": [[k, d] for k, d in self._draws],
-                "plane_carried": {"phases": self.phases.state(), "metrics": dict(self._metrics),
-                                  "join_ms": list(self._join_ms), "regroup_ms": list(self._regroup_ms),
-                                  "regroups": self.regroups, "rolled_back_steps": self.rolled_back_steps}}
+                "plane_carried": self.totals.state()}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         refuse_foreign_checkpoint(state, "collective")
         self._draws = restored_draws(state.get("round_draws", []))
-        carried = section(state, "plane_carried")
-        self.phases = PhaseTotals.from_state(carried.get("phases"))
-        self._metrics = number_map(carried.get("metrics", {}), "plane_carried.metrics")
-        self._join_ms = durations(carried.get("join_ms", []), "plane_carried.join_ms")
-        self._regroup_ms = durations(carried.get("regroup_ms", []), "plane_carried.regroup_ms")
-        self.regroups = count(carried.get("regroups", 0), "plane_carried.regroups")
-        self.rolled_back_steps = count(carried.get("rolled_back_steps", 0), "plane_carried.rolled_back_steps")
+        self.totals = CollectiveTotals.from_state(state)
 
     def begin(self) -> None:
         return None
@@ -236,15 +224,7 @@ class CollectivePlane:
         self.ctl.close()
 
     def summary_extra(self) -> dict[str, Any]:
-        j = self._join_ms
-        return {"data_plane": "collective", "regroups": self.regroups, "rolled_back_steps": self.rolled_back_steps,
-                "regroup_ms_median": float(np.median(self._regroup_ms)) if self._regroup_ms else None,
-                # capacity available -> the first step the joiner contributed to (wall, members' clock)
-                "join_ms": {"count": len(j), "median": float(np.median(j)) if j else None,
-                            "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None},
-                # where a step's time went, by phase (the leader's timing: spotwise.control.phases)
-                "step_phases": self.phases.summary(),
-                **({"metrics": dict(self._metrics)} if self._metrics else {})}
+        return {"data_plane": "collective", **self.totals.summary()}
 
     # ================================================================== round time
     def _draw_round(self, k: int, strategy: str) -> float:
@@ -431,7 +411,7 @@ class CollectivePlane:
         job.loss_history.append((job.step, job.T, loss, k, per))  # type: ignore[arg-type]
         if rec.get("first_of_gen") and self._join_started:
             for w in [w for w in self._join_started if w in self.gen_members]:
-                self._join_ms.append(max(0.0, 1000.0 * (float(rec["wall"]) - self._join_started.pop(w))))
+                self.totals.join_ms.append(max(0.0, 1000.0 * (float(rec["wall"]) - self._join_started.pop(w))))
         recovery_ms = None
         if rec.get("first_of_gen") and self._kill_time is not None:
             recovery_ms = max(0.0, 1000.0 * (float(rec["wall"]) - self._kill_time))
@@ -445,10 +425,10 @@ class CollectivePlane:
                       **({"timing": rec["timing"]} if rec.get("timing") else {}),
                       **({"phases": rec["phases"]} if rec.get("phases") else {}),
                       **({"unreported": True} if rec.get("unreported") else {}))
-        self.phases.add(None if rec.get("first_of_gen") else rec.get("phases"), samples)  # first: recovery_ms
+        self.totals.phases.add(None if rec.get("first_of_gen") else rec.get("phases"), samples)  # first: recovery_ms
         if rec.get("metrics"):  # what a training script logged for this step (issue 41 item 6)
             job.log.emit("metrics", step=job.step, values=dict(rec["metrics"]))
-            self._metrics.update(rec["metrics"])
+            self.totals.metrics.update(rec["metrics"])
         job.committed()
         ev = rec.get("eval")
         if ev:
@@ -545,9 +525,9 @@ class CollectivePlane:
         t_formed = time.perf_counter()
         self._plan = plan
         self.gen_members = members
-        self.regroups += 1
+        self.totals.regroups += 1
         ms = 1000.0 * (time.perf_counter() - t0)
-        self._regroup_ms.append(ms)
+        self.totals.regroup_ms.append(ms)
         job.log.emit("regroup", gen=self.gen, members=members, source=source, survivors=sorted(holding),
                       joiners=[w for w in members if w not in holding], committed=committed,
                       reason=why, ms=ms, sync=job.sync,
@@ -570,7 +550,7 @@ class CollectivePlane:
         samples = self.replicas.samples.get(self.replicas.step)
         job.log.emit("rollback", from_step=job.step, to_step=self.replicas.step, lost_steps=lost,
                       reason="every member was lost at once; the steps after the newest replica are redone")
-        self.rolled_back_steps += lost
+        self.totals.rolled_back_steps += lost
         self._gossip.clear()
         if samples is not None:
             job.counters.samples = samples
