@@ -128,6 +128,29 @@ def test_item12_checkpoint_files_the_manifest_does_not_list_are_counted(tmp_path
         require_checkpoint(tmp_path, warn=None)
 
 
+@pytest.mark.parametrize("counters, reason", [
+    ({"made_up": 1}, "counters holds 'made_up', which is no counter of a run"),
+    ({"revocations": 1.5}, "counters.revocations is 1.5, not a count"),
+    ({"joins": -1}, "counters.joins is -1, not a count"),
+    ({"notices": True}, "counters.notices is True, not a count"),
+    ({"idle_s": float("nan")}, "counters.idle_s is nan, not a finite number >= 0"),
+    ({"samples": "12"}, "counters.samples is '12', not a count"),
+])
+def test_issue54_a_checkpoint_whose_counters_are_not_a_runs_is_refused_with_exit_2(
+        run_copy: Path, counters: dict[str, Any], reason: str) -> None:
+    """Checksums verify, the counters do not (a hand-made run directory): exit 2 naming the counter, never a
+    TypeError out of ``Counters(**...)`` (exit 1)."""
+    ck = run_copy / "checkpoints"
+    for name in ("step-00000005.pt", "step-00000010.pt"):
+        state = torch.load(ck / name, weights_only=True)
+        state["counters"].update(counters)
+        torch.save(state, ck / name)
+    _rehash(run_copy)
+    code, _, err = _invoke("run", "--resume", str(run_copy), "--json")
+    assert code == 2, err
+    assert f"step-00000010.pt: {reason}" in err and "Traceback" not in err
+
+
 # ============================================================================ item 9
 def _tmp_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.rglob("*") if ".tmp-" in p.name)

@@ -347,6 +347,28 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
     for key, typ in kinds.items():
         if not isinstance(state[key], typ):
             return f"{key} is a {type(state[key]).__name__}, not a {typ.__name__}"
+    return _counters_wrong(state["counters"])
+
+
+def _counters_wrong(counters: dict[str, Any]) -> str | None:
+    """What is wrong with a checkpoint's ``counters`` (``None`` when usable): only the fields of
+    :class:`~spotwise.control.records.Counters`, each a finite number >= 0 of its field's kind (a count is an
+    integer), ``recoveries_ms`` (carried elsewhere since issue 54 item 5) ignored."""
+    import dataclasses
+
+    from spotwise.control.records import Counters
+
+    kinds = {f.name: f.type for f in dataclasses.fields(Counters) if f.name != "recoveries_ms"}
+    for key, value in counters.items():
+        if key == "recoveries_ms":
+            continue
+        if key not in kinds:
+            shown = repr(key)[:60]
+            return f"counters holds {shown}, which is no counter of a run ({', '.join(sorted(kinds))})"
+        whole = kinds[key] in ("int", int)
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) or not _is_number(value) \
+                or value < 0:
+            return f"counters.{key} is {repr(value)[:60]}, not {'a count' if whole else 'a finite number >= 0'}"
     return None
 
 
