@@ -134,3 +134,59 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     import os
 
     return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+# ------------------------------------------------------------------ no process outlives the suite (issue 54 item 7)
+#: what the xdist workers reported left behind (controller side), and their pids
+_WORKER_LEFTOVERS: list[str] = []
+_WORKER_PIDS: set[int] = set()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every pytest process is the subreaper of what its tests start (tests/_leftovers.py)."""
+    from _leftovers import become_subreaper
+
+    become_subreaper()
+    if hasattr(config, "workeroutput"):  # an xdist worker: the controller leaves its processes to it
+        import os
+
+        config.workeroutput["spotwise_pid"] = os.getpid()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # noqa: ANN001 (xdist's hook)
+    out = getattr(node, "workeroutput", None) or {}
+    _WORKER_LEFTOVERS.extend(out.get("spotwise_leftovers", []))
+    if out.get("spotwise_pid"):
+        _WORKER_PIDS.add(int(out["spotwise_pid"]))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A process a test left behind fails the run (after a grace period; it is killed either way)."""
+    from _leftovers import descendants, leftovers
+    from _load import bound
+
+    config = session.config
+    ignore = set(_WORKER_PIDS)
+    for pid in list(_WORKER_PIDS):  # a worker still exiting: its own check covered what it started
+        ignore |= set(descendants(pid))
+    found = leftovers(bound(10.0), ignore)
+    if hasattr(config, "workeroutput"):
+        config.workeroutput["spotwise_leftovers"] = found
+        return
+    found = _WORKER_LEFTOVERS + found
+    if found:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"{len(found)} process(es) outlived the tests that started them (killed now):", *found]
+        if tr is not None:
+            tr.ensure_newline()
+            tr.write_sep("=", "processes left behind", red=True)
+            for line in lines:
+                tr.write_line(line)
+        else:
+            import sys
+
+            print("\n".join(lines), file=sys.stderr)
+        if session.exitstatus == 0:
+            session.exitstatus = 1
