@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from spotwise.capacity import raystart
-from spotwise.capacity.raystart import (RAY_MIN_OBJECT_STORE_MIB, RUN_VMEM_MIB, MemoryLimits, local_object_store_bytes,
+from spotwise.capacity.raystart import (RAY_MIN_OBJECT_STORE_MIB, RAYLET_VMEM_MIB, RUN_VMEM_MIB, MemoryLimits, local_object_store_bytes,
                                         object_store_mib)
 from spotwise.envvars import NUMERIC_ENV, check_numeric_env, env_number
 from spotwise.errors import InputError
@@ -253,6 +253,14 @@ def test_the_object_store_is_sized_to_the_memory_the_process_may_use() -> None:
     assert object_store_mib(MemoryLimits(4 * GIB, None, 24 * GIB)) == int(4 * GIB - RUN_VMEM_MIB)
     assert object_store_mib(MemoryLimits(64 * GIB, None, 24 * GIB)) == int(0.3 * 24 * GIB)
     assert object_store_mib(MemoryLimits(4 * GIB, 2 * GIB, 24 * GIB)) == int(0.3 * 2 * GIB)
+    # issue 54 item 6: under the review's `ulimit -v 8000000` the raylet must be able to map the store twice
+    # (its headroom alone, 5,508 MiB, crashed the raylet's mmap in a resumed collective run)
+    limit = 8_000_000 / 1024
+    store = object_store_mib(MemoryLimits(limit, None, 24 * GIB))
+    assert store == int((limit - RAYLET_VMEM_MIB) / 2) and 2 * store + RAYLET_VMEM_MIB <= limit
+    assert store + RUN_VMEM_MIB <= limit
+    with pytest.raises(InputError, match="may map it twice"):
+        object_store_mib(MemoryLimits(limit, None, 24 * GIB), 5000)
     # Ray's minimum is kept (the headroom is just enough)
     assert object_store_mib(MemoryLimits(RUN_VMEM_MIB + RAY_MIN_OBJECT_STORE_MIB, None, 24 * GIB)) == RAY_MIN_OBJECT_STORE_MIB
     # never more than Ray accepts beside a small /dev/shm (it refuses a store over max(10 GB, /dev/shm))

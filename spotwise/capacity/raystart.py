@@ -43,6 +43,12 @@ OBJECT_STORE_SHARE = 0.3
 #: of the store fails: a C stack dump).  Thread stacks and malloc arenas grow it on machines with more
 #: cores, so it is a floor, not an exact figure
 RUN_VMEM_MIB = 2304
+#: virtual memory the raylet maps besides its object store (measured with Ray 2.60: VmSize 2,332,836 kB with a
+#: 2,000 MiB store, i.e. ~280 MiB besides it).  The raylet can map the store a second time (plasma's fallback
+#: allocation when the store fills, e.g. while a resumed collective run hands its state over: the review's
+#: ``ulimit -v 8000000`` run died in the raylet's ``mmap``), so under ``ulimit -v`` the store is at most half of
+#: what the limit leaves the raylet (issue 54 item 6)
+RAYLET_VMEM_MIB = 320
 #: virtual memory the CLI needs to load a spec and import PyTorch before Ray starts (measured: 840 MiB is too
 #: little -- ``import ray`` fails to map ``_raylet.so`` --, 1 GiB reaches the Ray check)
 DRIVER_VMEM_MIB = 1152
@@ -224,13 +230,16 @@ def object_store_mib(limits: MemoryLimits, env_mib: float | None = None) -> int 
             "raise the container's memory limit (docker run --memory, Kubernetes resources.limits.memory), or run on a "
             "Ray cluster with --ray-address", "memory.max")
     if env_mib is not None:
-        if headroom is not None and env_mib > headroom:
-            assert limits.address_space is not None
-            raise InputError(
-                f"{OBJECT_STORE_ENV}={env_mib:g} does not fit the virtual-memory limit (ulimit -v {limits.address_space:.0f} "
-                f"MiB): each process of the run maps the store besides its own ~{RUN_VMEM_MIB} MiB",
-                f"set {OBJECT_STORE_ENV} to at most {headroom:.0f}, or raise the limit to at least "
-                f"`ulimit -v {int((env_mib + RUN_VMEM_MIB) * 1024)}`", OBJECT_STORE_ENV)
+        if headroom is not None and limits.address_space is not None:
+            most = min(headroom, raylet_store_cap(limits.address_space) or headroom)
+            if env_mib > most:
+                need = max(env_mib + RUN_VMEM_MIB, 2 * env_mib + RAYLET_VMEM_MIB)
+                raise InputError(
+                    f"{OBJECT_STORE_ENV}={env_mib:g} does not fit the virtual-memory limit (ulimit -v "
+                    f"{limits.address_space:.0f} MiB): each process of the run maps the store besides its own "
+                    f"~{RUN_VMEM_MIB} MiB, and the raylet may map it twice",
+                    f"set {OBJECT_STORE_ENV} to at most {most:.0f}, or raise the limit to at least "
+                    f"`ulimit -v {int(need * 1024)}`", OBJECT_STORE_ENV)
         if memory is not None and env_mib > memory:
             raise InputError(f"{OBJECT_STORE_ENV}={env_mib:g} is more than the memory this process may use ({memory:.0f} MiB)",
                              f"set it to at most {int(memory * OBJECT_STORE_SHARE)} (Ray's default share) or unset it",
@@ -245,11 +254,17 @@ def object_store_mib(limits: MemoryLimits, env_mib: float | None = None) -> int 
         return None  # Ray's default: 30 % of the memory, capped by /dev/shm
     size = OBJECT_STORE_SHARE * memory if memory is not None else float(headroom or RAY_MIN_OBJECT_STORE_MIB)
     if headroom is not None:
-        size = min(size, headroom)
+        size = min(size, headroom, raylet_store_cap(limits.address_space))
     cap = limits.store_cap()
     if cap is not None:
         size = min(size, cap)
     return int(max(RAY_MIN_OBJECT_STORE_MIB, size))
+
+
+def raylet_store_cap(address_space_mib: float | None) -> float | None:
+    """The largest object store (MiB) the raylet can map twice beside its own :data:`RAYLET_VMEM_MIB` under a
+    ``ulimit -v`` of ``address_space_mib`` (None: no such limit)."""
+    return None if address_space_mib is None else (address_space_mib - RAYLET_VMEM_MIB) / 2
 
 
 def local_object_store_bytes() -> int | None:
