@@ -167,7 +167,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from _leftovers import descendants, leftovers
     from _load import bound
 
+    import sys
+
     config = session.config
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # a Ray an in-process `spotwise run` started here: ended at exit
+        ray.shutdown()  # anyway (Ray's atexit), so ended now, before its processes are looked for
     ignore = set(_WORKER_PIDS)
     for pid in list(_WORKER_PIDS):  # a worker still exiting: its own check covered what it started
         ignore |= set(descendants(pid))
@@ -185,8 +190,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             for line in lines:
                 tr.write_line(line)
         else:
-            import sys
-
             print("\n".join(lines), file=sys.stderr)
         if session.exitstatus == 0:
             session.exitstatus = 1

@@ -272,7 +272,7 @@ def test_setup_stops_without_a_gpu_driver_and_says_why(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("change, says", [
     ({"market": {"synthetic": {"kind": "constant", "price": 0.07}, "catalog": ["missing-catalog.yaml"]}},
-     "not found"),  # spotwise's own check of the spec comes first
+     "missing-catalog.yaml' does not exist"),  # spotwise's own check of the spec's files comes first, at load
     ({"outputs": {"checkpoint_every": 10}}, "outputs.uri"),
 ])
 def test_plan_emit_refuses_what_cannot_run_on_the_nodes(cli: Any, tmp_path: Path, change: dict[str, Any], says: str) -> None:

@@ -60,8 +60,10 @@ def _set(d: dict[str, Any], field: str, path: str) -> None:
 FIELDS = ["workload.requirements", "workload.script", "workload.dataset", "market.traces[0]", "market.catalog[0]",
           "market.revocation.lifetimes", "market.synthetic.fit_to", "cluster.pools[0].revocation.lifetimes",
           "cluster.pools[0].market.traces[0]"]
-#: a dataset may be a folder (the built-in datasets read one) and a large corpus: no cap
-FOLDER_OK = {"workload.dataset"}
+#: a dataset may be a folder (the built-in datasets read one) and traces too (load_traces reads a folder's files)
+FOLDER_OK = {"workload.dataset", "market.traces[0]", "market.synthetic.fit_to", "cluster.pools[0].market.traces[0]"}
+#: a dataset may be a large corpus: no cap
+UNCAPPED = {"workload.dataset"}
 
 
 def _make(kind: str, tmp: Path) -> str:
@@ -118,8 +120,10 @@ def test_a_spec_file_field_that_is_not_a_sane_regular_file_exits_2_at_load(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, kind: str) -> None:
     from spotwise.config import load_spec
 
-    if field in FOLDER_OK and kind in ("folder", "link-to-folder", "oversized"):
-        pytest.skip("a dataset may be a folder, and large")
+    if field in FOLDER_OK and kind in ("folder", "link-to-folder"):
+        pytest.skip("a dataset or a trace may be a folder")
+    if field in UNCAPPED and kind == "oversized":
+        pytest.skip("a dataset may be large")
     monkeypatch.setenv("SPOTWISE_MAX_FILE_MB", "0.01")
     d = copy.deepcopy(BASE)
     _set(d, field, _make(kind, tmp_path))

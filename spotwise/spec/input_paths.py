@@ -8,7 +8,8 @@
   ``--emit`` mounts them (:mod:`spotwise.planner.emit.files`); a field added later is added here.
 * :func:`check_spec_files` -- each of them checked at load with
   :func:`spotwise.inputfiles.check_input_file` (stat only: a FIFO is never opened): it exists, is a
-  regular file (``workload.dataset`` may also be a folder, as the built-in datasets read one), is
+  regular file (``workload.dataset``, ``traces`` and ``fit_to`` may also be a folder: the built-in datasets and
+  :func:`~spotwise.market.traces.load_traces` read one), is
   readable and, except the dataset (a corpus may be large), within the per-file cap.  Anything else
   is an :class:`~spotwise.errors.InputError` (exit 2) naming the field -- not an emitted cluster
   whose every node fails on it.
@@ -22,8 +23,13 @@ from typing import Any, Iterator
 from spotwise.inputfiles import check_input_file
 
 #: what each field's file is, as messages name it (keyed by the field's last name)
-_WHAT = {"traces": "trace file", "catalog": "catalog file", "fit_to": "trace file", "lifetimes": "lifetimes file",
+_WHAT = {"traces": "trace file or folder", "catalog": "catalog file", "fit_to": "trace file or folder", "lifetimes": "lifetimes file",
          "dataset": "dataset file or folder", "script": "training script", "requirements": "requirements file"}
+
+
+#: fields that may name a folder: a dataset (the built-in datasets read one) and traces (load_traces reads every
+#: trace file in a folder, as ``spotwise plan --trace DIR`` does)
+_FOLDER_OK = frozenset({"dataset", "traces", "fit_to"})
 
 
 def spec_paths(d: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
@@ -66,7 +72,7 @@ def check_spec_path(where: str, raw: str, base: Path | None = None) -> Path:
     if not p.is_absolute():
         p = (base or Path.cwd()) / p
     name = _field_key(where)
-    return check_input_file(p, _WHAT.get(name, "file"), where, folder_ok=name == "dataset", capped=name != "dataset")
+    return check_input_file(p, _WHAT.get(name, "file"), where, folder_ok=name in _FOLDER_OK, capped=name != "dataset")
 
 
 def check_spec_files(spec: Any, base: Path | None = None) -> None:
