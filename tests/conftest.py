@@ -173,6 +173,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():  # a Ray an in-process `spotwise run` started here: ended at exit
         ray.shutdown()  # anyway (Ray's atexit), so ended now, before its processes are looked for
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and hasattr(wandb, "teardown"):  # W&B's service process (wandb-core) of an in-process
+        wandb.teardown()  # W&B sink: it lives as long as the process that used it, ended at exit the same way
     ignore = set(_WORKER_PIDS)
     for pid in list(_WORKER_PIDS):  # a worker still exiting: its own check covered what it started
         ignore |= set(descendants(pid))
