@@ -7,6 +7,8 @@ The Python API (issue 22; the ``spotwise`` command is a thin layer over it, see 
 * :func:`run` -- real training on the emulated spot market (or a Ray cluster), a :class:`RunSummary`;
 * :func:`launch` -- :func:`run` of your own training script (``spotwise.elastic``) under a spec's cluster and target;
 * :func:`eject` -- a built-in or ``module:function`` job written out as your own script on ``spotwise.elastic``;
+* ``from spotwise import job`` -- in your training script: the job it runs in (``spotwise.elastic.init()``;
+  a torchrun script converts in 5 lines, docs/own-loop.md);
 * :func:`simulate` -- a modelled run in virtual time, a :class:`RunSummary`;
 * :func:`sweep` -- strategies (built-in, or your own :class:`Policy`) replayed over real traces, a :class:`SweepResult`;
 * :func:`report` -- a run's report, or one HTML page comparing runs and sweeps, a :class:`Report`.
@@ -44,6 +46,10 @@ __all__ = ["__version__", "InputError", "InfeasibleError", "SpotwiseError", "Pol
 
 
 def __getattr__(name: str) -> Any:
+    if name == "job":  # ``from spotwise import job``: this process's job (spotwise.elastic.init()), never cached here
+        from spotwise.elastic import init
+
+        return init()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'spotwise' has no attribute {name!r}")

@@ -135,6 +135,11 @@ class EventLog:
         if resume and self.path.exists():
             existing = read_events(self.path)
             last_wall = existing[-1]["wall"] if existing else 0.0
+            if last_wall is not None and not (math.isfinite(last_wall) and 0 <= last_wall < 1e12):
+                # the log continues from it: NaN or infinity would make every later event unwritable
+                raise InputError(f"the last event's wall time is {last_wall!r}, not seconds >= 0",
+                                 "resume the run directory spotwise wrote (or start the run again with --overwrite)",
+                                 str(self.path))
             self._wall0 -= float(last_wall or 0.0)
             self._fh = self._open("a")
         else:

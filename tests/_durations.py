@@ -17,6 +17,12 @@ from pathlib import Path
 MIN_S = 0.5  # shorter tests are noise for the ordering
 
 
+def _ungrouped(name: str) -> str:
+    """A test's name without an xdist_group suffix ("test_a[x]@multinode" -> "test_a[x]")."""
+    head, at, group = name.rpartition("@")
+    return head if at and "]" not in group and "[" not in group else name
+
+
 def durations(junit: Path) -> dict[str, float]:
     out: dict[str, float] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):  # noqa: S314
@@ -24,7 +30,8 @@ def durations(junit: Path) -> dict[str, float]:
         parts = cls.split(".")
         # "tests.test_x" -> tests/test_x.py; "tests.test_x.TestY" -> tests/test_x.py::TestY
         mod = next((i for i in range(len(parts), 0, -1) if Path("/".join(parts[:i]) + ".py").exists()), len(parts))
-        nodeid = "/".join(parts[:mod]) + ".py::" + "::".join([*parts[mod:], name])
+        # an xdist_group's "@group" suffix (tests/conftest.py _name_group) is not part of the test's id
+        nodeid = "/".join(parts[:mod]) + ".py::" + "::".join([*parts[mod:], _ungrouped(name)])
         if t >= MIN_S:
             out[nodeid] = round(out.get(nodeid, 0.0) + t, 1)
     return dict(sorted(out.items()))

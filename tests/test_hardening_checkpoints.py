@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _checkpoints import valid_state
 import torch
 import yaml
 
@@ -151,15 +152,75 @@ def test_issue54_a_checkpoint_whose_counters_are_not_a_runs_is_refused_with_exit
     assert f"step-00000010.pt: {reason}" in err and "Traceback" not in err
 
 
+def _put(path: tuple[Any, ...], value: Any) -> Any:
+    def change(state: dict[str, Any]) -> None:
+        node: Any = state
+        for k in path[:-1]:
+            node = node[k]
+        if value is _DROP:
+            node.pop(path[-1])
+        else:
+            node[path[-1]] = value
+    return change
+
+
+_DROP = object()
+
+
+@pytest.mark.parametrize("change, reason", [
+    (_put(("made_up",), 1), "it holds 'made_up', which no spotwise checkpoint holds"),
+    (_put(("sampler", "extra"), 1), "sampler holds 'extra'"),
+    (_put(("sampler", "cursor"), "3"), "sampler.cursor is '3', not a count"),
+    (_put(("timeline", "t"), float("nan")), "timeline.t is nan"),
+    (_put(("timeline", "popped"), -1), "timeline.popped is -1, not a count"),
+    (_put(("carried",), _DROP), "it lacks carried"),
+    (_put(("counters", "joins"), _DROP), "counters lacks joins"),
+    (_put(("ledger", "open", 0, "t0"), -5.0), "ledger.open[].t0 is -5.0"),
+    (_put(("cost", "total"), float("inf")), "the checkpoint's cost.total is inf"),
+    (_put(("place",), "c5.xlarge"), "place is 'c5.xlarge', not [instance type, region or null]"),
+    (_put(("dur_rng",), "{}"), "dur_rng is not a random generator's state"),
+    (_put(("plane_carried",), _DROP), "it lacks plane_carried"),
+], ids=["top-level", "sampler-key", "sampler-type", "timeline-nan", "timeline-negative", "carried-missing",
+        "counter-missing", "ledger-negative", "cost-inf", "place-type", "rng-state", "plane-totals-missing"])
+def test_issue54_a_checkpoint_whose_records_are_not_spotwises_is_refused_with_exit_2(
+        run_copy: Path, change: Any, reason: str) -> None:
+    """Every record a resume reads (tests/test_checkpoint_records.py has every class on every record), end to
+    end: exit 2 naming the record and why, never exit 1 (``KeyError: 'n'``, an ``IndexError`` from ``place``)."""
+    ck = run_copy / "checkpoints"
+    for name in ("step-00000005.pt", "step-00000010.pt"):
+        state = torch.load(ck / name, weights_only=True)
+        change(state)
+        torch.save(state, ck / name)
+    _rehash(run_copy)
+    code, _, err = _invoke("run", "--resume", str(run_copy), "--json")
+    assert code == 2, err
+    assert f"step-00000010.pt: {reason}" in " ".join(err.split()) and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("change, reason", [
+    (_put(("sampler", "n"), 10**6), "the checkpoint's sampler"),
+    (_put(("timeline", "popped"), 10**6), "the checkpoint's market position"),
+], ids=["another-data-set", "timeline-past-its-end"])
+def test_issue54_a_checkpoint_that_does_not_fit_the_job_is_refused_with_exit_2(
+        run_copy: Path, change: Any, reason: str) -> None:
+    ck = run_copy / "checkpoints"
+    (ck / "step-00000010.pt").unlink()
+    state = torch.load(ck / "step-00000005.pt", weights_only=True)
+    change(state)
+    torch.save(state, ck / "step-00000005.pt")
+    (ck / "manifest.json").write_text(json.dumps({"checkpoints": [{"file": "step-00000005.pt", "step": 5, "sha256": ""}]}))
+    _rehash(run_copy)
+    code, _, err = _invoke("run", "--resume", str(run_copy), "--json")
+    assert code == 2 and reason in err and "Traceback" not in err, err
+
+
 # ============================================================================ item 9
 def _tmp_files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.rglob("*") if ".tmp-" in p.name)
 
 
 def _state(step: int, n: int = 4) -> dict[str, Any]:
-    return {"format": 1, "step": step, "params": torch.full((n,), float(step)), "lr": 0.1, "T": float(step),
-            "sampler": {"epoch": 0}, "dur_rng": "{}", "iter_rng": "", "available": [0, 1], "provisioned": 2,
-            "sync": "full", "sync_n": None, "ema_loss": None, "counters": {}, "cost": {"total": 0.0}}
+    return valid_state(step, (n,))
 
 
 @pytest.fixture()

@@ -21,21 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _rundirs import copy_run, marking_module, simulated_run, spec_file, tiny_spec
 
 import spotwise
 from spotwise.errors import InputError
 
 pytestmark = pytest.mark.timeout(240)
 
-SPEC: dict[str, Any] = {
-    "name": "hostile-rundir",
-    "seed": 5,
-    "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
-    "target": {"iterations": 10},
-    "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0},
-    "market": {"synthetic": {"kind": "constant", "price": 0.07}},
-    "outputs": {"checkpoint_every": 5, "plots": False},
-}
+SPEC: dict[str, Any] = tiny_spec("hostile-rundir")
 #: a user module whose import leaves a mark: proof that a resume imported (ran) it
 EVIL = """import os, pathlib
 pathlib.Path(os.environ["HOSTILE_MARK"]).write_text("imported")
@@ -47,30 +40,18 @@ def make(**kw):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One modelled run (no Ray): events.jsonl, summary.json, spec.json, checkpoints; tests use copies."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    spotwise.simulate(copy.deepcopy(SPEC), out, plots=False)
-    return out
+    return simulated_run(tmp_path_factory, SPEC)
 
 
 @pytest.fixture()
 def run_dir(finished: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(finished, dst, symlinks=True)
-    (dst / ".spotwise.lock").unlink(missing_ok=True)
-    return dst
+    return copy_run(finished, tmp_path / "run")
 
 
 @pytest.fixture()
 def evil(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``hostile_wl_mod:make`` importable; returns the file its import writes."""
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "hostile_wl_mod.py").write_text(EVIL)
-    mark = tmp_path / "IMPORTED"
-    monkeypatch.setenv("HOSTILE_MARK", str(mark))
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.delitem(__import__("sys").modules, "hostile_wl_mod", raising=False)
-    return mark
+    return marking_module(tmp_path / "code", monkeypatch, "hostile_wl_mod", EVIL, "HOSTILE_MARK")
 
 
 def _record(run: Path, **workload: Any) -> dict[str, Any]:
@@ -79,14 +60,6 @@ def _record(run: Path, **workload: Any) -> dict[str, Any]:
     data["workload"].update(workload)
     (run / "spec.json").write_text(json.dumps(data))
     return data
-
-
-def _spec_file(tmp_path: Path, data: dict[str, Any], name: str = "mine.yaml") -> Path:
-    import yaml
-
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump(data))
-    return p
 
 
 # ============================================================================ item 1
@@ -105,12 +78,12 @@ def test_item1_resume_with_a_different_spec_exits_2_naming_the_difference(run_di
     data = _record(run_dir, name="hostile_wl_mod:make")
     mine = copy.deepcopy(data)
     mine["workload"]["name"] = "mlp-digits"
-    code, _, err = cli("run", str(_spec_file(tmp_path, mine)), "--resume", str(run_dir))
+    code, _, err = cli("run", str(spec_file(tmp_path, mine)), "--resume", str(run_dir))
     assert code == 2 and "does not match" in err and "workload.name" in err and "hostile_wl_mod:make" in err
     assert not evil.exists()
     mine["workload"]["name"] = "other_mod:make"
     with pytest.raises(InputError, match="workload.name is 'hostile_wl_mod:make' in the run directory but 'other_mod:make'"):
-        spotwise.run(_spec_file(tmp_path, mine, "other.yaml"), run_dir, resume=True)
+        spotwise.run(spec_file(tmp_path, mine, "other.yaml"), run_dir, resume=True)
     assert not evil.exists()
 
 
@@ -119,7 +92,7 @@ def test_item1_the_matching_spec_or_trust_code_lets_the_resume_import_it(run_dir
     from spotwise.control.rundir_io import load_resume_spec
 
     data = _record(run_dir, name="hostile_wl_mod:make")
-    same = spotwise.load_spec(_spec_file(tmp_path, data))
+    same = spotwise.load_spec(spec_file(tmp_path, data))
     assert load_resume_spec(run_dir, same).workload.name == "hostile_wl_mod:make"
     assert load_resume_spec(run_dir, None, trust_code=True).workload.name == "hostile_wl_mod:make"
     # a built-in workload needs neither
@@ -341,7 +314,7 @@ def test_item4_overwrite_never_deletes_a_user_folder_under_a_file_name(run_dir: 
         p.unlink()
     p.mkdir()
     (p / "thesis.tex").write_text("years of work")
-    code, _, err = cli("simulate", str(_spec_file(run_dir.parent, copy.deepcopy(SPEC))), "--out", str(run_dir), "--overwrite")
+    code, _, err = cli("simulate", str(spec_file(run_dir.parent, copy.deepcopy(SPEC))), "--out", str(run_dir), "--overwrite")
     assert code == 2 and name in err and "refusing to delete" in err
     assert (p / "thesis.tex").read_text() == "years of work"
 
@@ -374,18 +347,18 @@ def test_a_resume_that_changes_a_fixed_field_exits_2_naming_every_one(run_dir: P
     from spotwise.control.rundir_io import load_resume_spec
 
     data = json.loads((run_dir / "spec.json").read_text())
-    assert load_resume_spec(run_dir, spotwise.load_spec(_spec_file(tmp_path, data, "same.yaml"))).to_dict() == data
+    assert load_resume_spec(run_dir, spotwise.load_spec(spec_file(tmp_path, data, "same.yaml"))).to_dict() == data
     ok = copy.deepcopy(data)
     ok["workload"]["lr"] = data["workload"]["lr"] / 10
     ok["target"]["iterations"] = int(data["target"].get("iterations") or 10) + 50
-    got = load_resume_spec(run_dir, spotwise.load_spec(_spec_file(tmp_path, ok, "ok.yaml")))
+    got = load_resume_spec(run_dir, spotwise.load_spec(spec_file(tmp_path, ok, "ok.yaml")))
     assert got.workload.lr == ok["workload"]["lr"] and got.target.iterations == ok["target"]["iterations"]
     mine = copy.deepcopy(ok)
     mine["workload"]["batch_size"] = int(data["workload"]["batch_size"]) + 1
     mine["seed"] = int(data["seed"]) + 1
-    code, out, err = cli("run", str(_spec_file(tmp_path, mine)), "--resume", str(run_dir), "--json")
+    code, out, err = cli("run", str(spec_file(tmp_path, mine)), "--resume", str(run_dir), "--json")
     assert code == 2 and "Traceback" not in err, err
     assert "workload.batch_size" in err and "seed" in err and "cannot change" in err, err
     assert "workload.lr" not in err.split("(a resume may")[0], "an appliable change is not named as a problem"
     with pytest.raises(InputError, match="workload.batch_size"):
-        spotwise.run(_spec_file(tmp_path, mine, "again.yaml"), run_dir, resume=True)
+        spotwise.run(spec_file(tmp_path, mine, "again.yaml"), run_dir, resume=True)

@@ -310,26 +310,27 @@ def test_children_of_a_serverless_run_die_with_a_driver_killed_by_sigkill(tmp_pa
 def test_a_later_run_cleans_what_a_dead_one_left(tmp_path):
     """The watchdog died with the driver (an OOM kill): the next private store kills the recorded
     children whose driver is gone and removes the dead run's folder; a live driver's is left alone."""
-    from spotwise.planes.serverless.reaper import STATE_FILE, _stat, reap_stale
+    from spotwise.planes.serverless.reaper import reap_stale
+    from spotwise.watchdog import STATE_FILE, start_time
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead_start = _stat(dead.pid)
+    dead_start = start_time(dead.pid)
     assert dead_start is not None
     dead.wait()
     child = subprocess.Popen(["sleep", "120"], start_new_session=True)
     try:
-        child_start = _stat(child.pid)
+        child_start = start_time(child.pid)
         assert child_start is not None
         left = tmp_path / "spotwise-redis-dead"
         left.mkdir(mode=0o700)
         (left / "password").write_text("secret")
-        (left / STATE_FILE).write_text(json.dumps({"driver": [dead.pid, dead_start[1]],
-                                                   "children": [[child.pid, child_start[1]]]}))
-        me = _stat(os.getpid())
+        (left / STATE_FILE).write_text(json.dumps({"driver": [dead.pid, dead_start],
+                                                   "children": [[child.pid, child_start]]}))
+        me = start_time(os.getpid())
         assert me is not None
         live = tmp_path / "spotwise-redis-live"
         live.mkdir(mode=0o700)
-        (live / STATE_FILE).write_text(json.dumps({"driver": [os.getpid(), me[1]], "children": []}))
+        (live / STATE_FILE).write_text(json.dumps({"driver": [os.getpid(), me], "children": []}))
         assert reap_stale([str(tmp_path)]) == [str(left)]
         assert child.wait(timeout=10) == -signal.SIGKILL
         assert not left.exists() and live.exists()
@@ -350,11 +351,11 @@ def test_the_password_file_for_an_operators_redis_goes_with_a_killed_driver(tmp_
         driver = subprocess.Popen([sys.executable, "-c", (
             "import sys, time\n"
             "from spotwise.planes.serverless.job_store import JobStore\n"
-            "from spotwise.planes.serverless.reaper import Watchdog\n"
+            "from spotwise.planes.serverless.reaper import FolderWatchdog\n"
             "from spotwise.planes.serverless.store import RedisURL\n"
             f"store = JobStore(None, RedisURL('127.0.0.1', {url.port}, {url.password!r}, 0))\n"
-            "dog = Watchdog(None)\n"
-            "store.secret_parent = dog.folder\n"
+            "dog = FolderWatchdog(None)\n"
+            "store.secret_parent = dog.path\n"
             "print(store.function_url(True).password_file, flush=True)\n"
             "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True, env=ENV)
         try:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import copy
 import glob
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _rundirs import copy_run, marking_module, simulated_run, spec_file, tiny_spec
 
 import spotwise
 from spotwise.errors import InputError
@@ -28,15 +28,7 @@ from spotwise.errors import InputError
 pytestmark = pytest.mark.timeout(240)
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC: dict[str, Any] = {
-    "name": "foreign-rundir",
-    "seed": 5,
-    "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
-    "target": {"iterations": 10},
-    "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0},
-    "market": {"synthetic": {"kind": "constant", "price": 0.07}},
-    "outputs": {"checkpoint_every": 5, "plots": False},
-}
+SPEC: dict[str, Any] = tiny_spec("foreign-rundir")
 #: a user module whose import leaves a mark: proof that a resume imported (ran) it
 MODULE = """import os, pathlib
 pathlib.Path(os.environ["FOREIGN_MARK"]).write_text("imported")
@@ -90,41 +82,24 @@ def _merge(base: dict[str, Any], change: dict[str, Any], code: Path) -> dict[str
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One modelled run (no Ray): spec.json, events, checkpoints; tests plant their spec.json in copies."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    spotwise.simulate(copy.deepcopy(SPEC), out, plots=False)
-    return out
+    return simulated_run(tmp_path_factory, SPEC)
 
 
 @pytest.fixture()
 def foreign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
     """``foreign_mod`` importable and a script beside it, both marking their import / run; (the folder, the mark)."""
     code = tmp_path / "code"
-    code.mkdir()
-    (code / "foreign_mod.py").write_text(MODULE)
+    mark = marking_module(code, monkeypatch, "foreign_mod", MODULE, "FOREIGN_MARK")
     (code / "evil.py").write_text(SCRIPT)
     (code / "requirements.txt").write_text("foreign-pkg\n")
     (code / "data").mkdir()
-    mark = tmp_path / "IMPORTED"
-    monkeypatch.setenv("FOREIGN_MARK", str(mark))
-    monkeypatch.syspath_prepend(str(code))
-    monkeypatch.delitem(sys.modules, "foreign_mod", raising=False)
     return code, mark
 
 
 def _planted(finished: Path, tmp_path: Path, data: dict[str, Any]) -> Path:
-    run = tmp_path / "run"
-    shutil.copytree(finished, run, symlinks=True)
-    (run / ".spotwise.lock").unlink(missing_ok=True)
+    run = copy_run(finished, tmp_path / "run")
     (run / "spec.json").write_text(json.dumps(data))
     return run
-
-
-def _spec_file(tmp_path: Path, data: dict[str, Any], name: str = "mine.yaml") -> Path:
-    import yaml
-
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump(data))
-    return p
 
 
 @pytest.mark.parametrize("case", list(PLANTED))
@@ -143,7 +118,7 @@ def test_every_field_naming_code_needs_the_users_say_so(case: str, finished: Pat
     assert not mark.exists() and "foreign_mod" not in sys.modules, "the resume imported or ran the recorded code"
     # the planted spec is a valid one: vouched for, the check lets it through (and still imports nothing itself)
     assert load_resume_spec(run, None, trust_code=True).to_dict()["workload"] == spotwise.load_spec(
-        _spec_file(tmp_path, data)).to_dict()["workload"]
+        spec_file(tmp_path, data)).to_dict()["workload"]
     assert not mark.exists()
 
 
@@ -156,16 +131,16 @@ def test_a_spec_naming_other_code_in_a_list_entry_does_not_vouch_for_it(finished
     run = _planted(finished, tmp_path, data)
     mine = copy.deepcopy(data)
     mine["workload"]["optimizer"][1]["name"] = "AdamW"
-    exit_code, _, err = cli("run", str(_spec_file(tmp_path, mine)), "--resume", str(run))
+    exit_code, _, err = cli("run", str(spec_file(tmp_path, mine)), "--resume", str(run))
     assert exit_code == 2 and "does not match" in err and "workload.optimizer[1].name" in err, err
     assert "'foreign_mod:Opt' in the run directory but absent in your spec" in " ".join(err.split())
     assert not mark.exists()
-    same = spotwise.load_spec(_spec_file(tmp_path, data, "same.yaml"))
+    same = spotwise.load_spec(spec_file(tmp_path, data, "same.yaml"))
     assert load_resume_spec(run, same).workload.optimizer == data["workload"]["optimizer"]
     # what a resume may change is the user's spec's from then on: new packages need no match
     more = copy.deepcopy(data)
     more["workload"]["packages"] = ["another-pkg"]
-    got = load_resume_spec(run, spotwise.load_spec(_spec_file(tmp_path, more, "more.yaml")))
+    got = load_resume_spec(run, spotwise.load_spec(spec_file(tmp_path, more, "more.yaml")))
     assert got.workload.packages == ["another-pkg"]
     assert not mark.exists()
 

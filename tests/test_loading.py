@@ -197,6 +197,9 @@ class _Group:
     def failed(self) -> bool:
         return True
 
+    def reach(self) -> float:
+        return 0.0  # one process: every member is at the step gate
+
     def abandon(self) -> None:
         pass
 

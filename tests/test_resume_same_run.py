@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _same_run import summary_differences
 from _specs import spec_with
 
 from spotwise.capacity.provider import EmulatedProvider
@@ -153,12 +154,13 @@ def test_the_summary_totals_a_checkpoint_carries_come_back_and_malformed_ones_ar
     t = PhaseTotals()
     t.add({"compute": 2.5, "reduce": 1.0, "gpu_busy_share": 0.5}, 32)
     t.add({"compute": 1.5}, 16)
-    assert PhaseTotals.from_state(t.state()) == t and PhaseTotals.from_state(None) == PhaseTotals()
+    assert PhaseTotals.from_state(t.state()) == t
     assert number_map({"val_loss": 0.5, "": 1}, "m") == {"val_loss": 0.5, "": 1.0}
     assert optional_number(None, "x") is None and durations([1, 2.5], "d") == [1.0, 2.5] and count(3, "c") == 3
-    for call in (lambda: PhaseTotals.from_state("x"), lambda: PhaseTotals.from_state({"ms": {"bogus": 1.0}}),
-                 lambda: PhaseTotals.from_state({"ms": {"compute": -1.0}}),
-                 lambda: PhaseTotals.from_state({"steps": 1, "busy_steps": 2, "busy": 1.0}),
+    for call in (lambda: PhaseTotals.from_state("x"), lambda: PhaseTotals.from_state(None),
+                 lambda: PhaseTotals.from_state({**t.state(), "extra": 1}), lambda: PhaseTotals.from_state({**t.state(), "ms": {"bogus": 1.0}}),
+                 lambda: PhaseTotals.from_state({**t.state(), "ms": {"compute": -1.0}}),
+                 lambda: PhaseTotals.from_state({**t.state(), "steps": 1, "busy_steps": 2, "busy": 1.0}),
                  lambda: number_map({"loss": float("nan")}, "m"), lambda: number_map([1], "m"),
                  lambda: optional_number(float("inf"), "x"), lambda: optional_number(True, "x"),
                  lambda: durations([-1.0], "d"), lambda: durations("1", "d"), lambda: count(-1, "c"),
@@ -209,24 +211,9 @@ def _steps(out: Path) -> list[tuple[Any, ...]]:
              round(float(e["lr"]), 12), e["loss"]) for e in read_events(out / "events.jsonl") if e["kind"] == "step"]
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = round(v, 12) if isinstance(v, float) else v
-    return out
-
-
 def _summary_differences(out: Path, full: Path, may_differ: tuple[str, ...] = MAY_DIFFER) -> dict[str, tuple[Any, Any]]:
     """The fields of the two summaries that differ (a field only one of them has always counts)."""
-    import json
-
-    a, b = (_flat(json.loads((d / "summary.json").read_text())) for d in (out, full))
-    return {k: (a.get(k, "<absent>"), b.get(k, "<absent>")) for k in sorted(set(a) | set(b))
-            if (k not in a or k not in b) or (a[k] != b[k] and not any(
-                k == m or (m.endswith(".") and k.startswith(m)) for m in may_differ))}
+    return summary_differences(out, full, may_differ)
 
 
 def _same_run(out: Path, full: Path, key: Any) -> None:

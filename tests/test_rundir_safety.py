@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _checkpoints import valid_state
 import torch
 from _load import bound
 
@@ -114,13 +115,7 @@ def _tmp_files(folder: Path) -> list[str]:
 
 # ------------------------------------------------------------------ states for pure checkpoint tests
 def _state(step: int, shape: tuple[int, ...] = (4,), **over: Any) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        "format": 1, "step": step, "params": torch.full(shape, float(step)), "lr": 0.1, "T": float(step),
-        "sampler": {"epoch": 0}, "dur_rng": "{}", "iter_rng": "", "available": [0, 1], "provisioned": 2,
-        "sync": "full", "sync_n": None, "ema_loss": None, "counters": {}, "cost": {"total": 0.0},
-    }
-    s.update(over)
-    return s
+    return valid_state(step, shape, **over)
 
 
 # ============================================================================ item 1

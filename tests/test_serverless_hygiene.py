@@ -268,3 +268,33 @@ def test_the_redis_password_is_in_no_file_others_can_read(tmp_path, own):
     assert during == ["(scanned, clean)"], during
     assert after == [], after
     assert set(glob.glob(f"{tempfile.gettempdir()}/spotwise-secret-*")) == secret_dirs  # the private copy is gone
+
+
+def test_the_backend_deletes_its_jobs_data_itself_and_leaves_no_process() -> None:
+    """Issue 54 item 7: Lithops's own clean-up starts ``lithops.scripts.cleaner``, a machine-wide process in
+    a session of its own that lived on for seconds after the run (the suite's leftover check found it).
+    The backend's end deletes the executor's job data (the function, each call's data, status and result)
+    in this process: afterwards none of it is in Lithops's storage and no process of it is alive."""
+    import glob
+    import os
+
+    from _leftovers import _cmdline, descendants
+    from lithops.constants import LITHOPS_TEMP_DIR
+
+    from spotwise.planes.serverless.backend import LithopsBackend
+
+    backend = LithopsBackend(max_workers=2)
+    ex = backend.executor
+    backend.futures.append(ex.call_async(os.path.basename, "a/b", include_modules=None))
+    backend.futures.extend(ex.map(os.path.basename, ["c/d", "e/f"], include_modules=None))
+    assert [f.result() for f in backend.futures] == ["b", "d", "f"]
+
+    def job_files() -> list[str]:
+        return [p for p in glob.glob(f"{LITHOPS_TEMP_DIR}/storage/**", recursive=True)
+                if ex.executor_id in p and os.path.isfile(p)]
+
+    assert job_files(), "the calls stored nothing (the check would prove nothing)"
+    backend.shutdown()
+    assert job_files() == []
+    cleaners = [_cmdline(p) for p in descendants(os.getpid()) if "lithops" in _cmdline(p)]
+    assert cleaners == [], cleaners

@@ -350,6 +350,10 @@ class EmulatedProvider(Provider):
             if not self._events:
                 raise ValueError(f"the checkpoint's market timeline is past its end ({popped} events applied)")
             self.pop_event()
+        avail = state.get("available")
+        if avail is not None and sorted(self._available) != sorted(avail):  # what it says is what its timeline makes
+            raise ValueError(f"the checkpoint's available slots {sorted(avail)!r:.80} are not those of its market "
+                             f"timeline after {popped} events ({sorted(self._available)!r:.80})")
 
     def rebid(self, bids: tuple[float, ...], t: float) -> None:
         """Replace the bids from time ``t`` on (persistent requests re-placed at the new prices).

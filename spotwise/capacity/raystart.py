@@ -21,6 +21,7 @@ from typing import Any
 from spotwise.envvars import check_numeric_env, env_is_set, env_number
 from spotwise.errors import InputError
 from spotwise.signals import reinstall as reinstall_sigterm
+from spotwise.watchdog import Watchdog, children
 
 
 #: the only interface a local Ray listens on
@@ -281,7 +282,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     workers; no dashboard): Ray's token auth is disabled for it, so it must not be reachable from
     other machines.  Raises ``RuntimeError`` if Ray nevertheless comes up on another address.
     Its object store is sized to the memory limits (:func:`object_store_mib`; InputError, exit 2,
-    before Ray starts when one is too small).  With ``address`` it connects to that cluster (InputError if nothing answers there); securing a
+    before Ray starts when one is too small).  The local head's processes die with this driver, also one
+    killed with SIGKILL (:func:`_watch_local_head`).  With ``address`` it connects to that cluster (InputError if nothing answers there); securing a
     cluster is left to Ray's own authentication and network isolation (README, "Security").
     """
     check_numeric_env()  # a bad SPOTWISE_* number exits 2 before Ray starts (the CLI checked them already)
@@ -309,10 +311,28 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     if store is not None:
         kwargs["object_store_memory"] = store
     kwargs["_system_config"] = dict(RAY_SYSTEM_CONFIG)
+    before = children()
     try:
         _init_loopback(ray, num_cpus=num_cpus or os.cpu_count() or 1, **kwargs)
     finally:
         reinstall_sigterm()
+        _watch_local_head(sorted(children() - before))  # a failed start's processes too, while they last
+
+
+#: the watchdog of the local Ray head this process started (kept: its pipe closing is the driver's death)
+_HEAD_WATCHDOG: Watchdog | None = None
+
+
+def _watch_local_head(daemons: list[tuple[int, int]]) -> None:
+    """Ray's daemons and everything they start die with this driver, also when it is killed with SIGKILL
+    (issue 54 item 7): Ray's parent-death signal ends only ``gcs_server`` and the ``raylet``; the raylet's
+    children (its agents, the worker processes holding the members) were re-parented to init and stayed.
+    A :class:`~spotwise.watchdog.Watchdog` of the processes ``ray.init`` started (``daemons``, the children
+    this process gained meanwhile) kills them and what descends from them when the driver dies; after an
+    in-process ``ray.shutdown()`` it ends by itself.  A cluster reached by address is never watched."""
+    global _HEAD_WATCHDOG
+    if daemons:  # an earlier head's watchdog, if any, is dropped: its pipe closes and it ends what is left of that head
+        _HEAD_WATCHDOG = Watchdog(roots=daemons)
 
 
 def _init_loopback(ray: Any, **kwargs: Any) -> None:

@@ -53,15 +53,11 @@ from spotwise.inputfiles import max_input_bytes
 from spotwise.rundir_files import make_run_folder, read_run_file
 from spotwise.reports.terminal_text import warn_on_stderr  # re-exported: spotwise.control.checkpointing
 from spotwise.rundir_names import CHECKPOINT_DIR  # noqa: F401 (re-exported; the registry names it)
+from spotwise.control.checkpoint_records import REQUIRED_KEYS, SERVERLESS_KEYS, record_problem
 
 MANIFEST = "manifest.json"
 #: The only names a manifest entry may carry (and the only files the rotation may remove).
 CHECKPOINT_NAME = re.compile(r"^step-(\d{8})\.pt$")
-#: Keys every checkpoint state written by the coordinator carries (format 1).
-REQUIRED_KEYS = ("format", "step", "params", "lr", "T", "sampler", "dur_rng", "iter_rng", "available",
-                 "provisioned", "sync", "sync_n", "ema_loss", "counters", "cost")
-#: the keys a serverless job's checkpoint (``kind: "serverless"``) carries besides those
-SERVERLESS_KEYS = (*REQUIRED_KEYS, "kind", "schedule")
 #: checkpoint files up to this size are read back whatever ``$SPOTWISE_MAX_FILE_MB`` says (4 GiB: a
 #: billion float32 parameters); a larger one needs the variable raised (:func:`checkpoint_max_bytes`)
 CHECKPOINT_MIN_CAP = 4 << 30
@@ -312,7 +308,9 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
 
     Checks the keys of :data:`REQUIRED_KEYS`, ``format`` 1, the ``step`` (matching ``step`` if
     given), a finite floating-point ``params`` tensor of shape ``expect_shape`` (if given), finite
-    ``lr``/``T``/``ema_loss`` and the types of the plain-data fields.
+    ``lr``/``T``/``ema_loss``, the types of the plain-data fields, and every record as spotwise
+    writes it (:func:`~spotwise.control.checkpoint_records.record_problem`: no unknown or missing
+    key, no wrong type, NaN, infinity or negative count).
     """
     if not isinstance(state, dict):
         return f"it holds a {type(state).__name__}, not a checkpoint dictionary"
@@ -347,18 +345,21 @@ def check_state(state: Any, expect_shape: Sequence[int] | None = None, step: int
     for key, typ in kinds.items():
         if not isinstance(state[key], typ):
             return f"{key} is a {type(state[key]).__name__}, not a {typ.__name__}"
-    return _counters_wrong(state["counters"])
+    return _counters_wrong(state["counters"]) or record_problem(state)
 
 
 def _counters_wrong(counters: dict[str, Any]) -> str | None:
     """What is wrong with a checkpoint's ``counters`` (``None`` when usable): only the fields of
-    :class:`~spotwise.control.records.Counters`, each a finite number >= 0 of its field's kind (a count is an
-    integer), ``recoveries_ms`` (carried elsewhere since issue 54 item 5) ignored."""
+    :class:`~spotwise.control.records.Counters`, every one of them, each a finite number >= 0 of its field's kind
+    (a count is an integer), ``recoveries_ms`` (carried elsewhere since issue 54 item 5) ignored."""
     import dataclasses
 
     from spotwise.control.records import Counters
 
     kinds = {f.name: f.type for f in dataclasses.fields(Counters) if f.name != "recoveries_ms"}
+    missing = [k for k in kinds if k not in counters]
+    if missing:  # a counter left out would restart at 0: the summary would silently count one session
+        return f"counters lacks {', '.join(missing)}"
     for key, value in counters.items():
         if key == "recoveries_ms":
             continue

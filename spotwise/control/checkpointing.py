@@ -22,7 +22,7 @@ import torch
 from spotwise.capacity.provider import Provider
 from spotwise.config import JobSpec
 from spotwise.control.accounting import Billing
-from spotwise.control.carried import durations, number_map, optional_number, section
+from spotwise.control.carried import durations, number_map, optional_number, reading, refuse, section
 from spotwise.control.checkpoint import require_checkpoint, save_checkpoint, warn_on_stderr
 from spotwise.control.clock import Clock
 from spotwise.control.records import Counters
@@ -77,6 +77,7 @@ class CheckpointedJob(Protocol):
     @property
     def provider(self) -> Provider: ...
     sampler: EpochSampler
+    max_workers: int
     @property
     def dur_rng(self) -> np.random.Generator: ...
     counters: Counters
@@ -195,27 +196,33 @@ class Checkpointer:
             skipped.append(msg)
             warn_on_stderr(msg)
 
+        # every record checked as spotwise writes it (spotwise.control.checkpoint_records), else skipped
         state, path = require_checkpoint(job.out, expect_shape=job.params.shape, warn=warn)  # falls back past bad ones
+        self._fits_the_job(state)
         job.step = int(state["step"])
         job.params = state["params"].numpy().astype(np.float32).copy()
-        job.state.load_extra_state(state.get("train_extra"))
+        with reading("train_extra (the optimizer's and buffers' state)"):
+            job.state.load_extra_state(state.get("train_extra"))
         rng = state.get("rng")
         if isinstance(rng, dict) and isinstance(rng.get("torch"), torch.Tensor):
-            torch.set_rng_state(rng["torch"])
+            with reading("rng.torch"):
+                torch.set_rng_state(rng["torch"])
         job.lr = float(state["lr"])
         job.clock.restore(float(state["T"]))
         job.last_commit_T = job.T
         job.sampler = EpochSampler.from_state(state["sampler"])
-        job.dur_rng.bit_generator.state = loads_json(state["dur_rng"], str(path), "checkpoint's dur_rng")  # nesting: exit 2
+        with reading("dur_rng"):
+            job.dur_rng.bit_generator.state = loads_json(state["dur_rng"], str(path), "checkpoint's dur_rng")  # nesting: exit 2
         job.provisioned = int(state["provisioned"])
         job.provider.prepare(list(range(job.provisioned)), resume=True)
-        job.worker_market = str(state.get("worker_market", job.worker_market))
-        place = state.get("place")
-        if place and (place[0], place[1]) != (job.market.instance.name, job.region):
+        job.worker_market = str(state["worker_market"])
+        place = state["place"]
+        if (place[0], place[1]) != (job.market.instance.name, job.region):
             # the run had migrated: continue in its place (the provider's timeline follows in resume_market)
             job.enter_place(market_for_place(job.spec, place[0], place[1], job.market.catalog, job.market.horizon_s),
                             place[1])
-            job.provider.migrate(job.market, job.T)
+            with reading("place"):
+                job.provider.migrate(job.market, job.T)
         job.sync = str(state["sync"])
         job.sync_n = None if state["sync_n"] is None else int(state["sync_n"])
         job.ema_loss = None if state["ema_loss"] is None else float(state["ema_loss"])
@@ -225,20 +232,35 @@ class Checkpointer:
         job.last_loss = optional_number(carried.get("last_loss"), "carried.last_loss")
         job.last_eval = number_map(carried.get("last_eval", {}), "carried.last_eval")
         job.counters.recoveries_ms = durations(carried.get("recoveries_ms", []), "carried.recoveries_ms")
-        job.plane.restore_state(state)
+        with reading("the data plane's records"):
+            job.plane.restore_state(state)
         acc = job.accounting
         self.last_step = job.step
         changed = self._apply_spec_changes()
         job.log = EventLog(job.out / EVENTS_FILE, clock=lambda: job.T, resume=True)
         job.log.emit("restore", step=job.step, path=str(path), skipped=skipped,
                      **({"changed": {k: [a, b] for k, (a, b) in changed.items()}} if changed else {}))
-        job.provider.resume_market(job.T, state)
-        reopen = acc.restore(state)
+        with reading("market position (available, market, expansions, timeline, iter_rng)"):
+            job.provider.resume_market(job.T, state)
+        with reading("ledger"):
+            reopen = acc.restore(state)
         acc.emit_prices()
         for w in sorted(w for w in job.provider.available_at_start() if w < job.provisioned):
             job.add_member(w, job.provider.acquire(w), reopen=reopen.pop(f"worker-{w}", None))
         job.counters.revocations += acc.settle_gone(reopen)
 
+
+    def _fits_the_job(self, state: dict[str, Any]) -> None:
+        """What a checkpoint's records must agree with in the job resuming it (their form is checked when
+        loaded): the sampler's data set and seed, the workers provisioned.  InputError (exit 2) otherwise."""
+        job = self.job
+        s = state["sampler"]
+        want = {"n": job.state.n_train, "seed": job.spec.seed, "ordered": bool(getattr(job.state, "ordered", False))}
+        got = {"n": s["n"], "seed": s["seed"], "ordered": bool(s.get("ordered", False))}
+        if got != want:
+            raise refuse("sampler", got, f"this job's sampler {want} (a checkpoint of another data set or seed)")
+        if state["provisioned"] > job.max_workers:
+            raise refuse("provisioned", state["provisioned"], f"at most the job's {job.max_workers} workers")
 
     def _apply_spec_changes(self) -> dict[str, tuple[Any, Any]]:
         """A resume with a changed spec (issue 41 item 5; what may change was checked when the spec was

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotwise.control.carried import count, number_map, refuse
+from spotwise.control.carried import count, exact, number_map, refuse
 
 #: the phases of a step, in the order a step goes through them (module docstring)
 PHASES: tuple[str, ...] = ("data", "compute", "reduce", "sync", "optimizer", "state", "wait")
@@ -121,23 +121,19 @@ class PhaseTotals:
 
     @classmethod
     def from_state(cls, raw: Any) -> "PhaseTotals":
-        """The totals a checkpoint holds (:meth:`state`), checked (untrusted input: InputError);
-        none in a checkpoint written before they were carried."""
-        if raw is None:
-            return cls()
-        if not isinstance(raw, dict):
-            raise refuse("phases", raw, "a map")
-        ms = number_map(raw.get("ms", {}), "phases.ms")
+        """The totals a checkpoint holds (:meth:`state`: exactly its keys), checked (untrusted input: InputError)."""
+        raw = exact(raw, "phases", ("ms", "steps", "samples", "busy", "busy_steps"))
+        ms = number_map(raw["ms"], "phases.ms")
         for k, v in ms.items():
             if k not in PHASES or v < 0:
                 raise refuse(f"phases.ms[{k[:40]!r}]", v, f"the milliseconds >= 0 of a phase ({', '.join(PHASES)})")
-        steps = count(raw.get("steps", 0), "phases.steps")
-        busy_steps = count(raw.get("busy_steps", 0), "phases.busy_steps")
-        busy = raw.get("busy", 0.0)
+        steps = count(raw["steps"], "phases.steps")
+        busy_steps = count(raw["busy_steps"], "phases.busy_steps")
+        busy = raw["busy"]
         if (isinstance(busy, bool) or not isinstance(busy, (int, float)) or not math.isfinite(float(busy))
                 or busy_steps > steps or not 0.0 <= float(busy) <= busy_steps):
             raise refuse("phases.busy", busy, f"a sum of at most {busy_steps} busy shares")
-        return cls(ms=ms, steps=steps, samples=count(raw.get("samples", 0), "phases.samples"), busy=float(busy),
+        return cls(ms=ms, steps=steps, samples=count(raw["samples"], "phases.samples"), busy=float(busy),
                    busy_steps=busy_steps)
 
     def summary(self) -> dict[str, Any] | None:

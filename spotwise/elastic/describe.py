@@ -70,9 +70,18 @@ def describe_script(spec: Any, seed: int) -> Workload:
     if not os.path.isfile(spec.script):
         raise InputError(f"training script {spec.script} not found", "give its path relative to the spec's folder "
                          "(workload.script: train.py)", "workload.script")
-    host = ScriptHost(spec.script, list(spec.args), torch.device("cpu"), int(seed), int(spec.batch_size))
+    from spotwise.elastic.torchrun import Place
+
+    # the probe is rank 0 of 1 and told it does not start the job (SPOTWISE_JOINING, SPOTWISE_PROBE): its
+    # state seeds nothing -- a fresh job's first generation takes its rank 0's -- so a script's own resume
+    # path (loading its checkpoint) and the side effects it keeps for a real start need not run here
+    host = ScriptHost(spec.script, list(spec.args), torch.device("cpu"), int(seed), int(spec.batch_size),
+                      place=Place(0, 1, joining=True, probe=True))
     host.start()
-    first = host.wait_registered(DESCRIBE_TIMEOUT_S)
+    try:
+        first = host.wait_registered(DESCRIBE_TIMEOUT_S)
+    finally:
+        host.leave()  # the controller's own environment and torch.distributed back
     if first.kind != "registered":
         where = "workload.script"
         if first.kind == "raised":

@@ -29,89 +29,44 @@ import sys
 import threading
 import traceback
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+from spotwise.elastic import patches
 from spotwise.elastic.batches import BatchFeed
+from spotwise.elastic.ddp_call import ddp_call
 from spotwise.elastic.amp import AmpStep
+from spotwise.elastic.handover import TAIL_HEAD, TERMINAL, Go, Outcome, Parts, user_traceback  # noqa: F401  (re-exported)
 from spotwise.elastic.job import install_host
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.points import CommitPoints
 from spotwise.elastic.positions import StreamPosition
+from spotwise.elastic.script_env import ScriptEnv
+from spotwise.elastic.torchrun import Place
+from spotwise.elastic.usage import ScriptError
+from spotwise.elastic.windows import NEEDS_STEPS, Windows
 from spotwise.workloads.device import unscale_grads
-
-#: entries of a step's commit vector after the float buffers: the loss sum, whether there is one, the
-#: gradient hook's failure flag, the batches taken and their square, a GradScaler's non-finite count,
-#: the commit point's index and its square
-#: (:meth:`~spotwise.planes.collective.script_member.ScriptReplica.fill_tail`); the learning rates follow
-TAIL_HEAD = 8
-#: outcomes after which the script thread is over (no :class:`Go` follows)
-TERMINAL = ("ended", "raised", "usage")
-
-
-@dataclass
-class Go:
-    """What the member hands the script for one step (or ``stop``: the job is over)."""
-
-    stop: bool = False
-    group: Any = None
-    k: int = 1
-    r: int = 0
-    step: int = 0
-    epoch: int = 0
-    pos: int = 0
-
-
-@dataclass
-class Outcome:
-    """How the script's step (or the script) ended, for the member thread."""
-
-    kind: str  # registered | committed | dropped | diverged | ended | raised | usage
-    loss: float = math.nan
-    samples: int = 0
-    why: str = ""
-    metrics: dict[str, float] = field(default_factory=dict)
-    late_metrics: dict[str, float] = field(default_factory=dict)
-
-
-class ScriptError(Exception):
-    """The user's script misused the API (a fixable mistake: exit 2 with the message)."""
-
-
-@dataclass
-class Parts:
-    """What the script registered before its first batch.  ``module`` is the job's model: the one the
-    script wrapped, or a ``ModuleList`` of the several it wrapped (``modules``, in order)."""
-
-    module: torch.nn.Module
-    optimizers: list[torch.optim.Optimizer]
-    n_train: int
-    find_unused: list[bool]
-    states: dict[str, Any]
-    ordered: bool
-    modules: list[torch.nn.Module] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if not self.modules:
-            self.modules = [self.module]
-        if len(self.find_unused) != len(self.modules):
-            raise ValueError(f"{len(self.find_unused)} find_unused flags for {len(self.modules)} models")
-
 
 class ScriptHost:
     """The :class:`~spotwise.elastic.job.Backend` of a script run by a member (module docstring)."""
 
     launched = True
 
-    def __init__(self, path: str, args: list[str], device: torch.device, seed: int, batch_size: int) -> None:
+    def __init__(self, path: str, args: list[str], device: torch.device, seed: int, batch_size: int,
+                 place: Place | None = None) -> None:
         self.path = str(path)
         self.args = [str(a) for a in args]
         self.device = torch.device(device)
         self.seed = int(seed)
         self.batch_size = int(batch_size)
-        self._rank, self._world = 0, 1
+        #: torchrun's environment, the default group and the rank-derived names (issue 55)
+        self.env = ScriptEnv(self.path, self.device, place)
+        self._rank, self._world = self.env.rank, self.env.world
+        #: inside ``job.backward`` (its ``loss.backward()`` is not counted twice)
+        self._in_backward = False
+        #: job.randint's windows (:mod:`~spotwise.elastic.windows`), and whether the job.steps() loop began
+        self._windows = self._looping = False
         self._cv = threading.Condition()
         self._handed: Go | None = None
         #: outcomes reported by the script thread, oldest first (a step's, then its return to a batch)
@@ -121,6 +76,9 @@ class ScriptHost:
         self._terminal: Outcome | None = None
         #: between a step's commit and the next step's first batch (the script runs its own code)
         self._between = False
+        #: whether the member thread waits in :meth:`run_step` for the script's own code (read by the
+        #: member's heartbeat: its user's code at work, however little CPU it uses)
+        self.running = False
         # what the script registered
         self.modules: list[torch.nn.Module] = []
         self.find_unused: list[bool] = []
@@ -147,12 +105,19 @@ class ScriptHost:
         self._samples = 0
         #: this step was dropped at one of its commit points: the script's rest of it trains nothing
         self._void = False
+        self._names = patches.Hold()  # torch.distributed's names, patched from start() to stop() or leave()
         self.warnings: list[str] = []
 
     # ================================================================== the member thread
+    @property
+    def joining(self) -> bool:
+        return self.env.place.joining
+
     def start(self) -> None:
-        """Run the script in its thread (it stops at its first batch until :meth:`run_step`)."""
+        """Run the script in its thread (it stops at its first batch until :meth:`run_step`), with
+        ``torch.distributed``'s group calls answered by the job (:mod:`~spotwise.elastic.patches`)."""
         install_host(self)
+        self._names.take()
         self._thread = threading.Thread(target=self._main, name="spotwise-script", daemon=True)
         self._thread.start()
 
@@ -160,8 +125,9 @@ class ScriptHost:
         """The script's first outcome: ``registered`` (its model, optimizers and data are known) or
         how it ended before (``raised``, ``ended``, ``usage``)."""
         return self._take(timeout_s, "the script did not take a batch from job.data() within {t:.0f} s of starting: "
-                                     "call spotwise.elastic.init(), job.model(), job.optimizer() and job.data() and "
-                                     "iterate the data")
+                                     "call spotwise.elastic.init(), job.model() (or DDP(model)), job.optimizer() "
+                                     "and job.data() and iterate the data (or draw with job.randint() and loop over "
+                                     "job.steps(n))")
 
     def parts(self) -> Parts:
         assert self.modules and self.position is not None
@@ -169,28 +135,36 @@ class ScriptHost:
         return Parts(module, self.optimizers, self.position.n, list(self.find_unused), self.states,
                      self.position.ordered, list(self.modules))
 
-    def run_step(self, go: Go, timeout_s: float | None = None) -> Outcome:
+    def run_step(self, go: Go, timeout_s: float | None = None, beside: Callable[[], None] | None = None) -> Outcome:
         """Hand the script ``go`` and wait for how its step ended, and then for the script to stop at
         its next step's first batch (or end): what it does between ``optimizer.step()`` and that
         batch -- an EMA update, a counter, ``job.log`` -- belongs to the step, so the state the
         member copies next is the whole step's.  ``timeout_s``: a script that never calls
-        ``optimizer.step()`` is reported as a ``usage`` outcome."""
+        ``optimizer.step()`` is reported as a ``usage`` outcome.  ``beside``: the member's own work
+        while the script computes (its wait at the step gate), called once the step is handed over."""
         if self._terminal is not None:  # the script ended right after its last step
             out, self._terminal = self._terminal, None
             return out
-        with self._cv:
-            self._handed = go
-            self._cv.notify_all()
-        out = self._take(timeout_s, "the script took batches but did not call optimizer.step() within {t:.0f} s: call "
-                                    "step() on the object job.optimizer() returned once per step")
-        if out.kind in ("committed", "dropped", "diverged"):
-            after = self._take(timeout_s, "the script did not come back for its next batch within {t:.0f} s of "
-                                          "optimizer.step()")
-            if after.kind == "ready":
-                out.late_metrics = after.late_metrics
-            else:
-                self._terminal = after
-        return out
+        self.running = True
+        try:
+            with self._cv:
+                self._handed = go
+                self._cv.notify_all()
+            if beside is not None:
+                beside()
+            out = self._take(timeout_s, "the script took batches but did not call optimizer.step() within {t:.0f} s: "
+                                        "call step() on the object job.optimizer() returned once per step")
+            if out.kind in ("committed", "dropped", "diverged"):
+                after = self._take(timeout_s, "the script did not come back for its next batch within {t:.0f} s of "
+                                              "optimizer.step() (its own work between two steps: an evaluation, a "
+                                              "save; SPOTWISE_SCRIPT_STEP_TIMEOUT_S sets this bound)")
+                if after.kind == "ready":
+                    out.late_metrics = after.late_metrics
+                else:
+                    self._terminal = after
+            return out
+        finally:
+            self.running = False
 
     def _take(self, timeout_s: float | None, late: str) -> Outcome:
         with self._cv:
@@ -199,6 +173,12 @@ class ScriptHost:
             out = self._outcomes.popleft()
         return out
 
+    def leave(self) -> None:
+        """The coordinator's probe is done with the script (it waits at its first batch for good): the
+        process's own environment, default group and ``torch.distributed`` names come back."""
+        self.env.leave()
+        self._names.give_back()
+
     def stop(self, timeout_s: float = 60.0) -> Outcome | None:
         """The job is over: let the script leave its loop (its data iteration ends) and finish."""
         t = self._thread
@@ -206,6 +186,8 @@ class ScriptHost:
             return None
         out = self.run_step(Go(stop=True), timeout_s)
         t.join(timeout=5.0)
+        if not t.is_alive():
+            self._names.give_back()
         return out
 
     # ================================================================== the script thread
@@ -214,6 +196,8 @@ class ScriptHost:
         sys.argv = [self.path, *self.args]
         folder = os.path.dirname(os.path.abspath(self.path))
         sys.path.insert(0, folder)
+        patches.bind(self)
+        self.env.enter()
         try:
             runpy.run_path(self.path, run_name="__main__")
         except StopIteration:
@@ -224,9 +208,10 @@ class ScriptHost:
             self._report(Outcome("usage", why=str(e)), wait=False)
             return
         except BaseException:  # the user's failure, sys.exit too: exit 2 with their traceback
-            self._report(Outcome("raised", why=_user_traceback()), wait=False)
+            self._report(Outcome("raised", why=user_traceback()), wait=False)
             return
         finally:
+            patches.unbind()
             sys.argv = argv
             if sys.path and sys.path[0] == folder:
                 sys.path.pop(0)
@@ -251,6 +236,7 @@ class ScriptHost:
                 self._feed.close()  # its DataLoader workers
             return
         self._rank, self._world = int(go.r), int(go.k)
+        self.env.moved(go.group, self._rank, self._world)  # the default group, RANK, the script's master_process
         assert self.position is not None
         self.position.moved_to(go.epoch, go.pos)
         self._step = int(go.step)
@@ -330,10 +316,13 @@ class ScriptHost:
     def register_data(self, dataset: Any, batch_size: int | None, collate_fn: Any, epochs: float | None,
                       loader: dict[str, Any]) -> None:
         if batch_size is not None and int(batch_size) != self.batch_size:
-            raise ScriptError(f"job.data(batch_size={batch_size}) differs from the spec's workload.batch_size "
-                              f"({self.batch_size}): give the same number in both, or leave it out of the script")
+            what = "job.randint's size" if type(dataset).__name__ == "Windows" else "job.data(batch_size=...)"
+            raise ScriptError(f"the script's batch size ({what}: {batch_size}) differs from the spec's "
+                              f"workload.batch_size ({self.batch_size}): give the same number in both (or leave it out "
+                              "of job.data())")
         self._feed = BatchFeed(dataset, collate_fn, **loader)
         self.position = StreamPosition(self._feed.n, self.seed, ordered=self._feed.ordered)
+        self._windows = isinstance(dataset, Windows)
 
     # ------------------------------------------------------------------ Backend: the step
     def forward_module(self, index: int = 0) -> Any:
@@ -384,18 +373,34 @@ class ScriptHost:
 
     def backward(self, loss: torch.Tensor) -> None:
         if self._void:  # the rest of a step dropped at an earlier commit point: nothing of it counts
-            loss.backward()
+            self._run_backward(loss.backward)
             return
         if self._go is None or self._stopped or self._between:
             raise ScriptError("job.backward() outside a step: take a batch from job.data() first")
-        d = loss.detach().float()
+        self._count_loss(loss)
+        self._run_backward(loss.backward)
+
+    def script_backward(self, tensor: torch.Tensor, run: Any) -> None:
+        """The script's own ``tensor.backward()`` (:mod:`~spotwise.elastic.patches`): a scalar's, in a
+        step, counts as ``job.backward(tensor)`` does; any other runs as it is."""
+        if self._in_backward or self._void or self._go is None or self._stopped or self._between \
+                or tensor.numel() != 1 or not tensor.requires_grad:
+            return run()
+        self._count_loss(tensor)
+        self._run_backward(run)
+
+    def _count_loss(self, loss: torch.Tensor) -> None:
+        d = loss.detach().float().reshape(())
         scale = self._scale()
         if scale is not None:  # a GradScaler's scaled loss: recorded unscaled (on the device, no read)
             d = d / scale.to(d.device)
         self._loss_sum = d.clone() if self._loss_sum is None else self._loss_sum + d
         self._loss_n += 1
+
+    def _run_backward(self, run: Any) -> None:
+        self._in_backward = True
         try:
-            loss.backward()
+            run()
         except RuntimeError as e:  # a collective DDP runs in the backward pass besides the buckets' (the
             # unused-parameter map): a lost peer fails the step, dropped at the commit, not the script
             rep = self.replica
@@ -405,6 +410,29 @@ class ScriptHost:
             if not reds or not comm_failure(e):
                 raise
             reds[0].state.failed = reds[0].state.failed or str(e)
+        finally:
+            self._in_backward = False
+
+    # ------------------------------------------------------------------ Backend: a torchrun script's calls
+    def init_process_group(self, backend: Any, world_size: int, rank: int) -> None:
+        self.env.init_process_group(backend, world_size, rank)
+
+    def wrap_ddp(self, kwargs: dict[str, Any]) -> Any:
+        """``DistributedDataParallel(module, **kwargs)`` in the script: the job's model (``job.model``)."""
+        from spotwise.elastic.job import init
+
+        module, find_unused = ddp_call(kwargs, self.device)
+        return init().model(module, find_unused_parameters=find_unused)
+
+    def boundary(self) -> bool:
+        """The top of a ``job.steps()`` loop: the job's next step begins here; False when the job is over."""
+        if self.position is None and threading.current_thread() is self._thread:
+            raise ScriptError("job.steps() before the script's first batch: a member that joins a running job learns "
+                              "the job's step at its first batch, so draw one before the loop (nanoGPT's "
+                              "`X, Y = get_batch('train')` above `while True`) or iterate job.data()")
+        self._looping = True
+        self._first_step()
+        return not self._stopped
 
     def log(self, metrics: dict[str, Any]) -> None:
         if self._between:  # after optimizer.step(), before the next batch: the values are that step's
@@ -421,6 +449,8 @@ class ScriptHost:
             return False
         if self._stopped:
             raise ScriptError("optimizer.step() after the job ended (the data iteration stopped): leave the loop")
+        if self._windows and not self._looping:
+            raise ScriptError(NEEDS_STEPS)
         if go is None or self._pulled == 0 or self._between:
             raise ScriptError("optimizer.step() before any batch of this step: take a batch from job.data() first")
         from spotwise.planes.collective.group import GroupFailed
@@ -535,27 +565,17 @@ class ScriptHost:
     def _drop(self, why: str) -> bool:
         """The step is dropped on every member: what its earlier commit points stepped goes back to
         where the step began, gradients are let go, the member thread regroups; the script's rest of
-        the step (a GAN's later commit points) trains nothing."""
+        the step (a GAN's later commit points) trains nothing, and a collective of the script's own
+        on the default group there returns this member's own values (its generation failed)."""
         self.points.rollback(self.scaler)
         for o in self.optimizers:
             o.zero_grad(set_to_none=True)
         self._pending = {}
         self._void = True
+        self.env.alone()  # the script's own collectives in the rest of the step: on this member alone
         self._end_step(Outcome("dropped", why=why))
         return False
 
     def _warn(self, msg: str) -> None:
         self.warnings.append(msg)
         print(f"spotwise: {msg}", file=sys.stderr, flush=True)
-
-
-def _user_traceback() -> str:
-    """The user's part of the current exception's traceback (frames inside spotwise left out)."""
-    et, ev, tb = sys.exc_info()
-    frames = [f for f in traceback.extract_tb(tb) if "/spotwise/" not in f.filename.replace("\\", "/")
-              or f.filename.endswith("runpy.py")]
-    frames = [f for f in frames if not f.filename.endswith("runpy.py")]
-    if not frames:  # raised by spotwise itself under the script: the whole traceback (a bug to report)
-        return traceback.format_exc().strip()
-    text = "".join(traceback.format_list(frames[-8:])) + "".join(traceback.format_exception_only(et, ev))
-    return text.strip()

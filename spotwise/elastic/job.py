@@ -13,6 +13,11 @@ A script converts in a few lines::
         optimizer.zero_grad()
         job.log(loss=loss)
 
+A script written for ``torchrun`` keeps its ``init_process_group``, ``DDP(model)``, ``RANK`` and
+``master_process`` (:mod:`spotwise.elastic.torchrun`, :mod:`spotwise.elastic.patches`): it converts
+with ``from spotwise import job``, ``job.optimizer(...)``, ``job.randint`` for its random windows
+and ``for iter_num in job.steps(n)`` (docs/own-loop.md).
+
 Started by ``spotwise run SPEC`` (``workload: {script: train.py}``) the script runs in every member
 of the collective plane (:mod:`spotwise.elastic.host`), in place of spotwise's own loop: the
 controller, market, policies, ledger, checkpoints, report and planner are those of every job.
@@ -47,6 +52,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from spotwise.elastic.amp import AmpStep, agree_found_inf
+from spotwise.workloads.device import to_device
 
 
 class Backend(Protocol):
@@ -68,6 +74,7 @@ class Backend(Protocol):
     def register_state(self, name: str, obj: Any) -> None: ...
     def register_scheduler(self, scheduler: Any) -> None: ...
     def next_batch(self) -> Any: ...
+    def boundary(self) -> bool: ...
     def backward(self, loss: torch.Tensor) -> None: ...
     def commit(self, amp: AmpStep | None = None, index: int = 0) -> bool: ...
     def log(self, metrics: dict[str, float]) -> None: ...
@@ -241,6 +248,11 @@ class Job:
         self._optimizers: list[ElasticOptimizer] = []
         self._schedulers: list[Any] = []
         self._state_names: set[str] = set()
+        #: :meth:`randint`'s window starts and draws per call, and the batches they come from
+        self._windows: tuple[int, int] | None = None
+        self._window_data: ElasticData | None = None
+        #: the script's job.steps() loop began
+        self._looping = False
 
     # ------------------------------------------------------------------ who and where
     @property
@@ -249,8 +261,20 @@ class Job:
         return self._backend.launched
 
     @property
+    def joining(self) -> bool:
+        """Whether this process does not start the job (``SPOTWISE_JOINING=1`` in its environment too):
+        a member that joins a running job, every member of a resumed run, the coordinator's probe.
+        Its model and optimizer state are replaced by the job's, so a script's own resume path
+        (loading its ``ckpt.pt``) is for the others: ``if job.joining: init_from = "scratch"``.
+        A fresh job's first members start it: they take its first generation's rank 0's state, as
+        ``DistributedDataParallel`` takes rank 0's."""
+        return bool(getattr(self._backend, "joining", False))
+
+    @property
     def rank(self) -> int:
-        """This member's index in the current generation (0 on its own); it changes at regroups."""
+        """This member's index in the current generation (0 on its own): the leader keeps rank 0 while
+        it lives, survivors keep their order at a regroup, joiners come after them.  Right from
+        :func:`init` on (torchrun's ``RANK`` says the same)."""
         return self._backend.rank
 
     @property
@@ -393,6 +417,49 @@ class Job:
         self._backend.register_data(dataset, batch_size, collate_fn, epochs,
                                     {"num_workers": num_workers, "prefetch": prefetch, "pin_memory": pin_memory})
         return ElasticData(self._backend, before_first=self._check_schedulers)
+
+    def randint(self, high: int, size: Any, *, generator: torch.Generator | None = None,
+                device: Any = None) -> torch.Tensor:
+        """``torch.randint(high, size)`` as nanoGPT draws window offsets (:mod:`~spotwise.elastic.windows`):
+        with gradients on, the step's ``size`` offsets from the job's data position over ``high``
+        window starts -- each start once per epoch, the same on a retry, a joiner and a resume;
+        under ``torch.no_grad()`` (an evaluation) and for the one batch drawn ahead of the
+        ``job.steps()`` loop, ``torch.randint`` itself.  Under spotwise the
+        number of draws is the spec's ``workload.batch_size``."""
+        from spotwise.elastic.windows import Windows, draws
+
+        shape, n = draws(size)
+        if not torch.is_grad_enabled():
+            return torch.randint(int(high), shape, generator=generator, device=device)
+        if self._windows is None:
+            if self._data_made:
+                raise RuntimeError("job.randint() draws the job's training data and the script already iterates "
+                                   "job.data(): use one of them")
+            self._window_data = self.data(Windows(int(high)), batch_size=n)
+            self._windows = (int(high), n)
+            if not self._looping:  # the batch drawn ahead, before the job.steps() loop: torch's own draw
+                return torch.randint(int(high), shape, generator=generator, device=device)
+        elif self._windows != (int(high), n):
+            raise ValueError(f"job.randint({high}, {size!r}): every training draw takes the same range and size as the "
+                             f"first (job.randint({self._windows[0]}, ({self._windows[1]},))) -- the job's data is "
+                             "one sequence of window starts")
+        assert self._window_data is not None
+        out = next(self._window_data).view(shape)
+        return out if device is None else to_device(out, torch.device(device))
+
+    def steps(self, n: int) -> Iterator[int]:
+        """``for iter_num in job.steps(n):`` -- the job's committed steps, ``job.step`` at the top of each
+        iteration, until ``n`` are committed or the job's target is reached (:mod:`~spotwise.elastic.windows`):
+        a dropped step comes again, a joiner starts at the job's step.  Under spotwise the script's
+        first batch is drawn before the loop (a member learns the job's step there)."""
+        from spotwise.elastic.windows import StepLoop
+
+        return StepLoop(self._backend, n, before_first=self._loop_begins)
+
+    def _loop_begins(self) -> None:
+        self._looping = True
+        if not self._started:
+            self._check_schedulers()
 
     def state(self, name: str, obj: Any) -> None:
         """Make ``obj`` (``state_dict()`` / ``load_state_dict()``: an EMA model, a teacher, a counter

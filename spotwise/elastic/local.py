@@ -35,6 +35,7 @@ class LocalBackend:
     """:class:`~spotwise.elastic.job.Backend` of a plain process (module docstring)."""
 
     launched = False
+    joining = False
     rank = 0
     world = 1
 
@@ -50,8 +51,9 @@ class LocalBackend:
 
             self.rank = int(os.environ.get("RANK", "0"))
             self.device = local_rank_device(self.device, int(os.environ.get("LOCAL_RANK", "0")))
-            if not dist.is_initialized():
-                dist.init_process_group(collective_backend(self.device))
+            # PyTorch's own group: the script's init_process_group, or ours when a model is wrapped
+            # (job.model) before it made one (a torchrun script that calls it after init() keeps its own)
+            self._dist = dist
         self.modules: list[torch.nn.Module] = []
         self.optimizers: list[torch.optim.Optimizer] = []
         #: the optimizers of each ``job.optimizer()`` call: the step's commit points
@@ -59,6 +61,8 @@ class LocalBackend:
         #: commit points stepped in the current step (it ends when every one has)
         self._stepped: set[int] = set()
         self.states: dict[str, Any] = {}
+        #: job.randint's windows, and whether the job.steps() loop began
+        self._windows = self._looping = False
         self._feed: Any = None
         self._per_step = 1
         self._pos: StreamPosition | None = None
@@ -79,11 +83,21 @@ class LocalBackend:
     def samples(self) -> int:
         return self._samples
 
+    def _group(self) -> None:
+        """PyTorch's process group under torchrun, made here if the script has not made its own."""
+        if not self._dist.is_initialized():
+            self._dist.init_process_group(collective_backend(self.device))
+
+    def boundary(self) -> bool:
+        self._looping = True
+        return True  # the data's end (epochs) stops the loop; a plain process has no job's target
+
     def register_model(self, module: torch.nn.Module, find_unused: bool) -> int:
         self.modules.append(module)
         if self.world > 1:
             from torch.nn.parallel import DistributedDataParallel
 
+            self._group()
             self.ddps.append(DistributedDataParallel(module, device_ids=ddp_device_ids(self.device),
                                                      find_unused_parameters=find_unused))
         return len(self.modules) - 1
@@ -120,6 +134,9 @@ class LocalBackend:
         if batch_size is None or int(batch_size) < 1:
             raise ValueError("job.data(dataset, batch_size=B) needs a positive batch size when the script runs on its "
                              "own (under spotwise it is the spec's workload.batch_size)")
+        from spotwise.elastic.windows import Windows
+
+        self._windows = isinstance(dataset, Windows)
         self._feed = BatchFeed(dataset, collate_fn, **loader)
         n = self._feed.n
         self._pos = StreamPosition(n, self.seed, ordered=self._feed.ordered)
@@ -129,6 +146,7 @@ class LocalBackend:
     def next_batch(self) -> Any:
         if self._pos is None:
             raise RuntimeError("iterate the object job.data() returned")
+
         if self.world > 1:  # torchrun: block r of each of the step's k batches, as a spotwise member takes
             k = self.world
             if self._end is not None and self._samples + self._pulled * k * self._b >= self._end:
@@ -154,6 +172,10 @@ class LocalBackend:
         loss.backward()
 
     def commit(self, amp: AmpStep | None = None, index: int = 0) -> bool:
+        if self._windows and not self._looping:
+            from spotwise.elastic.windows import NEEDS_STEPS
+
+            raise RuntimeError(NEEDS_STEPS)
         if self._pulled == 0:
             raise RuntimeError("optimizer.step() before any batch of this step: take a batch from job.data() first")
         group = self.groups[index]

@@ -100,6 +100,14 @@ def local_rank_device(device: torch.device, local_rank: int) -> torch.device:
     return out
 
 
+def device_index(device: torch.device) -> int:
+    """LOCAL_RANK for a member on ``device``: its CUDA index (the current device if none), else 0."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return 0
+    return int(device.index) if device.index is not None else int(torch.cuda.current_device())
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     """The device of ``model``'s first parameter (``cpu`` for a model without parameters)."""
     for p in model.parameters():

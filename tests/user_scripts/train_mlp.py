@@ -28,6 +28,9 @@ p.add_argument("--save", default=None, help="torch.save the final model state_di
 p.add_argument("--loader-workers", type=int, default=0, help="DataLoader worker processes building the batches")
 p.add_argument("--sched", action="store_true", help="warmup + cosine by torch's LambdaLR, registered with job.scheduler")
 p.add_argument("--pace", type=float, default=0.0, help="sleep this many seconds after each step (tests acting mid-run)")
+p.add_argument("--leader-eval-every", type=int, default=0, help="every N steps the leader alone evaluates (nanoGPT-style)")
+p.add_argument("--leader-eval-s", type=float, default=0.0, help="... for this many seconds (a slow eval or torch.save)")
+p.add_argument("--eval-log", default=None, help="append the step of each leader-only evaluation to this file")
 args = p.parse_args()
 
 torch.manual_seed(0)
@@ -62,6 +65,18 @@ for x, y, ids in job.data(data, batch_size=args.batch, epochs=args.epochs, num_w
     job.log(loss=loss, lr=opt.param_groups[0]["lr"])
     if args.pace:
         time.sleep(args.pace)
+    if args.leader_eval_every and job.step % args.leader_eval_every == 0 and job.is_leader:
+        # the leader alone evaluates between two steps while its peers wait in the next step
+        t_end = time.monotonic() + args.leader_eval_s
+        model.eval()
+        with torch.no_grad():
+            while time.monotonic() < t_end:
+                model(X)
+                time.sleep(0.05)
+        model.train()
+        if args.eval_log:
+            with open(args.eval_log, "a") as f:
+                f.write(f"{job.step}\n")
 if args.seen:
     with open(args.seen, "a") as f:
         f.write(json.dumps({"rank": job.rank, "steps": job.step, "samples": job.samples}) + "\n")

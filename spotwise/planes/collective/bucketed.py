@@ -75,6 +75,9 @@ class WeightedSum:
     #: buckets handed to the hook since the user loop's last commit (0 after a backward pass: the
     #: forward went around the wrapper, or every micro-batch ran under ``no_sync``)
     reduced: int = 0
+    #: a user loop's step: called before each bucket's all-reduce -- the generation's step gate
+    #: (:meth:`~spotwise.planes.collective.group.ElasticGroup.await_gate`), which raises if it did not pass
+    before: Any = None
 
     def __post_init__(self) -> None:
         if self.pg is None:
@@ -99,8 +102,10 @@ def tolerant_sum_hook(state, bucket):  # type: ignore[no-untyped-def]
     if state.weight != 1.0:
         buf.mul_(float(state.weight))
     try:
+        if state.before is not None:
+            state.before()  # every member at the step's gate before its first collective (raises if not)
         fut = state.pg.allreduce([buf]).get_future()
-    except RuntimeError as e:
+    except Exception as e:  # RuntimeError, or the gate's GroupFailed
         state.failed = str(e) or "the gradient all-reduce failed"
         done = torch.futures.Future()
         done.set_result(buf)

@@ -45,12 +45,13 @@ from typing import Any
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.dataplane import PlaneHost
+from spotwise.control.carried import refuse
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.sampler import EpochSampler
 from spotwise.control.sync import SyncStrategy, make_sync
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.heartbeat import ANSWER_MOST_S
-from spotwise.planes.collective.member import NO_LIMIT, Plan
+from spotwise.planes.collective.plan import NO_LIMIT, Plan, rank_order
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
 from spotwise.planes.collective.totals import CollectiveTotals
 from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
@@ -145,7 +146,9 @@ class CollectivePlane:
 
     def restore_state(self, state: dict[str, Any]) -> None:
         refuse_foreign_checkpoint(state, "collective")
-        self._draws = restored_draws(state.get("round_draws", []))
+        if "round_draws" not in state:  # a collective run's checkpoint always holds them (empty: none drawn ahead)
+            raise refuse("round_draws", "<absent>", "the round times drawn ahead (a list)")
+        self._draws = restored_draws(state["round_draws"])
         self.totals = CollectiveTotals.from_state(state)
 
     def begin(self) -> None:
@@ -245,7 +248,7 @@ class CollectivePlane:
     def _plan_differs(self) -> bool:
         job = self.job
         p = self._plan
-        return p is None or (p.strategy, p.lr, tuple(p.members)) != (job.sync, float(job.lr), tuple(sorted(job.members)))
+        return p is None or (p.strategy, p.lr, set(p.members)) != (job.sync, float(job.lr), set(job.members))
 
     # ================================================================== leases
     def _target_step(self) -> int:
@@ -489,7 +492,10 @@ class CollectivePlane:
             source = min(w for w, s in holding.items() if s == top)
         elif self.gen >= 0 and job.step > self.replicas.step:
             self._rollback()
-        members = sorted(job.members)
+        members = rank_order(self.gen_members, alive, job.members)  # the leader keeps rank 0 while it lives
+        start = not holding and job.step == 0  # nothing is committed: these members start the job
+        if start and job.spec.workload.script is not None:
+            source = members[0]  # a script's start, as DDP's: every member takes rank 0's state
         self.gen += 1
         for w in members:
             if w not in alive:  # a joiner (or every member, after a total loss)
@@ -511,7 +517,8 @@ class CollectivePlane:
                     eval_every=int(job.spec.workload.eval_every), replica_every=rep, checkpoint_every=ck,
                     replica_budget=float(job.spec.cluster.replica_budget or 0.0), max_step=self._target_step(),
                     lease=lease, transfer=transfer, reconcile="snapshot" if gossip else "roll-forward",
-                    rollback_to=committed if gossip else 0, schedule=self._schedule)
+                    rollback_to=committed if gossip else 0, schedule=self._schedule, start=start,
+                    planned=int(job.spec.cluster.workers))
         self.ctl.reset_lease(lease)
         if source < 0:  # no member holds the state: the controller's copy, handed over by actor calls
             self.copy.hand_over(members, self.gen, self._cursor.epoch, self._cursor.pos)
@@ -578,7 +585,8 @@ class CollectivePlane:
         if gossip:
             self._settle_partial(top)
         self.gen += 1
-        plan = Plan(gen=self.gen, members=tuple(sorted(alive)), source=source, strategy=job.sync,
+        order = tuple(rank_order(self.gen_members, alive, alive))
+        plan = Plan(gen=self.gen, members=order, source=source, strategy=job.sync,
                     local_steps=self.local_steps, lr=float(job.lr), batch=job.batch, logged=job.step, stop=True,
                     reconcile="snapshot" if gossip else "roll-forward", rollback_to=top if gossip else 0,
                     transfer=False)  # the leader (the source) sends the final replica; nobody trains after

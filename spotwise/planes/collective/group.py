@@ -12,6 +12,9 @@ over the same store, in the same processes, keeping their parameters in memory.
   instead of waiting for gloo's own timeout.  A *frozen* peer (SIGSTOP) closes
   no connection: the collective then fails after ``timeout_s`` (the process group's timeout), and
   the flag spreads that too.  The coordinator can raise the flag itself (a revocation notice).
+  ``timeout_s`` only measures waits *inside* a step: a member's work between two steps (a leader's
+  evaluation or save) is waited for at the *step gate* (:meth:`ElasticGroup.reach`,
+  :mod:`~spotwise.planes.collective.step_gate`) before the step's first collective.
 * **Regroup.**  After a failure each survivor reports itself alive for ``g`` with its last
   committed step (``alive/<g>/<member>``); the coordinator waits for every member whose process
   lives and whose heartbeat goes on, however slow (:mod:`~spotwise.planes.collective.heartbeat`:
@@ -40,19 +43,16 @@ of 4 is detected by every survivor in 31-36 ms and the next all-reduce of the 3 
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import secrets
-import socket
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from spotwise.planes.collective.step_gate import StepGate, flag_failed
 
 
 class GroupFailed(Exception):
@@ -90,140 +90,8 @@ class FlagCadence:
         return True
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address) resolves to loopback addresses only."""
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError:
-        return False
-    return bool(infos) and all(ipaddress.ip_address(i[4][0].split("%")[0]).is_loopback for i in infos)
-
-
-def listen_on(host: str, port: int = 0) -> socket.socket:
-    """A TCP socket bound to ``host`` only (not every interface) and listening; ``port`` 0 picks one."""
-    family, kind, proto, _, addr = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0]
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(addr)
-        sock.listen(socket.SOMAXCONN)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def gloo_device(store_host: str, local_host: str | None = None) -> Any:
-    """The gloo device a member's group listens on: the store's loopback address when the store is
-    on loopback (one machine: nothing outside it may reach the group); on a cluster the member's
-    own node address ``local_host`` (the address the Ray node uses); else gloo's default
-    (``GLOO_SOCKET_IFNAME`` or the hostname's address) -- ``None``."""
-    if is_loopback(store_host):
-        ip = socket.getaddrinfo(store_host, None, type=socket.SOCK_STREAM)[0][4][0]
-        return dist.ProcessGroupGloo.create_device(hostname=ip)
-    if local_host:
-        return dist.ProcessGroupGloo.create_device(hostname=local_host)
-    return None
-
-
-@dataclass(frozen=True)
-class StoreAddress:
-    """Where members find the coordinator's store, and the run's secret that names its keys."""
-
-    host: str
-    port: int
-    secret: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.host, str) or not self.host:
-            raise ValueError(f"StoreAddress.host must be a host name or address, got {self.host!r}")
-        if not (isinstance(self.port, int) and 0 < self.port < 65536):
-            raise ValueError(f"StoreAddress.port must be a TCP port (1-65535), got {self.port!r}")
-        if not (isinstance(self.secret, str) and len(self.secret) >= 32
-                and all(c in "0123456789abcdef" for c in self.secret)):
-            raise ValueError("StoreAddress.secret must be at least 32 hex digits (128 random bits)")
-
-    @property
-    def prefix(self) -> str:
-        return f"{self.secret}/"
-
-    def connect(self, timeout_s: float) -> Any:
-        """A client of the store, seeing only this run's keys (a PrefixStore of the secret)."""
-        raw = dist.TCPStore(self.host, int(self.port), is_master=False, timeout=timedelta(seconds=timeout_s))
-        return dist.PrefixStore(self.prefix, raw)
-
-    def __repr__(self) -> str:  # the secret stays out of logs and tracebacks
-        return f"StoreAddress(host={self.host!r}, port={self.port}, secret=<{len(self.secret)} hex digits>)"
-
-
-class GroupCoordinator:
-    """The store's owner (the job controller's side): announces generations and flags failures.
-
-    The store listens on ``host`` only (issue 18 item 6): torch's TCPStore binds every interface
-    (``::``) whatever host it is given, with either backend, and has no authentication; so it is
-    handed a socket already bound to ``host`` (``master_listen_fd``; the store owns it from then
-    on and closes it when destroyed).  ``127.0.0.1``, the default, keeps it on this machine.
-    """
-
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, timeout_s: float = 30.0) -> None:
-        sock = listen_on(host, port)
-        try:
-            self.server = dist.TCPStore(host, int(sock.getsockname()[1]), is_master=True,
-                                        timeout=timedelta(seconds=timeout_s), wait_for_workers=False,
-                                        master_listen_fd=sock.fileno(), use_libuv=True)
-        except BaseException:
-            sock.close()
-            raise
-        sock.detach()  # the store closes the descriptor itself
-        self.host, self.port = host, int(self.server.port)
-        #: what members need to reach this run's keys (the secret never leaves spotwise's processes)
-        self.address = StoreAddress(host, self.port, secrets.token_hex(16))
-        #: the run's view of the store: every key under the secret
-        self.store = dist.PrefixStore(self.address.prefix, self.server)
-
-    def announce(self, gen: int, members: list[int]) -> None:
-        """Generation ``gen`` is formed by ``members`` (member ids; rank = position in sorted order)."""
-        if len(set(members)) != len(members) or not members:
-            raise ValueError(f"a generation needs distinct members, got {members!r}")
-        self.store.set(f"members/{gen}", json.dumps(sorted(int(m) for m in members)))
-
-    def fail(self, gen: int, why: str = "coordinator") -> None:
-        """Abort generation ``gen`` everywhere (e.g. a revocation notice arrived)."""
-        self.store.set(f"fail/{gen}", why)
-
-    def alive(self, gen: int, members: list[int], timeout_s: float, poll_s: float = 0.002,
-              gone: Callable[[], set[int]] | None = None,
-              lost: Callable[[list[int]], list[int]] | None = None) -> dict[int, int]:
-        """Members of ``gen`` that reported alive (``member -> last committed step``).
-
-        ``gone`` (optional) names members known dead (their process or node is gone); ``lost``
-        (optional) names, of the members it is given, those whose heartbeat has been silent too long
-        (:mod:`~spotwise.planes.collective.heartbeat`).  The wait ends as soon as every member has
-        answered, is gone or is lost -- a member whose heartbeat goes on is waited for however slow
-        its answer (inside a long step, an evaluation, starved of CPU: it sees the failure only at its
-        next collective), up to ``timeout_s`` in all (a member that beats but never answers is hung).
-        Without ``lost``, a member is waited for ``timeout_s``.
-        """
-        deadline = time.monotonic() + timeout_s
-        keys = {m: f"alive/{gen}/{m}" for m in members}
-        next_gone = next_look = 0.0
-        dead: set[int] = set()
-        silent: set[int] = set()  # once lost, lost: a beat that comes back later is a new process's to show
-        pause = poll_s
-        while True:
-            have = {m: int(self.store.get(k)) for m, k in keys.items() if self.store.check([k])}
-            now = time.monotonic()
-            if gone is not None and now >= next_gone:
-                dead, next_gone = set(gone()), now + 0.05
-            pending = [m for m in keys if m not in have and m not in dead and m not in silent]
-            if pending and lost is not None and now >= next_look:
-                next_look = now + 0.1
-                silent |= set(lost(pending))
-                pending = [m for m in pending if m not in silent]
-            if not pending or now >= deadline:
-                return have
-            time.sleep(pause)
-            pause = min(0.02, pause * 1.2)  # a long wait for a slow member asks the store less often
+from spotwise.planes.collective.group_store import (GroupCoordinator, StoreAddress, gloo_device,  # noqa: F401,E402
+                                                   is_loopback, listen_on, node_address)  # (re-exported)
 
 
 #: groups whose pending work never ended: never destroyed (destroying them would end the process)
@@ -290,10 +158,23 @@ class ElasticGroup:
         #: the generation's backend as a ``torch.distributed.ProcessGroup`` (:meth:`process_group`)
         self._wrapped: Any = None
         self._prefix: Any = None
+        #: the generation's step gate (:meth:`reach`), and whether it read the fail flag since the last
+        #: collective (then the next collective's :meth:`_check` need not)
+        self.gate = StepGate(1)
+        self._gate_read = False
+        #: a gate opened for a step another thread computes (:meth:`open_gate`), its outcome and event
+        self._gate_open = False
+        self._gate_why: str | None = None
+        self._gate_done = threading.Event()
 
     @property
     def rank(self) -> int:
         return self.members.index(self.member)
+
+    @property
+    def gen_store(self) -> Any:
+        """The current generation's view of the store (its keys under ``g<gen>/``)."""
+        return self._prefix
 
     def wait_members(self, gen: int, timeout_s: float = 30.0) -> list[int]:
         """The members the coordinator announced for ``gen`` (blocks until announced)."""
@@ -302,12 +183,14 @@ class ElasticGroup:
         return [int(m) for m in json.loads(self.store.get(key))]
 
     def form(self, gen: int, members: list[int] | None = None) -> None:
-        """Join generation ``gen`` (its announced members unless given); blocks until all have joined."""
-        members = sorted(members) if members is not None else self.wait_members(gen)
+        """Join generation ``gen`` (its announced members unless given, in rank order: a plan's members
+        are, :func:`~spotwise.planes.collective.plan.rank_order`); blocks until all have joined."""
+        members = [int(m) for m in members] if members is not None else self.wait_members(gen)
         if self.member not in members:
             raise ValueError(f"member {self.member} is not in generation {gen}: {members}")
         self.abandon()
         self.gen, self.members = gen, members
+        self.gate, self._gate_read, self._gate_open = StepGate(len(members)), False, False
         prefix = self._prefix = dist.PrefixStore(f"g{gen}/", self.store)
         if self.backend == "nccl":
             self.pg = self._form_nccl(prefix)
@@ -385,7 +268,7 @@ class ElasticGroup:
                 time.sleep(pause)
             work.wait()
         except RuntimeError as e:
-            self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
+            self._flag(str(e))
             self.abandon(work)
             raise GroupFailed(str(e)) from None
 
@@ -409,16 +292,24 @@ class ElasticGroup:
                 # "Operation timed out!" is only the end of this poll slice; anything else (a closed
                 # connection, gloo's own timeout on a frozen peer) fails the generation
                 if "Operation timed out" not in str(e) or time.monotonic() > deadline:
-                    self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
+                    self._flag(str(e))
                     self.abandon(work)
                     raise GroupFailed(str(e)) from None
             if cadence.due() and self._failed_flag():
                 self.abandon(work)
                 raise GroupFailed(self.store.get(f"fail/{self.gen}").decode(errors="replace"))
 
+    def _flag(self, why: str) -> None:
+        """Fail this generation, saying which member and why (its flag and its gate)."""
+        flag_failed(self.store, int(self.gen if self.gen is not None else -1), f"member {self.member}: {why}")
+
     def _check(self) -> None:
         if self.pg is None:
             raise GroupFailed("no group formed")
+        self.await_gate()
+        if self._gate_read:  # the step's gate read the flag: the step's first collective need not
+            self._gate_read = False
+            return
         if self.check_every_s > 0:
             now = time.monotonic()
             if now < self._next_check:
@@ -427,6 +318,72 @@ class ElasticGroup:
         if self._failed_flag():
             self.abandon()
             raise GroupFailed(self.store.get(f"fail/{self.gen}").decode(errors="replace"))
+
+    # ------------------------------------------------------------------ the step gate (step_gate)
+    def _gate_failure(self, why: str | None) -> str | None:
+        """The message of a gate that did not pass (its generation failed, or its bound passed: then
+        this member fails the generation), else None."""
+        if why == "failed":
+            return self.store.get(f"fail/{self.gen}").decode(errors="replace")
+        if why == "timeout":
+            msg = (f"not every member reached step gate {self.gate.passed + 1} within {self.gate.bound_s:.0f} s "
+                   "(SPOTWISE_SCRIPT_STEP_TIMEOUT_S bounds a member's work between two steps)")
+            self._flag(msg)
+            return msg
+        return None
+
+    def reach(self) -> float:
+        """Wait at the step gate until every member of the generation is here
+        (:mod:`~spotwise.planes.collective.step_gate`): before a step whose first collective would
+        otherwise wait for a peer's between-step work.  Returns the seconds waited; raises
+        :class:`GroupFailed` if the generation failed, or after the gate's bound (then it fails it)."""
+        if self.pg is None or self.gen is None:
+            raise GroupFailed("no group formed")
+        msg = self._gate_failure(self.gate.reach(self.store, self.gen))
+        if msg is not None:
+            self.abandon()
+            raise GroupFailed(msg)
+        self._gate_read = True
+        return self.gate.waited_s
+
+    def open_gate(self) -> None:
+        """The step about to be handed to another thread (a user's loop) waits at the gate beside its
+        compute: its first collective (:meth:`await_gate`) waits until :meth:`pass_gate`, called on this
+        thread once the step is handed over, found every member there.  So the gate's round trips to
+        the store overlap the step's forward pass instead of delaying it."""
+        if self.pg is None or self.gen is None:
+            raise GroupFailed("no group formed")
+        self._gate_done.clear()
+        self._gate_why = None
+        self._gate_open = True
+
+    def pass_gate(self) -> None:
+        """The open gate's arrival and wait (this thread; see :meth:`open_gate`), never raising: the
+        step's collectives raise what it found."""
+        why: str | None = "the step gate was not passed"
+        try:
+            why = self._gate_failure(self.gate.reach(self.store, int(self.gen if self.gen is not None else -1)))
+        except Exception as e:  # the store is gone: the step's collectives fail with the reason
+            why = f"the step gate could not be read: {e}"
+        finally:
+            self._gate_why = why
+            self._gate_done.set()
+
+    def await_gate(self) -> None:
+        """Before a collective of a step whose gate is open: wait until it passed; :class:`GroupFailed`
+        if it did not (at every collective of the step).  Nothing when no gate is open (a built-in
+        workload's steps)."""
+        if not self._gate_open:
+            return
+        self._gate_done.wait()
+        if self._gate_why is not None:  # (it stays open: no collective of this step runs)
+            raise GroupFailed(self._gate_why)
+        self._gate_open = False
+        self._gate_read = True
+
+    def close_gate(self) -> None:
+        """The handed step is over (its thread is back between steps): no gate stays open."""
+        self._gate_open = False
 
     def allreduce(self, tensor: torch.Tensor) -> None:
         """Sum ``tensor`` over the generation's members, in place; :class:`GroupFailed` on a failure."""
@@ -450,7 +407,7 @@ class ElasticGroup:
             try:
                 work.wait(timedelta(seconds=self.timeout_s))
             except RuntimeError as e:
-                self.store.set(f"fail/{self.gen}", f"member {self.member}: {e}"[:200])
+                self._flag(str(e))
                 self.abandon(out, into)
                 raise GroupFailed(str(e)) from None
 
@@ -480,16 +437,17 @@ class ElasticGroup:
         """Raise this generation's fail flag (a collective failed on this member) and leave the group
         (:meth:`abandon`; ``pending``: what still holds its work objects); the caller raises
         :class:`GroupFailed`."""
-        self.store.set(f"fail/{self.gen}", f"member {self.member}: {why}"[:200])
+        self._flag(why)
         self.abandon(*[p for p in pending if p is not None])
 
     def failed(self) -> bool:
         """Whether the current generation was flagged failed (read from the store now)."""
         return self.gen is not None and self._failed_flag()
 
-    def report_alive(self, step: int) -> None:
-        """After a failure: tell the coordinator this member survived generation ``gen`` at ``step``."""
-        self.store.set(f"alive/{self.gen}/{self.member}", str(int(step)))
+    def report_alive(self, step: int, gen: int | None = None) -> None:
+        """After a failure: tell the coordinator this member survived generation ``gen`` (the current
+        one unless given: one that failed before this member formed it) at ``step``."""
+        self.store.set(f"alive/{self.gen if gen is None else int(gen)}/{self.member}", str(int(step)))
 
     def close(self) -> None:
         self.abandon()

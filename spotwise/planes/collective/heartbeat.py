@@ -11,7 +11,10 @@ dropping such a member rolled committed steps back once every member had been "l
 Each member's process runs a :class:`WorkBeat`: a daemon thread that, every :data:`BEAT_S`
 seconds, posts ``"<sequence> <cpu>"`` to the store on its own connection (a beat never queues
 behind the training thread's blocking store calls): a number that changes at every beat, and the
-CPU seconds its *training* thread (the one that started the beat) has used.  The thread needs the
+CPU seconds its *training* thread (the one that started the beat) has used -- followed by ``w``
+while the member runs the user's own code (a script's step, or its work between two steps: an
+evaluation, a ``torch.save``, a logger waiting on the network), which is work whatever CPU it uses
+and is bounded by the member itself (:data:`~spotwise.planes.collective.step_gate.STEP_TIMEOUT_S`).  The thread needs the
 GIL only for the few microseconds between two blocking calls (the store's calls release it, as
 torch's operators do while they compute), so neither a long step nor a starved core silences it;
 it lives in the member's own process, so a frozen process's beat stops with it.  A store call that
@@ -85,11 +88,17 @@ def beat_key(member: int) -> str:
     return f"beat/{int(member)}"
 
 
+#: the beat's last field while the member runs the user's code (module docstring)
+BUSY = "w"
+
+
 def beat_cpu(raw: str) -> float | None:
-    """The training thread's CPU seconds in a beat ``"<sequence> <cpu>"`` (a bare number is the CPU
-    too), or ``None``: a beat is untrusted input, and anything but a finite, non-negative number there
-    is no CPU reading."""
+    """The training thread's CPU seconds in a beat ``"<sequence> <cpu>[ w]"`` (a bare number is the
+    CPU too; ``-``: none), or ``None``: a beat is untrusted input, and anything but a finite,
+    non-negative number there is no CPU reading."""
     parts = raw.split()
+    if parts and parts[-1] == BUSY:
+        parts = parts[:-1]
     if not parts or len(parts) > 2:
         return None
     try:
@@ -99,17 +108,25 @@ def beat_cpu(raw: str) -> float | None:
     return cpu if math.isfinite(cpu) and cpu >= 0 else None
 
 
+def beat_busy(raw: str) -> bool:
+    """Whether a beat says its member runs the user's code (its last of three fields is ``w``)."""
+    parts = raw.split()
+    return len(parts) == 3 and parts[-1] == BUSY
+
+
 class WorkBeat:
     """A member's beat thread (module docstring); ``connect()`` opens its own store client."""
 
     def __init__(self, connect: Callable[[], Any], member: int, every_s: float = BEAT_S,
-                 give_up_s: float = GIVE_UP_S) -> None:
+                 give_up_s: float = GIVE_UP_S, busy: Callable[[], bool] | None = None) -> None:
         if not every_s > 0:
             raise ValueError(f"every_s must be > 0, got {every_s!r}")
         if not give_up_s > 0:
             raise ValueError(f"give_up_s must be > 0, got {give_up_s!r}")
         self._connect, self.member, self.every_s = connect, int(member), float(every_s)
         self.give_up_s = float(give_up_s)
+        #: whether the member runs the user's code now (read at each beat; None: never)
+        self.busy = busy
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: beats posted (the sequence number of the last one)
@@ -132,6 +149,8 @@ class WorkBeat:
                 if store is None:
                     store = self._connect()
                 value = str(self.beats + 1) + ("" if clock is None else f" {clock():.3f}")
+                if self.busy is not None and self.busy():
+                    value += (" -" if clock is None else "") + f" {BUSY}"
                 store.set(key, value)
                 self.beats += 1
                 failing_since = None
@@ -200,6 +219,8 @@ class BeatReader:
         self.liveness = Liveness(timeout_s, clock)
         #: member -> (its training thread's CPU seconds at the baseline, when the baseline was taken)
         self._last: dict[int, tuple[float, float]] = {}
+        #: member -> the beat :meth:`working` read last (a ``w`` beat counts once it is a new one)
+        self._raw: dict[int, str] = {}
 
     def _read(self, store: Any, member: int) -> str | None:
         key = beat_key(member)
@@ -222,18 +243,25 @@ class BeatReader:
     def forget(self, member: int) -> None:
         self.liveness.forget(member)
         self._last.pop(int(member), None)
+        self._raw.pop(int(member), None)
 
     def working(self, store: Any, members: list[int]) -> bool:
         """Whether the training thread of some member in ``members`` used at least :data:`MIN_WORK_S` CPU
         seconds since its baseline: the beat this reader saw when it last counted work, or at most
         :attr:`window_s` ago -- so a busy thread starved of CPU on a loaded machine, whose every beat adds
-        less than ``MIN_WORK_S``, still counts (a beat without a CPU reading counts as none).  The beats
-        read are liveness's too."""
+        less than ``MIN_WORK_S``, still counts (a beat without a CPU reading counts as none) -- or whose
+        beat, a new one since the last look, says it runs the user's code (``w``: its own evaluation
+        between two steps may sleep, wait on a disk or the network, and is bounded by its member).
+        The beats read are liveness's too."""
         now = self.clock()
         busy = False
         for m in members:
             raw = self._read(store, m)
             self.liveness.observe(m, raw)
+            if raw is not None and beat_busy(raw) and self._raw.get(m) != raw:
+                busy = True
+            if raw is not None:
+                self._raw[m] = raw
             cpu = None if raw is None else beat_cpu(raw)
             if cpu is None:
                 continue

@@ -70,11 +70,14 @@ from spotwise.planes.collective.faults import inject
 from spotwise.planes.collective.heartbeat import WorkBeat
 from spotwise.planes.collective.moving import whole_state_needed
 from spotwise.planes.collective.offers import OfferSchedule, ReplicaOffers
-from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
-from spotwise.planes.collective.plan import NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner  # noqa: F401  (re-exported)
+from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress, node_address
+from spotwise.planes.collective.plan import (NO_LIMIT, STRATEGIES, Plan, decode_lease, gossip_partner,  # noqa: F401  (re-exported)
+                                            leader_works_after)
+from spotwise.planes.collective.step_gate import flag_failed
+from spotwise.planes.collective.waits import until_failed, wait_lease
 from spotwise.planes.collective.replica import DataCursor, Replica
-from spotwise.planes.collective.script_member import (ScriptReplica, ScriptStopped, report_script_end, script_step,
-                                                     start_script, with_metrics)
+from spotwise.planes.collective.script_member import (ScriptReplica, ScriptStopped, prepare_script_member, ready_to_form,
+                                                     report_script_end, script_step, with_metrics)
 from spotwise.elastic.host import ScriptHost
 from spotwise.planes.collective.steps import Diverged, adpsgd_step, sma_step, ssgd_step  # noqa: F401  (Diverged re-exported)
 from spotwise.training import tensor_tree
@@ -94,17 +97,6 @@ BARRIER_EVERY = 8
 FLUSH_S = 0.005
 #: the leader looks for a replica request at most this often (seconds)
 CONTROL_S = 0.002
-
-
-def _node_address() -> str | None:
-    """The address of the Ray node this member runs on (its gloo groups listen there on a
-    cluster); ``None`` outside Ray."""
-    try:
-        import ray
-
-        return str(ray.util.get_node_ip_address()) if ray.is_initialized() else None
-    except Exception:  # pragma: no cover - Ray missing or not connected
-        return None
 
 
 #: why a member fails a fresh run's first generation: the workload built different initial parameters
@@ -127,8 +119,13 @@ class CollectiveMember:
         #: issue 41: the user's own loop (``workload.script``), run in a thread of this process
         self.host: ScriptHost | None = None
         self.replica: Replica | ScriptReplica
+        self.device, self.seed = dev, int(seed)
+        #: how a script that stopped before its first batch ended (issue 55: it starts at the first plan)
+        self.start_failed: Any = None
         if self.spec.script is not None:
-            self.host, self.replica, self.cursor = start_script(self.spec, dev, int(seed))
+            # started at its first plan, knowing its rank (script_member.ready_to_form); warm until then
+            self.replica, self.cursor = None, None  # type: ignore[assignment]
+            prepare_script_member()
         else:
             self.workload = make_workload(self.spec, seed)
             #: the model, the flat parameter and gradient buffers and the batches live on the device;
@@ -164,7 +161,8 @@ class CollectiveMember:
 
     # ------------------------------------------------------------------ actor plumbing
     def ready(self) -> dict[str, Any]:
-        return {"pid": self.pid, "n_params": self.replica.P, "n_train": self.cursor.n, "device": str(self.replica.device)}
+        return {"pid": self.pid, "n_params": getattr(self.replica, "P", None), "n_train": getattr(self.cursor, "n", None),
+                "device": str(self.device)}
 
     def promote(self) -> int:
         """Leave standby: every thread back to normal CPU priority (see
@@ -197,13 +195,16 @@ class CollectiveMember:
         exits, freezes or is held up (:mod:`~spotwise.planes.collective.faults`).
         """
         g = ElasticGroup(address, member, timeout_s=timeout_s, poll_s=0.005, check_every_s=CONTROL_S,
-                         rendezvous_timeout_s=timeout_s, local_host=_node_address(),
-                         backend=collective_backend(self.replica.device))
+                         rendezvous_timeout_s=timeout_s, local_host=node_address(),
+                         backend=collective_backend(self.device))
         self.member = int(member)
         self._fault = dict(fault) if fault else None
-        beat = WorkBeat(lambda: address.connect(timeout_s), self.member)
+        host = self.host  # a script's own code at work shows in the beat (however little CPU it uses)
+        beat = WorkBeat(lambda: address.connect(timeout_s), self.member,
+                        busy=None if host is None else (lambda: host.running))
         if self.offers is None:
-            self.offers = ReplicaOffers(self.replica.device, lambda: address.connect(timeout_s))
+            self.offers = ReplicaOffers(self.device, lambda: address.connect(timeout_s))
+        self.address = address
         beat.start()  # the controller sees this member at work through a long step (a compile)
         try:
             return self._run(g, gen)
@@ -222,9 +223,12 @@ class CollectiveMember:
             self._timing["plan"] = time.time()
             if plan is None or self.member not in plan.members:
                 g.close()
-                self.replica.close()
+                if self.replica is not None:  # (a script that never started has none)
+                    self.replica.close()
                 return {"member": self.member, "step": self.step, "gen": gen, "left": True, "regroups": regroups}
             try:
+                if self.spec.script is not None:  # started at its first plan; every member ready to form
+                    ready_to_form(self, g, plan)
                 self._form(g, plan)
                 self._timing["formed"] = time.time()
                 self._take_state(g, plan)
@@ -246,13 +250,14 @@ class CollectiveMember:
                     return {"member": self.member, "step": self.step, "gen": gen, "left": False, "regroups": regroups}
                 self._train(g, plan)
             except GroupFailed:
-                self.replica.unbind()  # the next generation's S-SGD steps wrap the model anew
-                self.replica.reset_loader()  # the next generation expects its own blocks
+                if self.replica is not None:
+                    self.replica.unbind()  # the next generation's S-SGD steps wrap the model anew
+                    self.replica.reset_loader()  # the next generation expects its own blocks
                 self._timing = {"failed": time.time()}
                 # S-SGD / S-MA: the last step this member committed (the coordinator rolls forward);
                 # AD-PSGD: the last barrier it completed (the coordinator rolls back to it)
                 g.report_alive(-1 if not self._has_state else
-                               self._barrier_done if self._strategy == "adpsgd" else self.step)
+                               self._barrier_done if self._strategy == "adpsgd" else self.step, gen=plan.gen)
                 regroups += 1
                 gen += 1
 
@@ -274,7 +279,7 @@ class CollectiveMember:
         try:
             g.form(plan.gen, list(plan.members))
         except RuntimeError as e:  # a member never came to the rendezvous (gloo's timeout)
-            g.store.set(f"fail/{plan.gen}", f"member {self.member}: forming failed: {e}"[:200])
+            flag_failed(g.store, plan.gen, f"member {self.member}: forming failed: {e}")
             raise GroupFailed(str(e)) from None
 
     def _take_state(self, g: ElasticGroup, plan: Plan) -> None:
@@ -299,7 +304,7 @@ class CollectiveMember:
                 self._inbox.pop(plan.gen, None)
             if params is None:  # a fresh run: the coordinator's parameters are this member's initial ones
                 if tensor_tree.digest(rep.flat) != head.get("digest"):
-                    g.store.set(f"fail/{plan.gen}", f"member {self.member}: {INIT_DIFFERS}"[:200])
+                    flag_failed(g.store, plan.gen, f"member {self.member}: {INIT_DIFFERS}")
                     raise GroupFailed(INIT_DIFFERS)
             else:
                 rep.set_params(params)
@@ -336,7 +341,7 @@ class CollectiveMember:
             if got is not None:
                 return got
             if g.failed() or time.monotonic() > deadline:
-                g.store.set(f"fail/{plan.gen}", f"member {self.member}: no starting state arrived"[:200])
+                flag_failed(g.store, plan.gen, f"member {self.member}: no starting state arrived")
                 raise GroupFailed("no starting state arrived")
             time.sleep(0.002)
 
@@ -380,6 +385,11 @@ class CollectiveMember:
         if gossip:
             self._sent = self.step  # the steps up to here were sent at their barriers
         first = True
+        #: a user's loop runs its own code between every two steps: each of its steps passes the step
+        #: gate (:func:`script_step`, beside the script's compute); a built-in workload's between-step
+        #: work is the leader's evaluation and checkpoint, on the steps the plan names
+        #: (:func:`leader_works_after`), where every member waits at the gate before the step
+        gate_each = self.host is not None
         if self.replica.loader is not None:
             self.replica.expect(self._planned_blocks(plan))
         clock = self.replica.clock
@@ -389,12 +399,15 @@ class CollectiveMember:
             if self.step >= lease or self.step >= plan.max_step:
                 t_wait = time.perf_counter()
                 if gossip:
+                    if leader_works_after(plan, self.step):
+                        g.reach()
                     self._barrier(g)  # every member sends its own records, after the barrier
                 else:
-                    g.allreduce(self.replica.tensor([1.0]))  # every member reached this step: its records are final
+                    g.reach()  # every member reached this step: its records are final
                     if leader:
                         self._send_records(g, self._sent, self.step)
-                lease = self._wait_lease(g, plan, leader)
+                lease = wait_lease(g, plan, self.member, self.step, (lambda: self._serve_want(g)) if leader else None,
+                                   gate_each)
                 clock.add("wait", time.perf_counter() - t_wait)
                 continue
             if self._fault and self.step == int(self._fault["step"]):
@@ -402,6 +415,10 @@ class CollectiveMember:
             if leader and time.monotonic() >= next_ctl:
                 next_ctl = time.monotonic() + CONTROL_S
                 self._serve_want(g)
+            if not gate_each and leader_works_after(plan, self.step):
+                # every member here before the step's first collective: the leader's work between two
+                # steps is waited for at the gate, never inside a collective's timeout (step_gate)
+                clock.add("wait", g.reach())
             if first:
                 self._timing["step_start"] = time.time()
             t_step, timed = time.perf_counter(), sum(clock.spent.values())
@@ -429,6 +446,8 @@ class CollectiveMember:
             self._records.append(rec)
             if gossip:
                 if self.step % BARRIER_EVERY == 0:
+                    if leader_works_after(plan, self.step):
+                        g.reach()
                     self._barrier(g)
                 continue
             if leader and time.monotonic() >= next_flush:
@@ -472,11 +491,8 @@ class CollectiveMember:
 
     def _script_step(self, g: ElasticGroup, plan: Plan) -> dict[str, Any]:
         """A step of the user's own loop (:func:`~spotwise.planes.collective.script_member.script_step`)."""
-        assert self.host is not None and isinstance(self.replica, ScriptReplica)
         out = script_step(self.host, self.replica, g, self.cursor, len(plan.members), plan.members.index(self.member),
-                          self.step)
-        if out.kind == "diverged":
-            raise Diverged(out.why)
+                          self.step)  # (Diverged: every member saw the same all-reduced loss)
         self.step += 1
         return with_metrics(self._record(plan, out.loss, out.samples), out)
 
@@ -507,24 +523,6 @@ class CollectiveMember:
         self._send_records(g, self._sent, self.step)
 
     # ------------------------------------------------------------------ talking to the coordinator
-    def _wait_lease(self, g: ElasticGroup, plan: Plan, leader: bool) -> int:
-        """Wait at the lease until the coordinator raises it; :class:`GroupFailed` if it fails the generation."""
-        pause = 0.0002
-        while True:
-            if g.failed():
-                why = g.store.get(f"fail/{plan.gen}").decode(errors="replace")
-                g.abandon()
-                raise GroupFailed(why)
-            lease, revoked = decode_lease(g.store.get("lease"))
-            if lease > self.step and self.step < plan.max_step:
-                if self.member in revoked:  # revoked inside the next step: it contributes nothing to it
-                    self._until_failed(g, plan, leader)
-                return lease
-            if leader:
-                self._serve_want(g)
-            time.sleep(pause)
-            pause = min(0.005, pause * 1.5)
-
     def _halt(self, g: ElasticGroup, plan: Plan, leader: bool, why: str) -> None:
         """A step diverged (every member saw the same all-reduced loss): commit nothing more.  The
         leader sends the records up to the last good step and one ``nonfinite`` record; every member
@@ -537,15 +535,7 @@ class CollectiveMember:
         self._until_failed(g, plan, leader)
 
     def _until_failed(self, g: ElasticGroup, plan: Plan, leader: bool) -> None:
-        """Wait (the leader serving replica requests) until the coordinator ends the generation."""
-        while True:
-            if g.failed():
-                reason = g.store.get(f"fail/{plan.gen}").decode(errors="replace")
-                g.abandon()
-                raise GroupFailed(reason)
-            if leader:
-                self._serve_want(g)
-            time.sleep(0.005)
+        until_failed(g, (lambda: self._serve_want(g)) if leader else None)
 
     def _serve_want(self, g: ElasticGroup) -> None:
         want = int(g.store.add("want", 0))
@@ -564,8 +554,9 @@ class CollectiveMember:
         head = {"step": self.step, "epoch": self.cursor.epoch, "pos": self.cursor.pos, "why": why,
                 "member": self.member, "want": self._want_served}
         # the moving part only: frozen parameters are the coordinator's own (issue 41 item 3)
-        spent = offers.offer(head, rep.fm.moving_views(), rep.extra_state() if rep.has_extra else None,
-                             wait=why == "final")
+        whole, self.offer_whole = getattr(self, "offer_whole", False), False  # a fresh script job's first: frozen too
+        spent = offers.offer(head, [rep.flat] if whole else rep.fm.moving_views(),
+                             rep.extra_state() if rep.has_extra else None, wait=why == "final")
         if why == "periodic":
             self._offer_schedule.offered(self.step)
             # the cost of an offer: the previous one's, now complete (this thread's seconds and the

@@ -20,6 +20,7 @@ class Plan:
     """What generation ``gen`` does; the coordinator writes it, every member reads it."""
 
     gen: int
+    #: the members in rank order (:func:`rank_order`: the leader keeps rank 0)
     members: tuple[int, ...]
     #: the member whose replica everyone takes; -1: the coordinator's replica (``init/<gen>``)
     source: int
@@ -54,6 +55,11 @@ class Plan:
     schedule: dict[str, Any] | None = None
     #: the last generation: the source sends its records and a final replica, and all leave
     stop: bool = False
+    #: this generation starts the job (no committed state exists: a fresh run's step 0); its members
+    #: are the ones that start it (a training script's ``job.joining`` is false only there)
+    start: bool = False
+    #: the job's planned number of members (``cluster.workers``): what WORLD_SIZE says at a script's start
+    planned: int = 0
 
     def __post_init__(self) -> None:
         if not self.members or len(set(self.members)) != len(self.members):
@@ -69,7 +75,7 @@ class Plan:
 
     @property
     def leader(self) -> int:
-        return self.source if self.source >= 0 else min(self.members)
+        return self.source if self.source >= 0 else self.members[0]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -77,8 +83,26 @@ class Plan:
     @classmethod
     def from_json(cls, text: str | bytes) -> Plan:
         d = json.loads(text)
-        d["members"] = tuple(sorted(int(m) for m in d["members"]))
+        d["members"] = tuple(int(m) for m in d["members"])  # in rank order
         return cls(**d)
+
+
+def leader_works_after(plan: Plan, step: int) -> bool:
+    """Whether the leader works between ``step`` and the next step on the plan's own schedule -- it
+    evaluates (``eval_every``) or offers a checkpoint's replica (``checkpoint_every``) -- so every
+    member waits for it at the step gate (:mod:`~spotwise.planes.collective.step_gate`), not in the
+    next step's first collective.  The same answer on every member."""
+    s = int(step)
+    return s > 0 and any(every > 0 and s % every == 0 for every in (plan.eval_every, plan.checkpoint_every))
+
+
+def rank_order(previous: list[int] | tuple[int, ...], survivors: Any, members: Any) -> list[int]:
+    """The next generation's ``members`` in rank order (issue 55 item 2): the ``survivors`` of the
+    previous generation in their ``previous`` order -- so the leader keeps rank 0 while it lives, and
+    when it is lost the survivor that was next becomes rank 0 -- then the others (joiners, a slot's
+    new process) by slot.  A member's rank changes only when a member before it leaves."""
+    kept = [int(w) for w in previous if w in survivors and w in members]
+    return kept + sorted(int(w) for w in members if w not in kept)
 
 
 def gossip_partner(gen: int, step: int, k: int, rank: int) -> int | None:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed, StoreAddress
+from spotwise.planes.collective.step_gate import flag_failed
 
 
 def member_main(address: StoreAddress, member: int, out: Any, rounds: int, size: int = 100_000, timeout_s: float = 2.0,
@@ -61,7 +62,7 @@ def member_main(address: StoreAddress, member: int, out: Any, rounds: int, size:
                 except GroupFailed:
                     continue
                 except RuntimeError as e:  # gloo could not connect the generation in time
-                    g.store.set(f"fail/{gen}", f"member {member}: {e}"[:200])
+                    flag_failed(g.store, gen, f"member {member}: {e}")
             recoveries.append(time.perf_counter() - t_fail)
         out.put(("step", member, gen, step, float(y[0]), len(g.members), time.time()))
         step += 1

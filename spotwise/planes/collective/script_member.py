@@ -16,21 +16,22 @@ wait for its outcome, and turn it into the member's record (or a failed generati
 
 from __future__ import annotations
 
-import os
+import time
 from typing import Any
 
 import torch
 
 from spotwise.control.phases import PhaseClock
 from spotwise.elastic.host import TAIL_HEAD, Go, Outcome, Parts, ScriptHost
+from spotwise.elastic.torchrun import Place
 from spotwise.planes.collective.group import ElasticGroup, GroupFailed
+from spotwise.planes.collective.plan import Plan
 from spotwise.planes.collective.replica import DataCursor
+from spotwise.planes.collective.step_gate import STEP_TIMEOUT_S
+from spotwise.planes.collective.steps import Diverged
 from spotwise.training.state import FlatModel
-from spotwise.workloads.device import GpuBusy, to_device
+from spotwise.workloads.device import GpuBusy, device_index, to_device
 
-#: seconds a script may take between being handed a step and committing it (its first step
-#: compiles, loads, warms up); then the member reports it as not calling optimizer.step()
-STEP_TIMEOUT_S = float(os.environ.get("SPOTWISE_SCRIPT_STEP_TIMEOUT_S", "900"))
 
 
 class ScriptStopped(Exception):
@@ -87,6 +88,7 @@ class ScriptReplica:
                 if any(q.requires_grad for q in m.parameters()):
                     red = BucketedReducer(m, pg, int(group.gen), self.device, find_unused=unused, hook=tolerant_sum_hook)
                     red.state.weight = share
+                    red.state.before = group.await_gate
                 self.reducers.append(red)
             self._gen = int(group.gen)
 
@@ -181,7 +183,7 @@ class ScriptReplica:
         if opts and len(opts) != len(self.optimizers):
             raise ValueError(f"the state holds {len(opts)} optimizers, the script has {len(self.optimizers)}")
         for o, sd in zip(self.optimizers, opts):
-            o.load_state_dict(sd)
+            load_keeping_groups(o, sd)
         for name, sd in (extra.get("states") or {}).items():
             if name in self.states:
                 self.states[name].load_state_dict(sd)
@@ -201,40 +203,115 @@ class ScriptReplica:
             self.host.stop()
 
 
+def load_keeping_groups(optimizer: torch.optim.Optimizer, sd: dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(sd)`` into the parameter-group dicts the optimizer has: PyTorch's
+    makes new ones, and the script may hold the old -- ``set_rates(optimizer.param_groups, ...)``
+    with the list taken before the call that let the member load the job's state (a joiner's first
+    step, a fresh job's rank-0 state) -- and would set its learning rate where nothing reads it."""
+    kept = list(optimizer.param_groups)
+    optimizer.load_state_dict(sd)
+    for i, (old, new) in enumerate(zip(kept, optimizer.param_groups)):
+        if old is not new:
+            old.clear()
+            old.update(new)
+            optimizer.param_groups[i] = old
+
+
 def script_step(host: ScriptHost, rep: ScriptReplica, g: ElasticGroup, cursor: DataCursor, k: int, r: int,
                 step: int) -> Outcome:
     """Hand the script one step and return its outcome: committed (the cursor moved past the step's
-    samples) or diverged; :class:`GroupFailed` if the step was dropped, :class:`ScriptStopped` if the
-    script is over."""
+    samples); :class:`GroupFailed` if the step was dropped, :class:`ScriptStopped` if the script is
+    over, :class:`~spotwise.planes.collective.steps.Diverged` if its loss is not finite."""
     rep.bind(g)
     go = Go(group=g, k=k, r=r, step=step, epoch=cursor.epoch, pos=cursor.pos)
-    out = host.run_step(go, STEP_TIMEOUT_S)
+    # the step gate (step_gate): every member here before the step's first collective, so the others'
+    # work between two steps (the leader's evaluation) is waited for there, not inside a collective's
+    # timeout; this thread waits at it while the script computes its forward pass
+    g.open_gate()
+    try:
+        out = host.run_step(go, STEP_TIMEOUT_S, beside=g.pass_gate)
+    finally:
+        g.close_gate()
     if out.kind == "committed":
         cursor.epoch, cursor.pos = divmod(cursor.epoch * cursor.n + cursor.pos + int(out.samples), cursor.n)
         return out
     if out.kind == "diverged":  # every member saw the same all-reduced loss: the member halts
-        return out
+        raise Diverged(out.why)
     if out.kind == "dropped":
         g.fail(out.why, rep.unbind())
         raise GroupFailed(out.why)
     raise ScriptStopped(out)
 
 
-def start_script(spec: Any, device: torch.device, seed: int) -> tuple[ScriptHost, ScriptReplica, DataCursor]:
-    """A member's script: started in its thread, run to its first batch; its replica and data cursor."""
+def prepare_script_member() -> None:
+    """What a script member loads before its script starts (at its first plan): DDP's machinery and
+    the ``torch.distributed`` names a torchrun script calls (:mod:`~spotwise.elastic.patches`)."""
+    from spotwise.elastic import patches
     from spotwise.planes.collective.bucketed import load_ddp_machinery
 
     load_ddp_machinery()
-    host = ScriptHost(spec.script, spec.args, device, int(seed), int(spec.batch_size))
+    patches.install()  # (for the life of the member's process)
+
+
+def place_of(plan: Plan, member: int, address: Any, device: torch.device) -> Place:
+    """Where ``member`` is in ``plan``'s generation, as torchrun's environment says it: its rank (the
+    plan's members are in rank order), the generation's size, the job's planned size, its device
+    index, the store's address, and whether it starts the job (``plan.start``) or joins it."""
+    k = len(plan.members)
+    return Place(plan.members.index(member), k, max(k, int(plan.planned)), device_index(device), str(address.host),
+                 int(address.port), joining=not plan.start)
+
+
+def start_script(spec: Any, device: torch.device, seed: int,
+                 place: Place | None = None) -> tuple[ScriptHost, ScriptReplica, DataCursor]:
+    """A member's script: started in its thread with torchrun's environment for ``place``, run to its
+    first batch; its replica and data cursor.  :class:`ScriptStopped` if it ended before."""
+    prepare_script_member()
+    host = ScriptHost(spec.script, spec.args, device, int(seed), int(spec.batch_size), place=place)
     host.start()
     first = host.wait_registered(STEP_TIMEOUT_S)
     if first.kind != "registered":
-        raise RuntimeError(f"the training script {spec.script} stopped before its first batch: {first.why}")
+        raise ScriptStopped(first)
     parts = host.parts()
     rep = ScriptReplica(parts, device)
     host.replica, rep.host = rep, host
     #: the script's data: a step takes the next k * A * b positions of the epochs' orders
     return host, rep, DataCursor(parts.n_train, int(seed), ordered=parts.ordered)
+
+
+def ready_to_form(m: Any, g: ElasticGroup, plan: Plan) -> None:
+    """Before member ``m`` (a :class:`~spotwise.planes.collective.member.CollectiveMember` of a script
+    job) forms ``plan``'s generation: its script runs to its first batch -- started now, at the
+    first plan it sees, so it knows its rank (:func:`place_of`) -- and then every member of the plan
+    is waited for (a joiner's script builds its model while the others wait here, not inside gloo's
+    rendezvous, whose timeout is the group's).  A script that stops before its first batch ends the
+    run: a ``script`` record, and the generation fails (:class:`GroupFailed`)."""
+    if m.host is None and m.start_failed is None:
+        try:
+            m.host, m.replica, m.cursor = start_script(m.spec, m.device, m.seed, place_of(plan, m.member, m.address,
+                                                                                             m.device))
+        except ScriptStopped as e:  # (returning before the first batch is no end of the job)
+            out = e.outcome
+            m.start_failed = out if out.kind != "ended" else Outcome("usage", why="the script returned before its first "
+                                                                      "batch in this member")
+    if m.start_failed is not None:
+        report_script_end(g, plan, m.member, m.step, m.start_failed)
+        g.store.set(f"fail/{plan.gen}", f"member {m.member}: the script stopped before its first batch"[:200])
+        raise GroupFailed("the script stopped before its first batch")
+    # a fresh job's first generation takes its rank 0's state: the leader's first offer carries it whole
+    m.offer_whole = bool(plan.start and plan.source == m.member)
+    g.store.set(f"ready/{plan.gen}/{m.member}", "1")
+    keys = [f"ready/{plan.gen}/{w}" for w in plan.members]
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    pause = 0.001
+    while not g.store.check(keys):
+        if g.store.check([f"fail/{plan.gen}"]):
+            raise GroupFailed(g.store.get(f"fail/{plan.gen}").decode(errors="replace"))
+        if time.monotonic() > deadline:
+            g.store.set(f"fail/{plan.gen}", f"member {m.member}: a member's script did not reach its first batch")
+            raise GroupFailed("a member's script did not reach its first batch")
+        time.sleep(pause)
+        pause = min(0.02, pause * 1.5)
 
 
 def with_metrics(rec: dict[str, Any], out: Outcome) -> dict[str, Any]:

@@ -12,8 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from spotwise.control.carried import count, durations, number_map, section
+from spotwise.control.carried import count, durations, exact, number_map
 from spotwise.control.phases import PhaseTotals
+
+
+#: the keys of a checkpoint's ``plane_carried`` on the collective plane
+_KEYS = ("phases", "metrics", "join_ms", "regroup_ms", "regroups", "rolled_back_steps")
 
 
 @dataclasses.dataclass
@@ -41,14 +45,14 @@ class CollectiveTotals:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "CollectiveTotals":
-        """The totals a checkpoint's state carries (none: a checkpoint written before they were carried)."""
-        carried = section(state, "plane_carried")
-        return cls(phases=PhaseTotals.from_state(carried.get("phases")),
-                   metrics=number_map(carried.get("metrics", {}), "plane_carried.metrics"),
-                   join_ms=durations(carried.get("join_ms", []), "plane_carried.join_ms"),
-                   regroup_ms=durations(carried.get("regroup_ms", []), "plane_carried.regroup_ms"),
-                   regroups=count(carried.get("regroups", 0), "plane_carried.regroups"),
-                   rolled_back_steps=count(carried.get("rolled_back_steps", 0), "plane_carried.rolled_back_steps"))
+        """The totals a checkpoint's state carries (exactly :meth:`state`'s keys, each checked)."""
+        carried = exact(state.get("plane_carried"), "plane_carried", _KEYS)
+        return cls(phases=PhaseTotals.from_state(carried["phases"]),
+                   metrics=number_map(carried["metrics"], "plane_carried.metrics"),
+                   join_ms=durations(carried["join_ms"], "plane_carried.join_ms"),
+                   regroup_ms=durations(carried["regroup_ms"], "plane_carried.regroup_ms"),
+                   regroups=count(carried["regroups"], "plane_carried.regroups"),
+                   rolled_back_steps=count(carried["rolled_back_steps"], "plane_carried.rolled_back_steps"))
 
     def summary(self) -> dict[str, Any]:
         """The summary's ``extra`` fields these make."""

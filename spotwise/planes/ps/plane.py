@@ -42,7 +42,7 @@ import numpy as np
 from spotwise.config import COLLECTIVE_SYNC_MODES, JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.dataplane import PlaneHost
-from spotwise.control.carried import section
+from spotwise.control.carried import exact
 from spotwise.control.phases import BUSY, PhaseTotals
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.clock import ReadyFn
@@ -117,7 +117,7 @@ class ParameterServerPlane:
 
     def restore_state(self, state: dict[str, Any]) -> None:
         refuse_foreign_checkpoint(state, "ps")
-        self.phases = PhaseTotals.from_state(section(state, "plane_carried").get("phases"))
+        self.phases = PhaseTotals.from_state(exact(state.get("plane_carried"), "plane_carried", ("phases",))["phases"])
 
     def begin(self) -> None:
         return None

@@ -11,6 +11,8 @@ the dataset.
 
 from __future__ import annotations
 
+import atexit
+import copy
 import logging
 import sys
 from pathlib import Path
@@ -20,11 +22,18 @@ from spotwise.errors import InputError
 from spotwise.inputfiles import read_input_text
 from spotwise.safeparse import load_yaml
 
+#: list-and-delete passes over one storage prefix at the end of a run
+_CLEAN_PASSES = 3
+
+
+#: the Lithops backend the functions run on when no config names one
+DEFAULT_BACKEND = "localhost"
+
 
 def localhost_config(max_workers: int) -> dict[str, Any]:
     """Lithops config for the ``localhost`` backend with this interpreter and enough processes."""
     return {
-        "lithops": {"backend": "localhost", "storage": "localhost", "log_level": "WARNING", "monitoring_interval": 0.1},
+        "lithops": {"backend": DEFAULT_BACKEND, "storage": "localhost", "log_level": "WARNING", "monitoring_interval": 0.1},
         "localhost": {"runtime": sys.executable, "worker_processes": max(2, int(max_workers))},
     }
 
@@ -50,8 +59,13 @@ class LithopsBackend:
         except ImportError:  # pragma: no cover - lithops is a dependency
             raise InputError("lithops is not installed", "pip install lithops (it comes with spotwise)", "lithops") from None
         logging.getLogger("lithops").setLevel(logging.ERROR)
-        self.config = config or localhost_config(max_workers)
-        self.name = str(self.config.get("lithops", {}).get("backend", "localhost"))
+        self.config = copy.deepcopy(config) if config else localhost_config(max_workers)
+        section = self.config.setdefault("lithops", {})
+        #: whether the jobs' data is deleted at the end (Lithops's ``data_cleaner``, on unless the config
+        #: turns it off): by :meth:`_clean_job_data` in this process, never by Lithops's cleaner process
+        self.clean_data = bool(section.get("data_cleaner", True))
+        section["data_cleaner"] = False
+        self.name = str(section.get("backend", DEFAULT_BACKEND))
         #: the functions run on this machine as this user: they can read a 0600 file of ours, so
         #: secrets travel as a path to one and never in Lithops's job data (world-readable files
         #: under /tmp/lithops-$USER on localhost)
@@ -98,6 +112,35 @@ class LithopsBackend:
             except Exception:
                 pass
         try:
-            self.executor.clean(clean_cloudobjects=True)
-        except Exception:
+            atexit.unregister(self.executor._clean_at_exit)  # stopped above; nothing of it is left for the exit
+        except AttributeError:
             pass
+        if self.clean_data:
+            try:
+                self._clean_job_data()
+            except Exception:
+                pass
+
+    def _clean_job_data(self) -> None:
+        """Delete what this executor's jobs left in Lithops's storage: the serialised function, each job's
+        data and results, its temporary cloud objects.
+
+        In this process, and only this executor's prefixes.  Lithops's own ``executor.clean()`` (and its
+        ``atexit`` hook, with ``data_cleaner`` on) drops a request in a machine-wide folder and starts
+        ``lithops.scripts.cleaner``, a process in a session of its own that honours every request on the
+        machine and exits seconds after the last one: it outlived the run (issue 54 item 7), and a driver
+        killed with SIGKILL could not end it.  So ``data_cleaner`` is off in the executor's config and this
+        does the same deletions before the backend is done."""
+        from lithops.constants import JOBS_PREFIX, TEMP_PREFIX
+        from lithops.storage.utils import create_job_key
+
+        ex = self.executor
+        storage = ex.internal_storage.storage
+        jobs = sorted({create_job_key(f.executor_id, f.job_id) for f in list(ex.futures) + self.futures})
+        prefixes = [f"{JOBS_PREFIX}/{ex.executor_id}/"] + [f"{root}/{job}/" for job in jobs for root in (JOBS_PREFIX, TEMP_PREFIX)]
+        for prefix in prefixes:
+            for _ in range(_CLEAN_PASSES):  # a backend may list keys a delete has not applied yet
+                keys = storage.list_keys(storage.bucket, prefix)
+                if not keys:
+                    break
+                storage.delete_objects(storage.bucket, keys)

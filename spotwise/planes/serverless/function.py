@@ -10,7 +10,9 @@ One step ``t`` of worker ``p`` (Sec. 3.2 "Job execution", Sec. 4.1):
 
 1. **wait** until every peer ``q`` has committed step ``t - s`` (``s = 0``: BSP; SSP otherwise),
    then pull the updates of every step all workers have completed and apply the *peers'* ones to
-   the local replica (a worker applies its own update locally as soon as it computes it);
+   the local replica (under SSP and ISP a worker applies its own update locally as soon as it
+   computes it; under BSP every member's, its own included, in member order -- as the supervisor
+   does, so the replica is the reference bit for bit);
 2. **compute** the gradient of the mean loss over its block of the step's global batch
    (:func:`~spotwise.planes.serverless.schedule.worker_batch`), sparse for embedding models
    (:func:`~spotwise.workloads.params.flat_grad_sparse`), and the local update
@@ -112,6 +114,10 @@ class WorkerInvocation:
         self.network_mbps = float(args.get("network_mbps", 0.0))
         self.stats: dict[str, Any] = {"steps": 0, "bytes_out": 0, "bytes_in": 0, "entries_out": 0, "entries_computed": 0,
                                       "compute_s": 0.0, "wait_s": 0.0, "pull_s": 0.0}
+        #: BSP: the replica is the supervisor's reference bit for bit (see :meth:`_catch_up`)
+        self.in_member_order = self.sync != "isp" and self.staleness == 0
+        #: (in member order) this invocation's own committed updates not applied yet, by step
+        self._own: dict[int, bytes] = {}
 
     # ------------------------------------------------------------------ set-up
     def _connect(self) -> None:
@@ -166,7 +172,8 @@ class WorkerInvocation:
     def _restore(self) -> None:
         """Rebuild the replica from the store (see the module docstring).
 
-        BSP / SSP: the supervisor's snapshot plus this worker's committed updates since.  ISP: the
+        BSP: the supervisor's snapshot (every worker's updates since are applied by :meth:`_catch_up`,
+        in member order).  SSP: the snapshot plus this worker's committed updates since.  ISP: the
         worker's own replica checkpoint (replica, residual and view, written with every
         ``ckpt_every``-th commit), then a *replay* of its steps since -- the same samples, the same
         peers' updates in the same order -- which rebuilds exactly the replica and residual the
@@ -188,6 +195,8 @@ class WorkerInvocation:
             x = decode_dense(snap, self.n)
             self.view = ReplicaView(x, int(ver))
             self.clock = target
+            if self.in_member_order:
+                return
             own = [self.k.upd(t, self.w) for t in range(self.view.version, self.clock)]
             for t, data in zip(range(self.view.version, self.clock), self.r.mget(own) if own else []):
                 if data is None:
@@ -299,7 +308,16 @@ class WorkerInvocation:
         self.stats["wait_s"] += time.perf_counter() - t0
 
     def _catch_up(self, sched: Any, upto: int, merge_last: bool = True) -> None:
-        """Apply the peers' updates of every step ``< upto`` (and the evictions on the way)."""
+        """Apply the peers' updates of every step ``< upto`` (and the evictions on the way).
+
+        BSP (:attr:`in_member_order`): every member's update of a step -- this worker's own too, kept
+        from its commit (or read back after a re-invocation) -- in member order, as the supervisor
+        merges them into the reference replica: the same float32 additions in the same order, so every
+        worker's replica *is* the reference at every step, and an invocation that starts afresh from
+        the reference (a lease, a lost function, a store re-seed, ``run --resume``) goes on computing
+        exactly what the lost one would have.  (Applying its own update first, at full precision, left
+        each replica a few ulps from the reference: a resumed run's losses differed in the 8th digit.)
+        """
         from spotwise.planes.serverless.significance import merge_leaving_replica
         from spotwise.planes.serverless.store import apply_encoded, decode_dense
 
@@ -307,17 +325,20 @@ class WorkerInvocation:
         view = self.view
         while view.version < upto:
             u = view.version
-            peers = [q for q in sched.members(u) if q != self.w]
-            if peers:
-                blobs = self.r.mget([self.k.upd(u, q) for q in peers])
-                got = 0
-                for q, data in zip(peers, blobs):
-                    if data is None:
+            order = [q for q in sched.members(u) if q != self.w or self.in_member_order]
+            own = self._own.pop(u, None) if self.w in order else None
+            fetch = [q for q in order if q != self.w or own is None]
+            if order:
+                blobs = dict(zip(fetch, self.r.mget([self.k.upd(u, q) for q in fetch]) if fetch else []))
+                if own is not None:
+                    blobs[self.w] = own
+                for q in order:
+                    if blobs[q] is None:
                         raise RuntimeError(f"update of worker {q} at step {u} is missing from the store")
-                    got += len(data)
-                    apply_encoded(data, view.x)
+                    apply_encoded(blobs[q], view.x)
+                got = sum(len(blobs[q]) for q in fetch)
                 self.stats["bytes_in"] += got
-                self._transfer(got, len(peers) + 1)
+                self._transfer(got, len([q for q in order if q != self.w]) + 1)
             view.version = u + 1
             for q, lv in sched.leave.items():  # a worker leaving at the new version: merge its replica
                 if lv == view.version and q != self.w and (merge_last or view.version < upto):
@@ -378,7 +399,8 @@ class WorkerInvocation:
             # diverged: commit no change and a NaN loss -- the driver stops the run with exit 2 after a
             # checkpoint of the last good step (raising here would be redone by the supervisor forever)
             u, loss_value = SparseUpdate(np.zeros(0, np.int64), np.zeros(0), x.size), math.nan
-        u.apply_to(x)
+        if not self.in_member_order:  # BSP: applied with the step's other updates, in member order (_catch_up)
+            u.apply_to(x)
         sig = self.filter.push(t + 1, x, u) if self.filter is not None else u
         self.stats["compute_s"] += time.perf_counter() - t0
         if replay:
@@ -404,6 +426,8 @@ class WorkerInvocation:
         if int(ok) < 0:
             raise RuntimeError(f"step {t} was already committed (the store disagrees with this function)")
         self.clock = t + 1
+        if self.in_member_order:
+            self._own[t] = payload
         self.stats["steps"] += 1
         self.stats["bytes_out"] += len(payload)
         self.stats["entries_out"] += sig.nnz

@@ -48,6 +48,7 @@ import numpy as np
 from spotwise.config import JobSpec
 from spotwise.control.accounting import AccountedJob, Billing
 from spotwise.control.dataplane import PlaneHost
+from spotwise.control.carried import refuse
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
 from spotwise.control.sync import FullSync, SyncStrategy
 from spotwise.market.catalog import Catalog
@@ -56,9 +57,10 @@ from spotwise.planes.ps.compute import Compute
 from spotwise.planes.serverless.function_billing import FunctionAccounting, FunctionMeter
 from spotwise.planes.serverless.invocations import FunctionPool
 from spotwise.planes.serverless.job_store import JobStore, StoreLost
-from spotwise.planes.serverless.reaper import Watchdog
+from spotwise.planes.serverless.reaper import FolderWatchdog
 from spotwise.planes.serverless.schedule import SampleStream, Schedule, epochs_done
 from spotwise.planes.serverless.significance import merge_leaving_replica
+from spotwise.planes.serverless.totals import carried_counters, fresh_counters, restored_counters
 from spotwise.planes.serverless.store import RedisServer, RedisURL, apply_encoded, decode_dense, encode_dense, encoded_finite
 from spotwise.policies.base import Checkpoint, Decision, Policy, Resize
 from spotwise.spec.load import to_plain
@@ -118,7 +120,7 @@ class ServerlessPlane:
         self.lease_steps = max(0, int(lease_steps))
         self.faults = dict(faults or {})
         self.network_mbps = float(network_mbps)
-        self._watchdog: Watchdog | None = None
+        self._watchdog: FolderWatchdog | None = None
         catalog = catalog or Catalog.default()
         self.pricing = catalog.function(cl.functions)
         gb = cl.memory_mb / 1024.0
@@ -128,8 +130,8 @@ class ServerlessPlane:
         self.sync, self.staleness = cl.sync, int(cl.staleness)
         self.significance = float(cl.significance) if cl.sync == "isp" else 0.0
         self.schedule = Schedule.initial(cl.workers)
-        self.counters = {"invocations": 0, "lost": 0, "errors": 0, "leases": 0, "left": 0, "store_reseeds": 0,
-                         "bytes_in": 0, "entries_merged": 0, "entries_computed": 0}
+        #: the run's counters (summed over its sessions: a checkpoint carries them, :mod:`.totals`)
+        self.counters = fresh_counters()
         #: the store and the function pool exist while the job runs (:meth:`begin`)
         self._store: JobStore | None = None
         self._functions: FunctionPool | None = None
@@ -158,6 +160,15 @@ class ServerlessPlane:
         return self._functions
 
     @property
+    def backend_name(self) -> str:
+        """Where the functions run: the given backend's name, else the default one :meth:`begin` makes."""
+        if self._backend is None:
+            from spotwise.planes.serverless.backend import DEFAULT_BACKEND
+
+            return DEFAULT_BACKEND
+        return str(getattr(self._backend, "name", "custom"))
+
+    @property
     def stream(self) -> SampleStream:
         if self._stream is None:
             self._stream = SampleStream(self.job.state.n_train, self.spec.seed, bool(getattr(self.job.state, "ordered", False)))
@@ -176,27 +187,36 @@ class ServerlessPlane:
 
     def log_meta(self) -> dict[str, Any]:
         cl = self.spec.cluster
-        return {"instance": f"functions:{self.pricing.name}", "backend": getattr(self._backend, "name", "custom"),
+        return {"instance": f"functions:{self.pricing.name}", "backend": self.backend_name,
                 # an operator's store; a private one is named by the ``store`` event when it starts
                 "redis": self.redis_url.redacted if self.redis_url is not None else "private",
                 "memory_mb": cl.memory_mb, "significance": self.significance, "staleness": self.staleness,
                 "network_mbps": self.network_mbps}
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"kind": "serverless", "schedule": self.schedule.to_json()}
+        # and what the summary adds up over the run's sessions (spotwise.control.carried; issue 54)
+        return {"kind": "serverless", "schedule": self.schedule.to_json(), "plane_carried": carried_counters(self.counters)}
 
     def restore_state(self, state: dict[str, Any]) -> None:
-        """The membership schedule of the checkpoint's step (a leave scheduled past it stays)."""
+        """The membership schedule of the checkpoint's step (a leave scheduled past it stays) and the
+        run's counters so far; both checked (a run directory is untrusted: exit 2)."""
         refuse_foreign_checkpoint(state, "serverless")
-        self.schedule = Schedule.from_json(state["schedule"])
+        self.schedule = Schedule.restored(state["schedule"], self.spec.cluster.workers)
+        if sorted(state["available"]) != self.schedule.active_now():  # released slots are the scheduled leavers
+            raise refuse("available", state["available"], f"the function slots its schedule keeps ({self.schedule.active_now()})")
+        self.counters.update(restored_counters(state))  # the pool holds this very dict
         self._resumed = True
 
     def started(self) -> None:
         self._deleted_below = self.job.step
 
     def begin(self) -> None:
-        """Start the store (a private server unless given one), seed it and invoke the functions."""
+        """Start the store (a private server unless given one), seed it and invoke the functions --
+        none of it when a resumed job has nothing left to train (its summary is the finished run's:
+        no function invoked, no store started)."""
         job = self.job
+        if self._resumed and job.done():
+            return
         if self._backend is None:
             from spotwise.planes.serverless.backend import LithopsBackend
 
@@ -209,8 +229,8 @@ class ServerlessPlane:
                 own.stop()
             raise
         # the store and the functions die with a driver killed by SIGKILL (issue 30 item 7)
-        self._watchdog = Watchdog(own.dir if own is not None else None)
-        self._store.secret_parent = self._watchdog.folder  # an operator's Redis: its password file goes there
+        self._watchdog = FolderWatchdog(own.dir if own is not None else None)
+        self._store.secret_parent = self._watchdog.path  # an operator's Redis: its password file goes there
         def emit(kind: str, **fields: Any) -> None:
             job.log.emit(kind, **fields)
 
@@ -295,7 +315,7 @@ class ServerlessPlane:
         job = self.job
         c = self.counters
         return {
-            "kind": "serverless", "backend": getattr(self._backend, "name", "custom"), "sync": self.sync,
+            "kind": "serverless", "backend": self.backend_name, "sync": self.sync,
             "staleness": self.staleness, "significance": self.significance, "functions": self.pricing.name,
             "memory_mb": self.spec.cluster.memory_mb, "function_seconds": self.meter.function_seconds,
             "epochs": epochs_done(self.schedule, self.stream, job.step, self.spec.workload.batch_size),
@@ -307,10 +327,10 @@ class ServerlessPlane:
 
     def shutdown(self) -> None:
         """Stop the functions, the backend and the private store; also after an interrupt (Ctrl-C,
-        SIGTERM) or a crash, when the stop flag tells the running functions to return at once."""
-        if self._store is None:
-            return
-        if self.job.status == "running":  # not a normal end (that sets the flag in stop)
+        SIGTERM) or a crash, when the stop flag tells the running functions to return at once.  A
+        backend given to a run that never started its store (nothing left to train, a store that
+        could not start) is shut down too."""
+        if self._store is not None and self.job.status == "running":  # not a normal end (that sets the flag in stop)
             try:
                 self.store.r.set(self.store.k.stop, str(self.job.step))
             except Exception:
@@ -319,7 +339,8 @@ class ServerlessPlane:
             if self._backend is not None and hasattr(self._backend, "shutdown"):
                 self._backend.shutdown(timeout_s=5.0)
         finally:
-            self.store.close()
+            if self._store is not None:
+                self.store.close()
             if self._watchdog is not None:
                 self._watchdog.close()
 

@@ -84,6 +84,36 @@ class Schedule:
         return json.dumps({"join": {str(k): v for k, v in self.join.items()}, "leave": {str(k): v for k, v in self.leave.items()}})
 
     @classmethod
+    def restored(cls, text: Any, workers: int) -> "Schedule":
+        """The schedule a checkpoint holds (:meth:`to_json`), checked -- it is read from a run directory:
+        ``{"join": {...}, "leave": {...}}`` and nothing else, both naming exactly the job's function slots
+        ``0..workers-1``, a join a step >= 0, a leave null or a step not before its join.  InputError
+        (exit 2) naming what is wrong otherwise."""
+        from spotwise.control.carried import refuse
+        from spotwise.safeparse import loads_json
+
+        if not isinstance(text, str) or len(text) > 64 * (workers + 1) + 1_000:
+            raise refuse("schedule", text, "the membership schedule spotwise writes (JSON text)")
+        try:
+            d: Any = loads_json(text, "checkpoint", "checkpoint's schedule")
+        except ValueError:
+            raise refuse("schedule", text, "JSON text") from None
+        if not isinstance(d, dict) or set(d) != {"join", "leave"} or not all(isinstance(d[k], dict) for k in d):
+            raise refuse("schedule", d, '{"join": {slot: step}, "leave": {slot: step or null}}')
+        slots = {str(w) for w in range(workers)}
+        for key in ("join", "leave"):
+            if set(d[key]) != slots:
+                raise refuse(f"schedule.{key}", d[key], f"a step for each of the job's function slots 0..{workers - 1}")
+        step = lambda v: not isinstance(v, bool) and isinstance(v, int) and 0 <= v < 2**62  # noqa: E731
+        bad = [w for w in slots if not step(d["join"][w]) or not (d["leave"][w] is None or (
+            step(d["leave"][w]) and d["leave"][w] >= d["join"][w]))]
+        if bad:
+            w = sorted(bad, key=int)[0]
+            raise refuse(f"schedule of slot {w}", [d["join"][w], d["leave"][w]],
+                         "a join step >= 0 and a leave step (or null) not before it")
+        return cls({int(k): int(v) for k, v in d["join"].items()}, {int(k): d["leave"][k] for k in d["leave"]})
+
+    @classmethod
     def from_json(cls, text: str | bytes) -> "Schedule":
         d: Any = json.loads(text)
         return cls({int(k): int(v) for k, v in d["join"].items()}, {int(k): (None if v is None else int(v)) for k, v in d["leave"].items()})

@@ -35,8 +35,9 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 
 from spotwise.errors import InputError
-from spotwise.planes.serverless.reaper import die_with_parent, reap_stale
+from spotwise.planes.serverless.reaper import reap_stale
 from spotwise.planes.serverless.significance import SparseUpdate
+from spotwise.watchdog import die_with_parent
 
 _MAGIC = b"SWU1"
 _HEADER = struct.Struct("<4sBBxxQ")  # magic, index width (4 or 8), value width (4 or 8), pad, size

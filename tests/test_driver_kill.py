@@ -1,0 +1,128 @@
+"""Nothing outlives a driver killed with ``kill -9`` (issue 54 item 7).
+
+The review's finding: after ``kill -9`` of ``spotwise run`` Ray's ``DashboardAgent`` and
+``RuntimeEnvAgent`` (re-parented to init once the raylet died) and worker processes stayed alive --
+4 of 10 processes on the PS plane, 2 on the collective plane.  Each test starts a real run of a tiny
+spec through the CLI in a session of its own (with its own Ray), waits until it committed a few steps,
+records every process that descended from the driver, kills the driver alone with SIGKILL and asserts
+that none of them is alive within 10 s (times the machine's slowdown).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from _leftovers import descendants
+from _load import bound
+from _sessions import kill_session
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+DIGITS = {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000}
+VM_CLUSTER = {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0}
+SPECS: dict[str, dict[str, Any]] = {
+    "ps": {"name": "kill-ps", "seed": 5, "workload": DIGITS, "target": {"iterations": 100000}, "cluster": VM_CLUSTER,
+           "market": {"synthetic": {"kind": "constant", "price": 0.07}}, "outputs": {"checkpoint_every": 1000, "plots": False}},
+    "collective": {"name": "kill-coll", "seed": 5, "workload": DIGITS, "target": {"iterations": 100000},
+                   "cluster": {**VM_CLUSTER, "data_plane": "collective", "group_timeout_s": 5, "replica_every": 5},
+                   "market": {"synthetic": {"kind": "constant", "price": 0.07}},
+                   "outputs": {"checkpoint_every": 1000, "plots": False}},
+}
+
+
+def _steps(out: Path) -> int:
+    path = out / "events.jsonl"
+    if not path.exists():
+        return 0
+    n = 0
+    for line in path.read_text().splitlines():
+        try:
+            n += json.loads(line).get("kind") == "step"
+        except (json.JSONDecodeError, AttributeError):  # a line being written
+            continue
+    return n
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
+
+
+def _alive(seen: dict[int, tuple[int, str]]) -> list[str]:
+    """The recorded processes still running (the same process: its start time matches; zombies count as gone)."""
+    out = []
+    for pid, (start, cmd) in sorted(seen.items()):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and _start_time(pid) == start:
+            out.append(f"{pid}: {cmd}")
+    return out
+
+
+@pytest.mark.parametrize("plane", ["ps", "collective"])
+def test_no_process_outlives_a_driver_killed_by_sigkill(tmp_path: Path, plane: str) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump(SPECS[plane]))
+    out = tmp_path / "run"
+    ray_tmp = tempfile.mkdtemp(prefix="swdk-", dir="/tmp")  # short: Ray's socket paths stay under 107 characters
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_ADDRESS": "", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "spotwise.cli", "run", str(spec), "--out", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    seen: dict[int, tuple[int, str]] = {}
+    try:
+        deadline = time.monotonic() + bound(180)
+        while _steps(out) < 5:  # an event wait; the bound only ends a hang
+            if proc.poll() is not None:
+                raise AssertionError(proc.communicate()[1].decode(errors="replace")[-2000:])
+            assert time.monotonic() < deadline, "fewer than 5 committed steps within 180 s"
+            time.sleep(0.1)
+        end = time.monotonic() + 1.0  # a little longer: every Ray daemon and member is up and recorded
+        while time.monotonic() < end:
+            for pid in descendants(proc.pid):
+                start = _start_time(pid)
+                if start is not None and pid not in seen:
+                    seen[pid] = (start, _cmdline(pid))
+            time.sleep(0.1)
+        cmds = " ".join(c for _, c in seen.values())
+        assert "raylet" in cmds and "ray::" in cmds, cmds  # the check is about Ray's processes: they were seen
+        os.kill(proc.pid, signal.SIGKILL)  # the driver alone, not its session or group
+        proc.wait(timeout=bound(30))
+        end = time.monotonic() + bound(10)
+        while _alive(seen) and time.monotonic() < end:
+            time.sleep(0.2)
+        left = _alive(seen)
+        assert not left, f"{len(left)} of {len(seen)} processes outlived the killed driver:\n" + "\n".join(left)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_session(proc.pid)  # whatever the assertion found (the driver's session: it led it)
+        for pid in [p for p in seen if _alive({p: seen[p]})]:  # re-parented outside the session? not here: by pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(ray_tmp, ignore_errors=True)
