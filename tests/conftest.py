@@ -38,9 +38,16 @@ def cli():
 def _torch_names_put_back():
     """No test leaves PyTorch's names patched (``DistributedDataParallel``, ``init_process_group``...):
     a script host that ran in the test process gave them back (:mod:`spotwise.elastic.patches`)."""
-    yield
     import sys
 
+    main, argv = sys.modules.get("__main__"), list(sys.argv)
+    yield
+    if sys.modules.get("__main__") is not main or sys.argv != argv:
+        # a user script's thread left running holds this process's __main__ (runpy): every later
+        # multiprocessing spawn here would run that script instead of its target
+        sys.modules["__main__"], sys.argv[:] = main, argv
+        pytest.fail("the test left a script running that holds this process's __main__ / sys.argv: end it "
+                    "(ScriptHost.abandon() or stop())")
     patches = sys.modules.get("spotwise.elastic.patches")
     if patches is not None and patches._COUNT[0]:
         held = patches._COUNT[0]

@@ -52,18 +52,22 @@ def test_a_killed_member_is_seen_at_once_and_the_survivors_regroup_in_place():
     members = [0, 1, 2, 3]
     coord.announce(0, members)
     procs = start(coord, q, members, {"rounds": 12, "size": 50_000}, {3: {"die_at": 5}})
-    # member 3 dies at step 5; the coordinator sees the process gone and announces the survivors
-    while procs[3].is_alive():
-        time.sleep(0.01)
-    assert regroup(coord, procs, 0, members, wait_s=10) == [0, 1, 2]
-    got = collect(q, lambda g: sum(1 for e in g if e[0] == "done") == 3)
-    steps = [e for e in got if e[0] == "step"]
-    for m in (0, 1, 2):
-        mine = sorted((e[3], e[4]) for e in steps if e[1] == m)
-        assert [s for s, _ in mine] == list(range(12))  # no step lost, none twice
-        assert [v for s, v in mine if s < 5] == [4.0] * 5 and [v for s, v in mine if s >= 5] == [3.0] * 7
-    rec = [r for e in got if e[0] == "done" for r in e[3]]
-    assert len(rec) == 3 and max(rec) < 2.0, rec  # measured ~50 ms on 2 cores; bounded loosely for CI load
+    try:
+        # member 3 dies at step 5; the coordinator sees the process gone and announces the survivors
+        while procs[3].is_alive():
+            time.sleep(0.01)
+        assert regroup(coord, procs, 0, members, wait_s=10) == [0, 1, 2]
+        got = collect(q, lambda g: sum(1 for e in g if e[0] == "done") == 3)
+        steps = [e for e in got if e[0] == "step"]
+        for m in (0, 1, 2):
+            mine = sorted((e[3], e[4]) for e in steps if e[1] == m)
+            assert [s for s, _ in mine] == list(range(12))  # no step lost, none twice
+            assert [v for s, v in mine if s < 5] == [4.0] * 5 and [v for s, v in mine if s >= 5] == [3.0] * 7
+        rec = [r for e in got if e[0] == "done" for r in e[3]]
+        assert len(rec) == 3 and max(rec) < 2.0, rec  # measured ~50 ms on 2 cores; bounded loosely for CI load
+    finally:
+        for p in procs.values():
+            p.kill()
 
 
 def supervise(coord, q, gen, members, until, timeout=bound(120.0)):
@@ -114,20 +118,24 @@ def test_a_joiner_gets_the_parameters_from_a_peer_and_contributes():
     q = CTX.Queue()
     coord.announce(0, [0, 1])
     procs = start(coord, q, [0, 1], {"rounds": 30, "size": 20_000, "timeout_s": 30.0})  # the joiner starts a process meanwhile
-    collect(q, lambda g: sum(1 for e in g if e[0] == "step") >= 4)
-    # capacity returns: a new member (id 2) joins; the running generation is retired in place
-    coord.announce(1, [0, 1, 2])
-    procs.update(start(coord, q, [2], {"rounds": 30, "size": 20_000, "join_gen": 1, "timeout_s": 30.0}))
-    coord.fail(0, "a worker joins")
-    got = collect(q, lambda g: sum(1 for e in g if e[0] == "done") == 3)
-    joined = [e for e in got if e[0] == "joined"]
-    # the source's vector (member m holds m + 1; the joiner started at 0): the lowest member at the
-    # highest step (either, as one may be a step behind when the generation failed)
-    assert joined and joined[0][6] in (0, 1) and joined[0][4] == joined[0][6] + 1.0
-    assert joined[0][3] < 5.0 and joined[0][5] >= 1  # and the step the others were at
-    after = [e for e in got if e[0] == "step" and e[2] == 1]
-    assert after and all(e[4] == 3.0 and e[5] == 3 for e in after)
-    # every member ends at the same last step: the joiner resumed at the others' step
-    assert {e[3] for e in got if e[0] == "step" and e[3] == 29} == {29} and sum(e[3] == 29 for e in got if e[0] == "step") == 3
-    for p in procs.values():
-        p.join(10)
+    try:
+        collect(q, lambda g: sum(1 for e in g if e[0] == "step") >= 4)
+        # capacity returns: a new member (id 2) joins; the running generation is retired in place
+        coord.announce(1, [0, 1, 2])
+        procs.update(start(coord, q, [2], {"rounds": 30, "size": 20_000, "join_gen": 1, "timeout_s": 30.0}))
+        coord.fail(0, "a worker joins")
+        got = collect(q, lambda g: sum(1 for e in g if e[0] == "done") == 3)
+        joined = [e for e in got if e[0] == "joined"]
+        # the source's vector (member m holds m + 1; the joiner started at 0): the lowest member at the
+        # highest step (either, as one may be a step behind when the generation failed)
+        assert joined and joined[0][6] in (0, 1) and joined[0][4] == joined[0][6] + 1.0
+        assert joined[0][3] < 5.0 and joined[0][5] >= 1  # and the step the others were at
+        after = [e for e in got if e[0] == "step" and e[2] == 1]
+        assert after and all(e[4] == 3.0 and e[5] == 3 for e in after)
+        # every member ends at the same last step: the joiner resumed at the others' step
+        assert {e[3] for e in got if e[0] == "step" and e[3] == 29} == {29} and sum(e[3] == 29 for e in got if e[0] == "step") == 3
+        for p in procs.values():
+            p.join(10)
+    finally:
+        for p in procs.values():
+            p.kill()

@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _load import bound
 from _specs import spec_with
 
 from spotwise.assemble import build_controller
@@ -211,9 +214,46 @@ def test_scripts_that_never_train_exit_2_before_any_member_starts(tmp_path: Path
     from spotwise.errors import InputError
 
     monkeypatch.setattr(describe, "DESCRIBE_TIMEOUT_S", 2.0)
+    main, argv = sys.modules["__main__"], list(sys.argv)
     with pytest.raises(InputError) as e:
         describe.describe_script(bad_spec(mode).workload, 0)
     assert words in str(e.value), str(e.value)
+    # nothing of the script is left running in this process: its thread ended (a hang too), and the
+    # process's own __main__ is back -- else every later multiprocessing spawn here runs the script
+    assert not [t for t in threading.enumerate() if t.name == "spotwise-script"]
+    assert sys.modules["__main__"] is main and sys.argv == argv
+    _a_spawned_child_runs_its_own_target()
+
+
+def _a_spawned_child_runs_its_own_target() -> None:
+    import multiprocessing as mp
+
+    q = mp.get_context("spawn").Queue()
+    p = mp.get_context("spawn").Process(target=_child, args=(q,), daemon=True)
+    p.start()
+    try:
+        assert q.get(timeout=bound(120)) == "child ran", "the spawned child did not reach its target"
+    finally:
+        p.kill()
+        p.join(10)
+
+
+def _child(q: Any) -> None:
+    q.put("child ran")
+
+
+def test_a_described_script_leaves_nothing_running(tmp_path: Path) -> None:
+    """A script described to its first batch (the probe's normal case) ends there: no thread of it
+    stays in the coordinator's process holding ``__main__``, ``sys.argv`` and ``sys.path``."""
+    import spotwise.elastic.describe as describe
+
+    main, argv, path = sys.modules["__main__"], list(sys.argv), list(sys.path)
+    spec = script_spec(target__samples=64).workload
+    describe._CACHE.clear()
+    wl = describe.describe_script(spec, 0)
+    assert wl.build_model() is not None
+    assert not [t for t in threading.enumerate() if t.name == "spotwise-script"]
+    assert sys.modules["__main__"] is main and sys.argv == argv and sys.path == path
 
 
 def test_on_its_own_the_api_is_a_plain_loop_and_drops_bad_metrics(capsys: pytest.CaptureFixture[str]) -> None:

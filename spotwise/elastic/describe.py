@@ -80,9 +80,12 @@ def describe_script(spec: Any, seed: int) -> Workload:
     host.start()
     try:
         first = host.wait_registered(DESCRIBE_TIMEOUT_S)
+        snapshot = copy.deepcopy(host.parts().module).cpu() if first.kind == "registered" else None
+        parts = host.parts() if first.kind == "registered" else None
     finally:
         host.leave()  # the controller's own environment and torch.distributed back
-    if first.kind != "registered":
+        host.abandon()  # and its own __main__: the script's thread ends where it waits (or hangs)
+    if first.kind != "registered" or parts is None:
         where = "workload.script"
         if first.kind == "raised":
             raise InputError(f"your training script {spec.script} failed before its first batch:\n{first.why}",
@@ -92,8 +95,6 @@ def describe_script(spec: Any, seed: int) -> Workload:
                              "iterate the batches of job.data() in the script's training loop", where)
         raise InputError(f"your training script {spec.script}: {first.why}", "see the spotwise.elastic API "
                          "(docs/own-loop.md)", where)
-    parts = host.parts()
-    snapshot = copy.deepcopy(parts.module).cpu()
     n = parts.n_train
     wl = Workload(name="script", family=str(spec.family), build_model=lambda: copy.deepcopy(snapshot), loss=_no_loss,
                   train=ScriptDataSize(n), test=None, metric_name="loss", evaluate=lambda m, d: {},

@@ -29,12 +29,20 @@ class Go:
     """What the member hands the script for one step (or ``stop``: the job is over)."""
 
     stop: bool = False
+    #: end the script where it waits (its first batch) without running the rest of it: the probe's end
+    abandon: bool = False
     group: Any = None
     k: int = 1
     r: int = 0
     step: int = 0
     epoch: int = 0
     pos: int = 0
+
+
+class Abandoned(BaseException):
+    """Raised in a script's thread that is ended where it stands (:meth:`ScriptHost.abandon
+    <spotwise.elastic.host.ScriptHost.abandon>`): a ``BaseException``, so a script's ``except Exception``
+    does not keep it running."""
 
 
 @dataclass

@@ -37,7 +37,7 @@ from spotwise.elastic import patches
 from spotwise.elastic.batches import BatchFeed
 from spotwise.elastic.ddp_call import ddp_call
 from spotwise.elastic.amp import AmpStep
-from spotwise.elastic.handover import TAIL_HEAD, TERMINAL, Go, Outcome, Parts, user_traceback  # noqa: F401  (re-exported)
+from spotwise.elastic.handover import TAIL_HEAD, TERMINAL, Abandoned, Go, Outcome, Parts, user_traceback  # noqa: F401  (re-exported)
 from spotwise.elastic.job import install_host
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.points import CommitPoints
@@ -72,6 +72,8 @@ class ScriptHost:
         #: outcomes reported by the script thread, oldest first (a step's, then its return to a batch)
         self._outcomes: deque[Outcome] = deque()
         self._thread: threading.Thread | None = None
+        #: the process's ``__main__``, ``sys.argv`` and ``sys.path`` before the script ran (abandon())
+        self._saved: tuple[Any, list[str], list[str]] | None = None
         #: a terminal outcome that came in place of the script's return to its next batch
         self._terminal: Outcome | None = None
         #: between a step's commit and the next step's first batch (the script runs its own code)
@@ -190,9 +192,42 @@ class ScriptHost:
             self._names.give_back()
         return out
 
+    def abandon(self, timeout_s: float = 5.0) -> bool:
+        """End the script's thread where it stands, running none of the rest of the script (the
+        coordinator's probe is done with it): at its first batch it is handed an abandoning
+        :class:`Go`; a script that never got there (a hang, a slow start) gets :class:`Abandoned`
+        raised in its thread.  While the thread runs, ``runpy`` holds the script as this process's
+        ``__main__`` (and ``sys.argv``, ``sys.path[0]``): a thread left behind would make every later
+        ``multiprocessing`` spawn of the process run the user's script.  If the thread is blocked in C
+        and does not end within ``timeout_s``, the process's own ``__main__``, argv and path are put
+        back anyway.  Returns whether the thread ended."""
+        t = self._thread
+        if t is None or not t.is_alive():
+            return True
+        with self._cv:
+            self._handed = Go(stop=True, abandon=True)
+            self._cv.notify_all()
+        t.join(timeout=min(0.5, timeout_s))
+        if t.is_alive() and t.ident is not None:
+            import ctypes
+
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(Abandoned))
+            t.join(timeout=timeout_s)
+        if t.is_alive():
+            saved = self._saved
+            if saved is not None:
+                main, argv, path = saved
+                if main is not None:
+                    sys.modules["__main__"] = main
+                sys.argv = argv
+                sys.path[:] = path
+            return False
+        return True
+
     # ================================================================== the script thread
     def _main(self) -> None:
         argv = sys.argv
+        self._saved = (sys.modules.get("__main__"), list(argv), list(sys.path))
         sys.argv = [self.path, *self.args]
         folder = os.path.dirname(os.path.abspath(self.path))
         sys.path.insert(0, folder)
@@ -200,6 +235,8 @@ class ScriptHost:
         self.env.enter()
         try:
             runpy.run_path(self.path, run_name="__main__")
+        except Abandoned:
+            return  # the probe ended it where it stood (abandon())
         except StopIteration:
             if not self._stopped:  # a StopIteration that is not the job's end: the user's
                 self._report(Outcome("raised", why=traceback.format_exc(limit=-8)), wait=False)
@@ -229,6 +266,9 @@ class ScriptHost:
         return go
 
     def _begin(self, go: Go | None) -> None:
+        if go is not None and go.abandon:
+            self._stopped = True
+            raise Abandoned()
         self._go = go
         if go is None or go.stop:
             self._stopped = True
