@@ -197,13 +197,14 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
         ray_address: str | None = None, autoscale: bool = False, notice_source: str = "none", metadata_url: str | None = None,
         compare_on_demand: bool = False, redis_url: str | None = None, lithops_config: str | os.PathLike[str] | None = None,
         emulate_network_mbps: float = 0.0, progress: bool = False, staging: str | os.PathLike[str] | None = None,
-        trust_code: bool = False) -> "RunSummary":
+        trust_code: bool = False, allow_changes: bool = False) -> "RunSummary":
     """Train ``spec`` for real into the run directory ``out`` (``spotwise run``): PyTorch workers on Ray on
     the emulated spot market (a private local Ray unless ``ray_address``), or Lithops functions for
     ``cluster.kind: serverless``.  ``resume=True`` continues the run in ``out`` from its last checkpoint;
     a run directory is untrusted input, so when its ``spec.json`` names user code (a ``module:function``
     workload, ``module:Class`` optimizer or policies) pass the spec you started it with as ``spec``
-    (its code references must match the recorded ones) or ``trust_code=True``; else InputError.  ``compare_on_demand`` then trains the same samples on on-demand workers and puts
+    (its code references must match the recorded ones) or ``trust_code=True``; else InputError.
+    ``allow_changes=True`` lets such a spec also change a training script's own arguments (``workload.args``).  ``compare_on_demand`` then trains the same samples on on-demand workers and puts
     both in the summary.  A run that makes no progress raises
     :class:`~spotwise.control.progress.NoProgressError` (an InputError) holding its summary.
 
@@ -217,12 +218,16 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
     out, staging = path_arg(out, "out"), path_arg(staging, "staging")
     lithops_config = path_arg(lithops_config, "lithops_config")
     for name, flag in (("resume", resume), ("overwrite", overwrite), ("autoscale", autoscale),
-                       ("compare_on_demand", compare_on_demand), ("progress", progress), ("trust_code", trust_code)):
+                       ("compare_on_demand", compare_on_demand), ("progress", progress), ("trust_code", trust_code),
+                       ("allow_changes", allow_changes)):
         bool_arg(flag, name)
     for name, text in (("ray_address", ray_address), ("metadata_url", metadata_url), ("redis_url", redis_url)):
         str_arg(text, name, allow_none=True, example="auto" if name == "ray_address" else "http://host:port")
     str_arg(notice_source, "notice_source", example="aws")  # its values are checked by run_job
     number_arg(emulate_network_mbps, "emulate_network_mbps", 0.0, example="100")
+    if allow_changes and not resume:
+        raise InputError("--allow-changes applies to a resume", "pass it with --resume DIR and the changed spec (or "
+                         "script arguments)", "--allow-changes")
     fetch_uri = check_uri(out, "--resume") if resume and isinstance(out, str) and is_uri(out) else None
     if staging is not None and fetch_uri is None:
         raise InputError("a staging folder applies to a resume from a URI", "pass the run directory as out instead",
@@ -240,11 +245,11 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
         from spotwise.control.rundir_io import load_resume_spec
 
         # before anything runs: the recorded spec's user code needs the user's spec or trust_code (issue 30 item 1)
-        if load_resume_spec(out, given, trust_code).cluster.kind == "serverless":
+        if load_resume_spec(out, given, trust_code, allow_changes).cluster.kind == "serverless":
             from spotwise.planes.serverless.runner import run_serverless
 
             return run_serverless(None, out, resume=True, redis_url=redis_url, resume_spec=given, trust_code=trust_code,
-                                  lithops_config=Path(lithops_config) if lithops_config else None, progress=progress)
+                                  allow_changes=allow_changes, lithops_config=Path(lithops_config) if lithops_config else None, progress=progress)
         job = None
     else:
         if spec is None:
@@ -284,7 +289,8 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
         after = functools.partial(baseline, out_dir=out, progress=progress)
     return run_job(job, out, resume=resume, ray_address=ray_address, progress=progress, overwrite=overwrite,
                    notice_source=notice_source, metadata_url=metadata_url, after=after, autoscale=autoscale,
-                   uri=fetch_uri, fetch=fetch_uri is not None, resume_spec=given, trust_code=trust_code)
+                   uri=fetch_uri, fetch=fetch_uri is not None, resume_spec=given, trust_code=trust_code,
+                   allow_changes=allow_changes)
 
 
 def launch(spec: str | os.PathLike[str] | Mapping[str, Any], script: str | os.PathLike[str],

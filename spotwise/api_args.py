@@ -86,7 +86,7 @@ def name_list(value: Any, name: str, example: str) -> list[str]:
 _FLAGS = frozenset({"all_zones", "autoscale", "compare_on_demand", "deadline_hours", "emulate_network_mbps", "hindsight",
                     "history", "horizon", "install", "max_runs", "metadata_url", "notice_source", "objective", "overwrite",
                     "pilot_steps", "ray_address", "redis_url", "restart", "resume", "spec_market", "spot_price", "starts",
-                    "train_size", "trust_code", "work_hours"})
+                    "train_size", "trust_code", "work_hours", "allow_changes"})
 
 
 def _where(name: str) -> str:

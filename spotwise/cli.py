@@ -273,6 +273,8 @@ def run(
     trust_code: bool = typer.Option(False, "--trust-code", help="With --resume: import the user code, and read the "
                                     "dataset, the run's spec.json names without checking them against your spec (only for "
                                     "run directories you trust)."),
+    allow_changes: bool = typer.Option(False, "--allow-changes", help="With --resume and a spec: let it change the "
+                                       "training script's own arguments (workload.args), applied from the resumed step."),
 ) -> None:
     """Train for real: PyTorch workers on Ray on the emulated spot market, or (cluster.kind: serverless) Lithops functions
     exchanging updates through Redis; writes OUT/summary.json, events.jsonl, plots."""
@@ -293,7 +295,8 @@ def run(
                     staging=(out or default_staging_dir(uri)) if uri else None,
                     autoscale=autoscale, notice_source=notice_source, metadata_url=metadata_url,
                     compare_on_demand=compare_on_demand, redis_url=redis_url, lithops_config=lithops_config,
-                    emulate_network_mbps=emulate_network_mbps, trust_code=trust_code)
+                    emulate_network_mbps=emulate_network_mbps, trust_code=trust_code,
+                    allow_changes=allow_changes)
 
 
 @app.command(**command_kw("launch"))
@@ -307,6 +310,8 @@ def launch(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Run on an existing Ray cluster."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object on stdout."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing spotwise run in --out."),
+    allow_changes: bool = typer.Option(False, "--allow-changes", help="With --resume: run the script with the "
+                                       "arguments given here when they differ from the run's (from the resumed step)."),
 ) -> None:
     """Train your own script through revocations: the spec says where and how long, the script how (its
     workload.script and args; `spotwise run SPEC` does the same for a spec naming the script)."""
@@ -322,7 +327,8 @@ def launch(
             raise InputError("no output directory", "pass --out DIR, or set outputs.uri", "--out")
         target = default_staging_dir(job.outputs.uri)
     _run_and_report(job, target, as_json=as_json, resume=resume is not None, overwrite=overwrite,
-                    ray_address=ray_address, staging=(out or default_staging_dir(uri)) if uri else None)
+                    ray_address=ray_address, staging=(out or default_staging_dir(uri)) if uri else None,
+                    allow_changes=allow_changes)
 
 
 @app.command(**command_kw("simulate"))

@@ -91,9 +91,34 @@ def test_launch_trains_the_script_with_its_args_and_resume_names_a_changed_arg(
     assert saved.stat().st_size > 0, "the script got its arguments (--save)"
     recorded = json.loads((out / "spec.json").read_text())["workload"]
     assert recorded["script"] == str(SCRIPT.resolve()) and recorded["args"] == ["--lr", "0.02", "--save", str(saved)]
-    # resuming with other arguments: the field is named, nothing runs
-    with pytest.raises(InputError, match="workload.args"):
+    # the records hold the rate the script's optimizer stepped with (its param_groups), not the spec's
+    # workload.lr (which a script never reads): issue 55 item 7
+    from spotwise.events import read_events
+
+    first = [e["lr"] for e in read_events(out / "events.jsonl", kinds=["step"])]
+    assert first and all(lr == pytest.approx(0.02) for lr in first) and summary["extra"]["lr"] == pytest.approx(0.02)
+    # resuming with other arguments: the field is named with the flag that allows it, nothing runs
+    with pytest.raises(InputError, match="workload.args") as e:
         spotwise.launch(spec, SCRIPT, ["--lr", "0.05"], out, resume=True)
+    assert "--allow-changes" in str(e.value)
+    code, _, err = cli("launch", str(spec), str(SCRIPT), "--resume", str(out), "--", "--lr", "0.05")
+    assert code == 2 and "--allow-changes" in " ".join(err.split()), err
+    # allowed: the run goes on (a longer target) with the new arguments from the resumed step
+    longer = job_file(tmp_path / "longer", **{})
+    d = yaml.safe_load(longer.read_text())
+    d["target"]["samples"] = 480
+    longer.write_text(yaml.safe_dump(d))
+    saved2 = tmp_path / "final2.pt"
+    done = spotwise.launch(longer, SCRIPT, ["--lr", "0.05", "--save", str(saved2)], out, resume=True, allow_changes=True)
+    assert done.status == "completed" and done.steps > len(first)
+    assert saved2.stat().st_size > 0, "the resumed script ran with the new arguments"
+    # ... and the records say what it stepped with: the optimizer's rate came back with its state (as
+    # torch's load_state_dict restores param_groups), so 0.02 throughout -- never the new argument's 0.05
+    lrs = [e["lr"] for e in read_events(out / "events.jsonl", kinds=["step"])]
+    assert len(lrs) == done.steps and all(lr == pytest.approx(0.02) for lr in lrs), lrs
+    assert json.loads((out / "spec.json").read_text())["workload"]["args"] == ["--lr", "0.05", "--save", str(saved2)]
+    with pytest.raises(InputError, match="applies to a resume"):
+        spotwise.launch(spec, SCRIPT, [], tmp_path / "other", allow_changes=True)
 
 
 def test_emitted_files_mount_the_training_script_and_say_what_else_the_nodes_need(tmp_path: Path) -> None:

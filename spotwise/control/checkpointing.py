@@ -280,7 +280,13 @@ class Checkpointer:
         if not changes:
             return {}
         old_lr, new_lr = float(recorded.workload.lr), float(job.spec.workload.lr)
-        if old_lr != new_lr and old_lr > 0:
+        if old_lr != new_lr and job.spec.workload.script:
+            # a training script sets its optimizer's rate itself: the spec's is not what it steps with
+            # (the step records hold the rate read from its param_groups), so say so rather than claim it
+            warn_on_stderr(f"workload.lr {old_lr:g} -> {new_lr:g} changes nothing in a training script: it steps with "
+                           "the rates its own code sets (the records show them); pass a new rate as one of the script's "
+                           "arguments (workload.args, with --allow-changes)")
+        elif old_lr != new_lr and old_lr > 0:
             job.lr = job.lr * new_lr / old_lr
         atomic_write_text(job.out / SPEC_FILE, json.dumps(job.spec.to_dict(), indent=2) + "\n")
         listed = ", ".join(f"{k} {json.dumps(a)} -> {json.dumps(b)}" for k, (a, b) in list(changes.items())[:8])

@@ -49,17 +49,21 @@ def load_run_spec(out_dir: str | Path) -> JobSpec:
         raise InputError(f"spec.json is not a valid job spec ({e.__class__.__name__}: {e})", fix, str(path)) from None
 
 
-def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_code: bool = False) -> JobSpec:
+def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_code: bool = False,
+                     allow_changes: bool = False) -> JobSpec:
     """:func:`load_run_spec`, checked before a resume imports, runs, installs or reads what it names
     (:func:`spotwise.spec.trust.check_resume_trust`): the user's own spec ``given`` must name the same
     code references (workload, optimizers, policies, anything ``module:Name``), script and arguments,
     and ``workload.dataset`` (``workload.packages`` / ``requirements`` a resume takes from ``given``), or
-    ``trust_code`` must be set; InputError otherwise."""
+    ``trust_code`` must be set; InputError otherwise.  ``allow_changes`` (``--allow-changes``): the
+    user says a resume may also change :data:`RESUME_WITH_CONSENT` (a script's own arguments)."""
     recorded = load_run_spec(out_dir)
-    check_resume_trust(recorded, given, trust_code, str(Path(out_dir) / SPEC_FILE), may_change=_changeable)
-    if given is not None and check_resume_changes(recorded, given, str(Path(out_dir) / SPEC_FILE)):
-        return given  # changes a resume applies (the controller logs and applies them when it restores)
-    return recorded
+    where = str(Path(out_dir) / SPEC_FILE)
+    # what may change first (a comparison of the two specs, nothing imported): its message names the fix
+    changes = check_resume_changes(recorded, given, where, allow_changes) if given is not None else {}
+    may_change = _changeable_with_consent if allow_changes else _changeable
+    check_resume_trust(recorded, given, trust_code, where, may_change=may_change)
+    return given if given is not None and changes else recorded  # a changed spec: the controller applies it
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -83,8 +87,22 @@ RESUME_CHANGEABLE = ("workload.lr", "workload.schedule.", "workload.grad_clip_no
                      "workload.requirements")
 
 
+#: fields a resume changes only when the user says so (``--allow-changes``, issue 55 item 7): a training
+#: script's own arguments -- spotwise cannot tell which of them change the model or the data (those make
+#: the restore fail) and which only the rest of the run (a learning rate, an eval interval)
+RESUME_WITH_CONSENT = ("workload.args",)
+
+
+def _matches(field: str, prefixes: tuple[str, ...]) -> bool:
+    return any(field == p.rstrip(".") or field.startswith(p if p.endswith(".") else p + ".") for p in prefixes)
+
+
 def _changeable(field: str) -> bool:
-    return any(field == p.rstrip(".") or field.startswith(p if p.endswith(".") else p + ".") for p in RESUME_CHANGEABLE)
+    return _matches(field, RESUME_CHANGEABLE)
+
+
+def _changeable_with_consent(field: str) -> bool:
+    return _matches(field, RESUME_CHANGEABLE + RESUME_WITH_CONSENT)
 
 
 def spec_changes(recorded: JobSpec, given: JobSpec) -> dict[str, tuple[Any, Any]]:
@@ -94,14 +112,23 @@ def spec_changes(recorded: JobSpec, given: JobSpec) -> dict[str, tuple[Any, Any]
             if mine.get(k, "<absent>") != theirs.get(k, "<absent>")}
 
 
-def check_resume_changes(recorded: JobSpec, given: JobSpec, where: str) -> dict[str, tuple[Any, Any]]:
+def check_resume_changes(recorded: JobSpec, given: JobSpec, where: str,
+                         allow_changes: bool = False) -> dict[str, tuple[Any, Any]]:
     """The changes a spec passed with ``--resume`` makes to the run's recorded one (issue 41 item 5):
     those a resume applies from the resumed step (:data:`RESUME_CHANGEABLE`) are returned; any other
     (the model, the batch size, the data order, the cluster) exits 2 naming every such field."""
     changes = spec_changes(recorded, given)
-    fixed = [k for k in changes if not _changeable(k)]
+    may_change = _changeable_with_consent if allow_changes else _changeable
+    fixed = [k for k in changes if not may_change(k)]
     if not fixed:
         return changes
+    consent = [k for k in fixed if _matches(k, RESUME_WITH_CONSENT)]
+    if consent and len(consent) == len(fixed):
+        raise InputError(f"your spec changes the training script's arguments on resume ({consent[0]}: "
+                         f"{json.dumps(changes[consent[0]][0])} in the run, {json.dumps(changes[consent[0]][1])} in yours)",
+                         "pass --allow-changes to resume with the new arguments (they apply from the resumed step; an "
+                         "argument that changes the model or the data makes the restore fail), or resume with the "
+                         "recorded ones", where)
 
     def shown(v: Any) -> str:
         text = json.dumps(v) if v is not None else "absent"

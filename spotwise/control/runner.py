@@ -72,6 +72,7 @@ def run_job(
     fetch: bool = False,
     resume_spec: JobSpec | None = None,
     trust_code: bool = False,
+    allow_changes: bool = False,
 ) -> RunSummary:
     """Run ``spec`` into ``out_dir`` (or resume the run there); returns the summary.
 
@@ -91,7 +92,8 @@ def run_job(
     ``fetch`` (with ``resume``): first download the run from ``uri`` into ``out_dir``, a local
     staging folder (:func:`spotwise.remote.location.open_run_location`).
     ``resume_spec`` / ``trust_code``: a resumed run's recorded user code is imported only when it
-    matches the user's spec or is trusted (:func:`spotwise.control.rundir_io.load_resume_spec`).
+    matches the user's spec or is trusted (:func:`spotwise.control.rundir_io.load_resume_spec`);
+    ``allow_changes``: that spec may change a training script's arguments.
     """
     out = Path(out_dir)
     if notice_source not in ("none", "aws", "gcp"):
@@ -111,7 +113,7 @@ def run_job(
     with open_run_location(out, "resume" if resume else ("overwrite" if overwrite else "new"), uri, fetch=fetch) as mirror:
         summary = _run_locked(spec, out, resume=resume, ray_address=ray_address, progress=progress, plots=plots,
                               notice_source=notice_source, metadata_url=metadata_url, autoscale=autoscale, mirror=mirror,
-                              trust=(resume_spec, trust_code))
+                              trust=(resume_spec, trust_code, allow_changes))
         return after(summary) if after is not None else summary
 
 
@@ -130,7 +132,8 @@ def _spec_uri(spec: JobSpec | None, out: Path, resume: bool) -> str | None:
 
 def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: str | None, progress: bool,
                 plots: bool | None, notice_source: str, metadata_url: str | None, autoscale: bool = False,
-                mirror: RunMirror | None = None, trust: tuple[JobSpec | None, bool] = (None, False)) -> RunSummary:
+                mirror: RunMirror | None = None,
+                trust: tuple[JobSpec | None, bool, bool] = (None, False, False)) -> RunSummary:
     """:func:`run_job` once the run directory is prepared and locked."""
     if resume:
         spec = load_resume_spec(out, *trust)  # a fetched run too: its user code only when the user vouches for it

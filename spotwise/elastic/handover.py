@@ -55,6 +55,10 @@ class Outcome:
     why: str = ""
     metrics: dict[str, float] = field(default_factory=dict)
     late_metrics: dict[str, float] = field(default_factory=dict)
+    #: a committed step's learning rates, one per parameter group of the job's optimizers, as the
+    #: members stepped with them (read from ``param_groups`` at the commit: the script's own, whatever
+    #: the spec says)
+    lrs: list[float] = field(default_factory=list)
 
 
 @dataclass

@@ -549,7 +549,8 @@ class ScriptHost:
         self._step += 1
         self._samples += total
         self._per_step = pulled
-        self._end_step(Outcome("committed", loss=loss, samples=total, metrics=metrics))
+        stepped = [float(v) / k for v in vals[TAIL_HEAD:]]  # the members' common rates (checked above)
+        self._end_step(Outcome("committed", loss=loss, samples=total, metrics=metrics, lrs=stepped))
         return True
 
     @property

@@ -400,7 +400,11 @@ class CollectivePlane:
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
         self._per_member = max(self._per_member, samples // max(1, k))
-        lr = job.recipe.lr_at(job.lr, job.counters.samples)  # what the members used: the schedule at the samples before this step
+        # what the members used: a script's optimizer's own rate (read from its param_groups at the commit),
+        # else the spec's schedule at the samples before this step
+        lr = float(rec["lr"]) if rec.get("lr") is not None else job.recipe.lr_at(job.lr, job.counters.samples)
+        if rec.get("lr") is not None:
+            job.stepped_lr = lr
         job.counters.samples += samples
         self.replicas.samples[job.step] = int(job.counters.samples)
         self._cursor.epoch, self._cursor.pos = int(rec["epoch"]), int(rec["pos"])
@@ -427,7 +431,8 @@ class CollectivePlane:
                       recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
                       **({"timing": rec["timing"]} if rec.get("timing") else {}),
                       **({"phases": rec["phases"]} if rec.get("phases") else {}),
-                      **({"unreported": True} if rec.get("unreported") else {}))
+                      **({"unreported": True} if rec.get("unreported") else {}),
+                      **({"lrs": rec["lrs"]} if rec.get("lrs") else {}))
         self.totals.phases.add(None if rec.get("first_of_gen") else rec.get("phases"), samples)  # first: recovery_ms
         if rec.get("metrics"):  # what a training script logged for this step (issue 41 item 6)
             job.log.emit("metrics", step=job.step, values=dict(rec["metrics"]))

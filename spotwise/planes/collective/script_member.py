@@ -319,6 +319,10 @@ def with_metrics(rec: dict[str, Any], out: Outcome) -> dict[str, Any]:
     metrics = {**out.metrics, **out.late_metrics}
     if metrics:
         rec["metrics"] = metrics
+    if out.lrs:  # the rate the optimizer stepped with (its first parameter group's), and every group's
+        rec["lr"] = out.lrs[0]
+        if len(set(out.lrs)) > 1:
+            rec["lrs"] = list(out.lrs)
     return rec
 
 

@@ -71,6 +71,7 @@ def run_serverless(
     resume: bool = False,
     resume_spec: JobSpec | None = None,
     trust_code: bool = False,
+    allow_changes: bool = False,
 ) -> RunSummary:
     """Run a serverless ``spec`` into ``out_dir``; returns the summary (see the module docstring).
     ``resume_spec`` / ``trust_code``: see :func:`spotwise.control.rundir_io.load_resume_spec`."""
@@ -82,7 +83,7 @@ def run_serverless(
     if resume:
         from spotwise.control.rundir_io import load_resume_spec
 
-        spec = load_resume_spec(out, resume_spec, trust_code)
+        spec = load_resume_spec(out, resume_spec, trust_code, allow_changes)
     assert spec is not None
     check_serverless_spec(spec)
     url = parse_redis_url(redis_url) if redis_url else None
