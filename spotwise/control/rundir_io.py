@@ -59,11 +59,13 @@ def load_resume_spec(out_dir: str | Path, given: JobSpec | None = None, trust_co
     user says a resume may also change :data:`RESUME_WITH_CONSENT` (a script's own arguments)."""
     recorded = load_run_spec(out_dir)
     where = str(Path(out_dir) / SPEC_FILE)
-    # what may change first (a comparison of the two specs, nothing imported): its message names the fix
-    changes = check_resume_changes(recorded, given, where, allow_changes) if given is not None else {}
+    if given is not None and not allow_changes:
+        _refuse_args_without_consent(recorded, given, where)  # its message names the flag that allows it
     may_change = _changeable_with_consent if allow_changes else _changeable
     check_resume_trust(recorded, given, trust_code, where, may_change=may_change)
-    return given if given is not None and changes else recorded  # a changed spec: the controller applies it
+    if given is not None and check_resume_changes(recorded, given, where, allow_changes):
+        return given  # changes a resume applies (the controller logs and applies them when it restores)
+    return recorded
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -122,13 +124,7 @@ def check_resume_changes(recorded: JobSpec, given: JobSpec, where: str,
     fixed = [k for k in changes if not may_change(k)]
     if not fixed:
         return changes
-    consent = [k for k in fixed if _matches(k, RESUME_WITH_CONSENT)]
-    if consent and len(consent) == len(fixed):
-        raise InputError(f"your spec changes the training script's arguments on resume ({consent[0]}: "
-                         f"{json.dumps(changes[consent[0]][0])} in the run, {json.dumps(changes[consent[0]][1])} in yours)",
-                         "pass --allow-changes to resume with the new arguments (they apply from the resumed step; an "
-                         "argument that changes the model or the data makes the restore fail), or resume with the "
-                         "recorded ones", where)
+    _refuse_args_without_consent(recorded, given, where, changes)
 
     def shown(v: Any) -> str:
         text = json.dumps(v) if v is not None else "absent"
@@ -142,6 +138,21 @@ def check_resume_changes(recorded: JobSpec, given: JobSpec, where: str,
                      "workload.schedule, workload.grad_clip_norm, workload.eval_every, target.*, budget_usd, deadline, "
                      "outputs.checkpoint_every/plots and cluster.replica_every); to train with the other changes start a "
                      "new run with --out", where)
+
+
+def _refuse_args_without_consent(recorded: JobSpec, given: JobSpec, where: str,
+                                 changes: dict[str, tuple[Any, Any]] | None = None) -> None:
+    """A resume whose only change a resume may not make by itself is the script's arguments: exit 2 naming
+    ``--allow-changes`` (any other fixed change is refused by the trust and change checks, naming it)."""
+    changes = spec_changes(recorded, given) if changes is None else changes
+    fixed = [k for k in changes if not _changeable(k)]
+    if fixed and all(_matches(k, RESUME_WITH_CONSENT) for k in fixed):
+        k = fixed[0]
+        raise InputError(f"your spec changes the training script's arguments on resume ({k}: "
+                         f"{json.dumps(changes[k][0])} in the run, {json.dumps(changes[k][1])} in yours)",
+                         "pass --allow-changes to resume with the new arguments (they apply from the resumed step; an "
+                         "argument that changes the model or the data makes the restore fail), or resume with the "
+                         "recorded ones", where)
 
 
 def has_checkpoint(out_dir: str | Path) -> bool:
