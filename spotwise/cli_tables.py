@@ -31,7 +31,7 @@ def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> A
     def num(v: Any, fmt: str = ".4f") -> str:
         return "-" if v is None else format(v, fmt)
 
-    t.add_row("samples trained on", str(ex.get("samples", "-")), str(od.get("samples", "-")) if od else "-")
+    t.add_row("samples trained on", _samples_cell(ex), str(od.get("samples", "-")) if od else "-")
     t.add_row("committed steps", str(summary.steps), str(od.get("steps", "-")) if od else "-")
     t.add_row(f"final {metric}", num(summary.final_metric), num(od.get("metric")) if measured else "not trained")
     t.add_row("final loss", num(summary.final_loss), num(od.get("final_loss")) if measured else "-")
@@ -56,6 +56,16 @@ def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> A
     if elapsed_s is not None:
         t.add_row("command elapsed", human_duration(elapsed_s), "")
     return t
+
+
+def _samples_cell(ex: dict[str, Any]) -> str:
+    """The samples committed, and the target when the last (whole) step went past it."""
+    got, want = ex.get("samples"), ex.get("target_samples")
+    if not isinstance(got, int):
+        return str(got if got is not None else "-")
+    if isinstance(want, int) and got > want:
+        return f"{got:,} (target {want:,}: the last step is whole)"
+    return f"{got:,}"
 
 
 def _serverless_table(summary: Any) -> Any:

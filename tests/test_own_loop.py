@@ -55,7 +55,8 @@ def test_a_script_trains_as_a_job(ray_session: Any, tmp_path: Path) -> None:
     spec = script_spec()
     coord, summary = run(spec, tmp_path / "run")
     assert summary.status == "completed", summary
-    assert 480 <= coord.counters.samples < 480 + 16
+    assert 480 <= coord.counters.samples < 480 + 16  # whole steps of 2 x 8 (docs/spec.md)
+    assert summary.extra["target_samples"] == 480 and summary.extra["samples"] == coord.counters.samples
     steps = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["step"]))
     assert [e["step"] for e in steps] == list(range(1, len(steps) + 1))
     metrics = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["metrics"]))
@@ -623,3 +624,11 @@ def test_a_script_job_is_planned_on_an_assumed_loss_curve_saying_how_to_measure_
     assert plan.workers >= 1 and plan.expected_time_s and plan.expected_time_s > 0
     said = [a for a in plan.assumed if a.startswith("no pilot: the job trains your own script")]
     assert said and "--pilot" in said[0] and "assumed error model" in said[0]
+
+
+def test_the_summary_table_says_why_the_samples_pass_the_target() -> None:
+    from spotwise.cli_tables import _samples_cell
+
+    assert _samples_cell({"samples": 1610, "target_samples": 1600}) == "1,610 (target 1,600: the last step is whole)"
+    assert _samples_cell({"samples": 1600, "target_samples": 1600}) == "1,600"
+    assert _samples_cell({"samples": 90, "target_samples": None}) == "90" and _samples_cell({}) == "-"

@@ -315,6 +315,10 @@ def test_the_original_under_torchrun_and_the_converted_under_spotwise_agree(ray_
     spec = nanogpt_spec(spotwise_out, "--eval_interval=6", samples=100 * 16, max_iters=iters)  # the script ends it
     coord, summary = run(spec, tmp_path / "run")
     assert summary.status == "completed"
+    # the on-demand comparison counts optimizer steps, as the run does: the script accumulates 2
+    # micro-batches per step on each of 2 members (issue 55 item 8: it once counted micro-batches)
+    od = summary.extra["on_demand"]
+    assert od["micro_batches_per_step"] == 2 and od["steps"] == summary.steps, (od, summary.steps)
     torchrun(EXAMPLE / "train_nanogpt_spotwise.py", *args, "--out_dir=conv", cwd=tmp_path)
     torchrun(EXAMPLE / "train_nanogpt.py", *args, "--out_dir=orig", cwd=tmp_path)
     got, conv, orig = script_log(spotwise_out), script_log(tmp_path / "conv"), script_log(tmp_path / "orig")

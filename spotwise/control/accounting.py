@@ -83,6 +83,8 @@ class AccountedJob(Protocol):
     def delta(self) -> float: ...
     @property
     def time_law(self) -> MiniBatchTimeLaw: ...
+    @property
+    def member_step_samples(self) -> int: ...
 
     @property
     def T(self) -> float: ...
@@ -263,15 +265,21 @@ class Accounting:
         strategy = job.sync_strategy
         per = strategy.expected_round_s(job.time_law, n, job.delta)
         samples = int(job.counters.samples)
-        steps = math.ceil(samples / strategy.samples_per_step(n, job.batch))
-        t = float(per * steps)
+        unit = strategy.samples_per_step(n, job.batch)  # one mini-batch of ``batch`` per member (H for S-MA)
+        rounds = math.ceil(samples / unit)  # the runtime model's steps: one mini-batch each
+        # a script that accumulates A micro-batches per optimizer step (its members committed A x batch
+        # each) takes A such rounds per step: the estimate's steps are optimizer steps, like the run's
+        acc = max(1, round(int(getattr(job, "member_step_samples", 0) or 0) * n / unit))
+        steps = math.ceil(samples / (unit * acc))
+        t = float(per * rounds)
         bill = self.ledger.on_demand_policy
         # every pool's workers at their own on-demand price (one pool: the instance's); every shard
         fleet = [(len(p.slots), p.market.on_demand_price) for p in job.speeds.pools.pools] if job.speeds.pools.multi else [(n, job.market.on_demand_price)]
         coord = float(job.market.coordinator.on_demand_per_hour or 0.0)
         cost = sum(k * bill.charge(od, 0.0, t) for k, od in fleet) + len(self.coordinator_ids()) * bill.charge(coord, 0.0, t)
         od = sum(k * od for k, od in fleet) / max(1, sum(k for k, _ in fleet))
-        return {"basis": "model", "workers": n, "samples": samples, "steps": steps, "time_s": t, "cost_usd": float(cost),
+        return {"basis": "model", "workers": n, "samples": samples, "steps": steps,
+                "micro_batches_per_step": acc, "time_s": t, "cost_usd": float(cost),
                 "worker_price_per_hour": od, "metric": None}
 
 

@@ -77,6 +77,8 @@ def run_summary(job: SummarisedJob, final_eval: dict[str, float], cost: dict[str
             job.status == "completed" and job.T <= job.spec.deadline_s),
         "idle_s": job.counters.idle_s, "notices": job.counters.notices, "aborted_steps": job.counters.aborted_steps,
         "checkpoints": job.counters.checkpoints, "epochs": job.sampler.epoch, "stop_message": job.stop_message, "samples": job.counters.samples,
+        # the length asked for: a run commits whole steps, so up to one step's samples past it (docs/spec.md)
+        "target_samples": job.spec.target_samples(),
         "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
                         "p99": float(np.percentile(rec, 99)) if rec else None},
         "on_demand": job.accounting.on_demand_estimate() if job.step else None,

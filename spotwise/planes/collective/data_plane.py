@@ -400,6 +400,7 @@ class CollectivePlane:
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
         self._per_member = max(self._per_member, samples // max(1, k))
+        job.member_step_samples = self._per_member
         # what the members used: a script's optimizer's own rate (read from its param_groups at the commit),
         # else the spec's schedule at the samples before this step
         lr = float(rec["lr"]) if rec.get("lr") is not None else job.recipe.lr_at(job.lr, job.counters.samples)
