@@ -51,7 +51,7 @@ def _spec(plane: str, steps: int) -> dict[str, Any]:
 AFTER = 20
 
 
-@pytest.mark.parametrize("plane", ["ps", "collective"])
+@pytest.mark.parametrize("plane", [pytest.param("ps", marks=pytest.mark.extended), "collective"])
 def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path: Path, plane: str) -> None:
     """Event waits only: the run is stopped (SIGTERM, a clean stop: exit 143) once the replacement's
     workers joined and ``AFTER`` steps were committed after that; no step count guessed from this

@@ -115,7 +115,8 @@ def _steps_after_regroup(events: list[dict[str, Any]], t_lost: float) -> int | N
     return None
 
 
-@pytest.mark.parametrize("strategy", list(SPECS))
+@pytest.mark.parametrize("strategy", [s if s == "ssgd+switch" else pytest.param(s, marks=pytest.mark.extended)
+                                      for s in SPECS])  # the other strategies: single-node in test_collective_plane
 def test_collective_run_survives_a_spot_node_killed_mid_step(cluster: dict[str, Any], tmp_path: Path,
                                                              strategy: str) -> None:
     """The run is stopped (SIGTERM, a clean stop: exit 143) once the survivors regrouped and

@@ -81,7 +81,7 @@ def _alive(seen: dict[int, tuple[int, str]]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("plane", ["ps", "collective"])
+@pytest.mark.parametrize("plane", [pytest.param("ps", marks=pytest.mark.extended), "collective"])
 def test_no_process_outlives_a_driver_killed_by_sigkill(tmp_path: Path, plane: str) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(SPECS[plane]))

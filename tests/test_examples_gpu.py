@@ -26,7 +26,8 @@ def _needs(path: Path) -> None:
         pytest.skip(f"the real traces are not beside the clone ({path} is absent)")
 
 
-@pytest.mark.parametrize("example,trace", [("resnet18-v100.yaml", AWS), ("gpt-gcp-v100.yaml", None)])
+@pytest.mark.parametrize("example,trace", [("resnet18-v100.yaml", AWS),
+                                           pytest.param("gpt-gcp-v100.yaml", None, marks=pytest.mark.extended)])
 def test_a_gpu_example_plans_simulates_and_emits(cli: Any, tmp_path: Path, example: str, trace: Path | None) -> None:
     if trace is not None:
         _needs(trace)

@@ -418,6 +418,7 @@ def test_item18_json_stdout_survives_driver_and_child_process_output(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 def test_item18_run_json_with_16_workers_prints_only_json(tmp_path: Path) -> None:
     """At 16+ workers Ray's raylet warns about worker start-up concurrency; none of it may reach stdout."""
     if not SPOTWISE.exists():

@@ -36,7 +36,7 @@ def test_each_gpu_workload_ships_a_measured_curve_that_learns(name: str) -> None
     assert last < 0.9 * first, (first, last)
 
 
-@pytest.mark.parametrize("name,steps", [("gpt-bytes", 2), ("resnet18-cifar", 1)])
+@pytest.mark.parametrize("name,steps", [pytest.param("gpt-bytes", 2, marks=pytest.mark.extended), ("resnet18-cifar", 1)])
 def test_the_shipped_curve_is_what_the_pilot_code_records(name: str, steps: int) -> None:
     """The first steps of the measured configuration, run again with the pilot's recipe_steps, give the
     shipped losses (the curve is a measurement, not a made-up shape)."""

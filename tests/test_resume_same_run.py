@@ -224,7 +224,8 @@ def _same_run(out: Path, full: Path, key: Any) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("plane", ["ps", "collective"])
+@pytest.mark.parametrize("plane", [pytest.param("ps", marks=pytest.mark.extended), "collective"])  # ps: its
+# resume is also test_hardening_signals[ps]
 def test_a_resumed_run_is_the_uninterrupted_run(ray_session: Any, tmp_path: Path, plane: str) -> None:
     """Kill -9 right after chosen checkpoints (one at a revocation's instant), a real SIGTERM right after
     a notice's checkpoint, and a resume with nothing left to train: each resumed run is the
