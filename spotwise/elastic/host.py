@@ -120,6 +120,11 @@ class ScriptHost:
         ``torch.distributed``'s group calls answered by the job (:mod:`~spotwise.elastic.patches`)."""
         install_host(self)
         self._names.take()
+        # torch imports torch._dynamo lazily when the script builds its optimizer (torch/_compile.py);
+        # imported here first, so that import never races one in this process's other threads (under
+        # load a racing import handed the script a partially initialised torch._dynamo)
+        import torch._dynamo  # noqa: F401
+
         self._thread = threading.Thread(target=self._main, name="spotwise-script", daemon=True)
         self._thread.start()
 
