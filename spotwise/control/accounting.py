@@ -39,6 +39,9 @@ class Billing(Protocol):
     ledger: Ledger
     #: clock time up to which ``price`` events were logged
     last_price_T: float
+    #: the most samples one member committed in a step (a script's accumulation: A x batch; 0: unknown),
+    #: so that the on-demand estimate counts optimizer steps as the run does
+    member_step_samples: int
 
     def start_coordinator(self, t: float) -> None: ...
     def emit_prices(self) -> None: ...
@@ -83,8 +86,6 @@ class AccountedJob(Protocol):
     def delta(self) -> float: ...
     @property
     def time_law(self) -> MiniBatchTimeLaw: ...
-    @property
-    def member_step_samples(self) -> int: ...
 
     @property
     def T(self) -> float: ...
@@ -108,6 +109,8 @@ class Accounting:
         self.egress_bytes = 0.0
         #: clock time up to which ``price`` events were logged (-1: none yet)
         self.last_price_T = -1.0
+        #: the most samples one member committed in a step (the data plane says; :meth:`on_demand_estimate`)
+        self.member_step_samples = 0
 
     def worker_price(self, market: str | None = None, w: int | None = None) -> Any:
         """What worker ``w`` costs on ``market`` (ledger name; default: the one in force): its pool's
@@ -269,7 +272,7 @@ class Accounting:
         rounds = math.ceil(samples / unit)  # the runtime model's steps: one mini-batch each
         # a script that accumulates A micro-batches per optimizer step (its members committed A x batch
         # each) takes A such rounds per step: the estimate's steps are optimizer steps, like the run's
-        acc = max(1, round(int(getattr(job, "member_step_samples", 0) or 0) * n / unit))
+        acc = max(1, round(self.member_step_samples * n / unit))
         steps = math.ceil(samples / (unit * acc))
         t = float(per * rounds)
         bill = self.ledger.on_demand_policy

@@ -184,10 +184,6 @@ class JobController:
 
         self.step = 0
         self.lr = self.base_lr
-        #: the rate a training script's optimizer last stepped with (its param_groups; None: the spec's rules)
-        self.stepped_lr: float | None = None
-        #: the most samples one member committed in a step (a script's accumulation: A x batch; 0: unknown)
-        self.member_step_samples = 0
         self.provisioned = cl.workers
         self.sampler = EpochSampler(self.state.n_train, spec.seed, bool(getattr(self.state, "ordered", False)))
         self.dur_rng = np.random.default_rng([spec.seed, 3])

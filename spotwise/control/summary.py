@@ -82,8 +82,7 @@ def run_summary(job: SummarisedJob, final_eval: dict[str, float], cost: dict[str
         "recovery_ms": {"count": len(rec), "median": float(np.median(rec)) if rec else None,
                         "p99": float(np.percentile(rec, 99)) if rec else None},
         "on_demand": job.accounting.on_demand_estimate() if job.step else None,
-        "final_eval": final_eval, "instance": job.market.instance.name, "sync": job.sync,
-        "lr": job.lr if job.stepped_lr is None else job.stepped_lr,  # a script's: what its optimizer stepped with
+        "final_eval": final_eval, "instance": job.market.instance.name, "sync": job.sync, "lr": job.lr,
         # gradient payload bytes received from workers (sparse updates for sparse workloads)
         # and what dense float32 vectors would have cost (issue 9)
         "grad_bytes": int(job.counters.grad_bytes), "grad_bytes_dense": int(job.counters.grad_bytes_dense),

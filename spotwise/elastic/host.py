@@ -23,8 +23,6 @@ script's next batches retry the same samples).
 from __future__ import annotations
 
 import math
-import os
-import runpy
 import sys
 import threading
 import traceback
@@ -42,6 +40,7 @@ from spotwise.elastic.job import install_host
 from spotwise.elastic.metrics import clean_metrics
 from spotwise.elastic.points import CommitPoints
 from spotwise.elastic.positions import StreamPosition
+from spotwise.elastic.script_thread import ScriptThread
 from spotwise.elastic.script_env import ScriptEnv
 from spotwise.elastic.torchrun import Place
 from spotwise.elastic.usage import ScriptError
@@ -71,9 +70,7 @@ class ScriptHost:
         self._handed: Go | None = None
         #: outcomes reported by the script thread, oldest first (a step's, then its return to a batch)
         self._outcomes: deque[Outcome] = deque()
-        self._thread: threading.Thread | None = None
-        #: the process's ``__main__``, ``sys.argv`` and ``sys.path`` before the script ran (abandon())
-        self._saved: tuple[Any, list[str], list[str]] | None = None
+        self._thread = ScriptThread(self.path, self.args, self._main)
         #: a terminal outcome that came in place of the script's return to its next batch
         self._terminal: Outcome | None = None
         #: between a step's commit and the next step's first batch (the script runs its own code)
@@ -125,7 +122,6 @@ class ScriptHost:
         # load a racing import handed the script a partially initialised torch._dynamo)
         import torch._dynamo  # noqa: F401
 
-        self._thread = threading.Thread(target=self._main, name="spotwise-script", daemon=True)
         self._thread.start()
 
     def wait_registered(self, timeout_s: float) -> Outcome:
@@ -188,58 +184,32 @@ class ScriptHost:
 
     def stop(self, timeout_s: float = 60.0) -> Outcome | None:
         """The job is over: let the script leave its loop (its data iteration ends) and finish."""
-        t = self._thread
-        if t is None or not t.is_alive():
+        if not self._thread.alive():
             return None
         out = self.run_step(Go(stop=True), timeout_s)
-        t.join(timeout=5.0)
-        if not t.is_alive():
+        if self._thread.join(5.0):
             self._names.give_back()
         return out
 
     def abandon(self, timeout_s: float = 5.0) -> bool:
         """End the script's thread where it stands, running none of the rest of the script (the
         coordinator's probe is done with it): at its first batch it is handed an abandoning
-        :class:`Go`; a script that never got there (a hang, a slow start) gets :class:`Abandoned`
-        raised in its thread.  While the thread runs, ``runpy`` holds the script as this process's
-        ``__main__`` (and ``sys.argv``, ``sys.path[0]``): a thread left behind would make every later
-        ``multiprocessing`` spawn of the process run the user's script.  If the thread is blocked in C
-        and does not end within ``timeout_s``, the process's own ``__main__``, argv and path are put
-        back anyway.  Returns whether the thread ended."""
-        t = self._thread
-        if t is None or not t.is_alive():
-            return True
-        with self._cv:
-            self._handed = Go(stop=True, abandon=True)
-            self._cv.notify_all()
-        t.join(timeout=min(0.5, timeout_s))
-        if t.is_alive() and t.ident is not None:
-            import ctypes
+        :class:`Go`, else :class:`Abandoned` is raised in it (:meth:`ScriptThread.end
+        <spotwise.elastic.script_thread.ScriptThread.end>`: a thread left behind holds the process's
+        ``__main__``).  Returns whether the thread ended."""
+        def wake() -> None:
+            with self._cv:
+                self._handed = Go(stop=True, abandon=True)
+                self._cv.notify_all()
 
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(Abandoned))
-            t.join(timeout=timeout_s)
-        if t.is_alive():
-            saved = self._saved
-            if saved is not None:
-                main, argv, path = saved
-                if main is not None:
-                    sys.modules["__main__"] = main
-                sys.argv = argv
-                sys.path[:] = path
-            return False
-        return True
+        return self._thread.end(wake, timeout_s)
 
     # ================================================================== the script thread
-    def _main(self) -> None:
-        argv = sys.argv
-        self._saved = (sys.modules.get("__main__"), list(argv), list(sys.path))
-        sys.argv = [self.path, *self.args]
-        folder = os.path.dirname(os.path.abspath(self.path))
-        sys.path.insert(0, folder)
+    def _main(self, run: Callable[[], None]) -> None:
         patches.bind(self)
         self.env.enter()
         try:
-            runpy.run_path(self.path, run_name="__main__")
+            run()
         except Abandoned:
             return  # the probe ended it where it stood (abandon())
         except StopIteration:
@@ -254,9 +224,6 @@ class ScriptHost:
             return
         finally:
             patches.unbind()
-            sys.argv = argv
-            if sys.path and sys.path[0] == folder:
-                sys.path.pop(0)
         self._report(Outcome("ended", why="the script returned" + ("" if self._stopped else
                                                                    " before the job's target")), wait=False)
 
@@ -299,7 +266,7 @@ class ScriptHost:
         """Stop at a step boundary and take the next :class:`Go`: the job's first step once the script
         registered its model, optimizers and data (so a joiner's ``job.step``, read before its first
         batch to set a learning rate, is the job's, not 0), or the next step after a commit."""
-        if threading.current_thread() is not self._thread or self._stopped:
+        if not self._thread.is_current() or self._stopped:
             return
         if self._go is None and self.modules and self.optimizers and self.position is not None:
             self._begin(self._report(Outcome("registered")))
@@ -471,7 +438,7 @@ class ScriptHost:
 
     def boundary(self) -> bool:
         """The top of a ``job.steps()`` loop: the job's next step begins here; False when the job is over."""
-        if self.position is None and threading.current_thread() is self._thread:
+        if self.position is None and self._thread.is_current():
             raise ScriptError("job.steps() before the script's first batch: a member that joins a running job learns "
                               "the job's step at its first batch, so draw one before the loop (nanoGPT's "
                               "`X, Y = get_batch('train')` above `while True`) or iterate job.data()")

@@ -55,7 +55,7 @@ from spotwise.planes.collective.plan import NO_LIMIT, Plan, rank_order
 from spotwise.planes.collective.plane import CollectiveCompute, PlaneControl, ended_runs
 from spotwise.planes.collective.totals import CollectiveTotals
 from spotwise.planes.collective.state_copy import POLL_MAX_S, POLL_S, REPLICA_WAIT_S, StateCopy
-from spotwise.planes.collective.records import GossipRecords, StallWatch, split_halts, unreported_records
+from spotwise.planes.collective.records import GossipRecords, StallWatch, split_halts, step_fields, unreported_records
 from spotwise.planes.collective.replica import DataCursor
 from spotwise.planes.collective.script_end import end_script
 from spotwise.planes.collective.round_time import draw_round, restored_draws, steps_before
@@ -399,13 +399,10 @@ class CollectivePlane:
         job.clock.advance_to(end)
         job.step = int(rec["step"])
         samples = int(rec.get("samples", 0))
-        self._per_member = max(self._per_member, samples // max(1, k))
-        job.member_step_samples = self._per_member
-        # what the members used: a script's optimizer's own rate (read from its param_groups at the commit),
-        # else the spec's schedule at the samples before this step
-        lr = float(rec["lr"]) if rec.get("lr") is not None else job.recipe.lr_at(job.lr, job.counters.samples)
-        if rec.get("lr") is not None:
-            job.stepped_lr = lr
+        job.accounting.member_step_samples = self._per_member = max(self._per_member, samples // max(1, k))
+        lr = job.recipe.lr_at(job.lr, job.counters.samples)  # what the members used: the schedule at the samples before this step
+        if rec.get("lr") is not None:  # a script's: its optimizer's own rate (param_groups at the commit)
+            job.lr = lr = float(rec["lr"])
         job.counters.samples += samples
         self.replicas.samples[job.step] = int(job.counters.samples)
         self._cursor.epoch, self._cursor.pos = int(rec["epoch"]), int(rec["pos"])
@@ -430,10 +427,7 @@ class CollectivePlane:
                       lr=lr, sync=rec.get("strategy", job.sync), duration=duration, cost=job.cost_so_far(),
                       epoch=self._cursor.epoch, pos=self._cursor.pos, retries=0, contributions=k, lost=0, staleness=0,
                       recovery_ms=recovery_ms, samples=samples, gen=rec.get("gen"), commit_wall=rec.get("wall"),
-                      **({"timing": rec["timing"]} if rec.get("timing") else {}),
-                      **({"phases": rec["phases"]} if rec.get("phases") else {}),
-                      **({"unreported": True} if rec.get("unreported") else {}),
-                      **({"lrs": rec["lrs"]} if rec.get("lrs") else {}))
+                      **step_fields(rec))
         self.totals.phases.add(None if rec.get("first_of_gen") else rec.get("phases"), samples)  # first: recovery_ms
         if rec.get("metrics"):  # what a training script logged for this step (issue 41 item 6)
             job.log.emit("metrics", step=job.step, values=dict(rec["metrics"]))

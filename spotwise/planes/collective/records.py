@@ -39,6 +39,16 @@ def combine(parts: dict[int, dict[str, Any]], partial: bool = False) -> dict[str
     return rec
 
 
+#: what a step's record may add to its ``step`` event: the leader's timing and phases, a step whose record
+#: died with its leader (``unreported``), a script's learning rates when its parameter groups differ
+STEP_FIELDS = ("timing", "phases", "unreported", "lrs")
+
+
+def step_fields(rec: dict[str, Any]) -> dict[str, Any]:
+    """The optional fields of a committed record's ``step`` event (:data:`STEP_FIELDS` it holds)."""
+    return {k: rec[k] for k in STEP_FIELDS if rec.get(k)}
+
+
 def split_halts(raw: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
     """The members' records, the first saying a step diverged (``nonfinite``), the first saying a
     training script is over (``script``, issue 41): ``(steps' records, nonfinite or None, script or None)``."""

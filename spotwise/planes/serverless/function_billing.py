@@ -116,6 +116,7 @@ class FunctionAccounting:
         self.ledger = meter.ledger
         self.running_seconds = running_seconds
         self.last_price_T = -1.0
+        self.member_step_samples = 0  # (Billing's; a function step is one mini-batch per function)
 
     def start_coordinator(self, t: float) -> None:
         """The Redis node is billed from ``t`` (this session's start)."""
