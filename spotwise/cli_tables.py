@@ -31,7 +31,7 @@ def _summary_table(summary: Any, out: Path, elapsed_s: float | None = None) -> A
     def num(v: Any, fmt: str = ".4f") -> str:
         return "-" if v is None else format(v, fmt)
 
-    t.add_row("samples trained on", _samples_cell(ex), str(od.get("samples", "-")) if od else "-")
+    t.add_row("samples trained on", _samples_cell(ex), _samples_cell({"samples": od.get("samples")}) if od else "-")
     t.add_row("committed steps", str(summary.steps), str(od.get("steps", "-")) if od else "-")
     t.add_row(f"final {metric}", num(summary.final_metric), num(od.get("metric")) if measured else "not trained")
     t.add_row("final loss", num(summary.final_loss), num(od.get("final_loss")) if measured else "-")
