@@ -402,7 +402,7 @@ class CollectivePlane:
         job.accounting.member_step_samples = self._per_member = max(self._per_member, samples // max(1, k))
         lr = job.recipe.lr_at(job.lr, job.counters.samples)  # what the members used: the schedule at the samples before this step
         if rec.get("lr") is not None:  # a script's: its optimizer's own rate (param_groups at the commit)
-            job.lr = lr = float(rec["lr"])
+            self.totals.stepped_lr = lr = float(rec["lr"])  # (job.lr stays: a change of it regroups)
         job.counters.samples += samples
         self.replicas.samples[job.step] = int(job.counters.samples)
         self._cursor.epoch, self._cursor.pos = int(rec["epoch"]), int(rec["pos"])

@@ -32,6 +32,9 @@ class CollectiveTotals:
     regroup_ms: list[float] = dataclasses.field(default_factory=list)
     regroups: int = 0
     rolled_back_steps: int = 0
+    #: the rate a training script's optimizer last stepped with (its param_groups at the commit; the summary's
+    #: ``lr``).  Not carried: every session's commits say it again
+    stepped_lr: float | None = None
 
     def __post_init__(self) -> None:
         if self.regroups < 0 or self.rolled_back_steps < 0:
@@ -63,4 +66,5 @@ class CollectiveTotals:
                             "p99": float(np.percentile(j, 99)) if j else None, "max": max(j) if j else None},
                 # where a step's time went, by phase (the leader's timing: spotwise.control.phases)
                 "step_phases": self.phases.summary(),
-                **({"metrics": dict(self.metrics)} if self.metrics else {})}
+                **({"metrics": dict(self.metrics)} if self.metrics else {}),
+                **({"lr": self.stepped_lr} if self.stepped_lr is not None else {})}
