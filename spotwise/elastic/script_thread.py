@@ -61,7 +61,7 @@ class ScriptThread:
         if t is None or not t.is_alive():
             return True
         wake()
-        t.join(timeout=min(0.5, timeout_s))
+        t.join(timeout=min(2.0, timeout_s))  # woken at a step boundary it ends at once; busy in its own code it does not
         if t.is_alive() and t.ident is not None:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(t.ident), ctypes.py_object(Abandoned))
             t.join(timeout=timeout_s)
