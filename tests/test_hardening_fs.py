@@ -38,19 +38,12 @@ import yaml
 
 import spotwise
 from spotwise.errors import InputError
+from _rundirs import tiny_spec
 
 # a hang (a FIFO opened, /dev/zero read) fails here; generous: the slowest case takes ~10 s on a busy machine
 pytestmark = pytest.mark.timeout(120)
 
-SPEC: dict[str, Any] = {
-    "name": "hostile-fs",
-    "seed": 5,
-    "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
-    "target": {"iterations": 10},
-    "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0},
-    "market": {"synthetic": {"kind": "constant", "price": 0.07}},
-    "outputs": {"checkpoint_every": 5, "plots": False},
-}
+SPEC: dict[str, Any] = tiny_spec("hostile-fs")  # a 10-step modelled job, checkpoints at 5 and 10
 #: what each hostile object must be called in the message
 SAYS = {"fifo": "FIFO", "passwd": "symbolic link", "outside": "symbolic link", "dangling": "symbolic link",
         "loop": "symbolic link", "devzero": "symbolic link", "urandom": "symbolic link", "huge": "larger than",

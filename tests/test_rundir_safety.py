@@ -29,18 +29,11 @@ import pytest
 from _checkpoints import valid_state
 import torch
 from _load import bound
+from _rundirs import tiny_spec
 
 pytestmark = pytest.mark.timeout(240)
 
-SPEC: dict[str, Any] = {
-    "name": "rundir-safety",
-    "seed": 5,
-    "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
-    "target": {"iterations": 10},
-    "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0},
-    "market": {"synthetic": {"kind": "constant", "price": 0.07}},
-    "outputs": {"checkpoint_every": 5, "plots": False},
-}
+SPEC: dict[str, Any] = tiny_spec("rundir-safety")  # a 10-step modelled job, checkpoints at 5 and 10
 
 
 def _spec_file(tmp_path: Path, **over: Any) -> Path:
