@@ -79,7 +79,11 @@ def check_spec(spec: SpecLike, *, import_user_code: bool = False, local_workers:
             check_local_workers(job.cluster)
         build_market(job)
     worker_device = _check_device_here(job) if local_workers and job.cluster.kind == "vm" else None
-    if build_workload and (import_user_code or ":" not in job.workload.name):
+    if job.workload.restart is not None:  # restart mode: the script is never run here, only read (it must save)
+        from spotwise.spec.restart_mode import check_script_checkpoints
+
+        check_script_checkpoints(str(job.workload.script), list(job.workload.args))
+    elif build_workload and (import_user_code or ":" not in job.workload.name):
         from spotwise.elastic.describe import workload_for
 
         # import errors, missing datasets, a script that fails before its first batch: before anything starts
@@ -294,14 +298,21 @@ def run(spec: SpecLike | None, out: str | os.PathLike[str] | None = None, *, res
 
 
 def launch(spec: str | os.PathLike[str] | Mapping[str, Any], script: str | os.PathLike[str],
-           args: Sequence[str] | None = None, out: str | os.PathLike[str] | None = None, **run_kw: Any) -> "RunSummary":
+           args: Sequence[str] | None = None, out: str | os.PathLike[str] | None = None,
+           restart: Mapping[str, Any] | bool | None = None, **run_kw: Any) -> "RunSummary":
     """Train the user's own ``script`` (with its command-line ``args``) as the job ``spec`` describes
     (``spotwise launch SPEC train.py -- ARGS``): the spec's cluster, market, target and outputs, the
-    script as its ``workload.script`` (:mod:`spotwise.spec.launch`).  ``run_kw`` are :func:`run`'s
-    (``resume=True`` continues a launched run: pass the same spec and script)."""
+    script as its ``workload.script`` (:mod:`spotwise.spec.launch`).  ``restart`` (``--restart``): restart
+    mode for an unmodified torchrun script -- ``True`` or ``{"resume_args": [...], "grace_s": 30}``
+    (:mod:`spotwise.spec.restart_mode`).  ``run_kw`` are :func:`run`'s (``resume=True`` continues a
+    launched run: pass the same spec and script)."""
     from spotwise.spec.launch import launch_spec
 
-    return run(launch_spec(spec, script, args), out, **run_kw)
+    if restart is not None and not isinstance(restart, (bool, Mapping)):
+        raise InputError(f"restart must be True or a mapping of restart mode's settings, got {restart!r}",
+                         "e.g. restart={'resume_args': ['--init_from=resume']}", "restart")
+    settings = None if restart is None or restart is False else ({} if restart is True else dict(restart))
+    return run(launch_spec(spec, script, args, restart=settings), out, **run_kw)
 
 
 def simulate(spec: SpecLike, out: str | os.PathLike[str] | None = None, *, pilot: str | os.PathLike[str] | None = None,

@@ -37,6 +37,10 @@ def plane_for(spec: JobSpec) -> DataPlane:
     from :func:`spotwise.planes.serverless.runner.serverless_controller` (its whole world differs)."""
     if spec.cluster.kind == "serverless":
         raise ValueError("a serverless job is built by spotwise.planes.serverless.runner.serverless_controller")
+    if spec.workload.restart is not None:  # restart mode (issue 55 item 6): the script runs as torchrun runs it
+        from spotwise.planes.restart.plane import RestartPlane
+
+        return RestartPlane(spec)
     if spec.cluster.data_plane == "collective":
         return CollectivePlane(spec)
     return ParameterServerPlane()
@@ -61,4 +65,7 @@ def build_controller(spec: JobSpec, out_dir: str | Path, *, market: Market | Non
         provider = EmulatedProvider(market.revocation, max_workers, market.horizon_s, spec.seed, compute=compute)
     else:
         compute = compute or plane.default_compute(spec, 0)
+    own_state = getattr(plane, "own_state", None)  # a plane whose coordinator keeps no model (restart mode)
+    if own_state is not None and "state" not in options:
+        options["state"] = own_state()
     return JobController(spec, out_dir, market=market, provider=provider, compute=compute, plane=plane, **options)

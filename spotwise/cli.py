@@ -312,14 +312,27 @@ def launch(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing spotwise run in --out."),
     allow_changes: bool = typer.Option(False, "--allow-changes", help="With --resume: run the script with the "
                                        "arguments given here when they differ from the run's (from the resumed step)."),
+    restart: bool = typer.Option(False, "--restart", help="Restart mode: run an unmodified torchrun script, "
+                                 "stopped and started again (from its own checkpoint) at every membership change."),
+    resume_args: Optional[str] = typer.Option(None, "--resume-args", help="Restart mode: arguments added when the "
+                                              "script restarts after it saved a checkpoint, e.g. '--init_from=resume'."),
 ) -> None:
     """Train your own script through revocations: the spec says where and how long, the script how (its
-    workload.script and args; `spotwise run SPEC` does the same for a spec naming the script)."""
+    workload.script and args; `spotwise run SPEC` does the same for a spec naming the script).  With
+    --restart the script is an unmodified torchrun script ({checkpoint_dir} in its arguments, or
+    $SPOTWISE_CHECKPOINT_DIR, is the folder it checkpoints into)."""
     from spotwise.remote.uri import default_staging_dir, is_uri
     from spotwise.spec.launch import launch_spec
 
     _preflight()
-    job = launch_spec(spec, script, list(args) if args else None)
+    if resume_args is not None and not restart:
+        raise InputError("--resume-args applies to restart mode", "add --restart (or drop --resume-args)", "--resume-args")
+    settings = None
+    if restart:
+        import shlex
+
+        settings = {} if resume_args is None else {"resume_args": shlex.split(resume_args)}
+    job = launch_spec(spec, script, list(args) if args else None, restart=settings)
     uri = resume if resume is not None and is_uri(resume) else None
     target: Any = uri or (Path(resume) if resume is not None else out)
     if target is None:

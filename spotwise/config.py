@@ -29,8 +29,9 @@ from spotwise.policies.schema import validate_policies
 from spotwise.spec.resolve import data_plane_why, resolve_epochs, resolve_family, resolve_paths, settle_data_plane  # noqa: F401
 from spotwise.spec.packages import check_packages, check_requirements
 from spotwise.spec.script import check_script_workload
+from spotwise.spec.restart_mode import RestartSpec, check_restart_job
 from spotwise.spec.target import TargetSpec  # noqa: F401  (re-exported)
-from spotwise.spec.checks import MAX_SEED, _non_negative, _plain_text, _positive, _seed, check_sinks  # noqa: F401  (re-exported)
+from spotwise.spec.checks import MAX_SEED, MAX_SPEC_WORKERS, check_worker_counts, _non_negative, _plain_text, _positive, _seed, check_sinks  # noqa: F401  (re-exported)
 from spotwise.spec.market import MarketSpec, PoolMarketSpec, PoolSpec, RevocationSpec, SyntheticSpec  # noqa: F401
 from spotwise.spec.pools import Balance, check_pool_markets, check_pools
 from spotwise.spec.hardware import resolve_hardware
@@ -54,12 +55,6 @@ SYNC_MODES: tuple[str, ...] = ("full", "n-sync", "n-batch", "async")
 IMPLIED_FAMILIES: dict[str, str] = {"resnet18-cifar": "resnet18", "gpt-bytes": "transformer"}
 BUILTIN_WORKLOADS: tuple[str, ...] = ("mlp-digits", "cnn-digits", "sparse-logreg", "pmf", "cnn-cifar10", "resnet18-cifar", "gpt-bytes")
 Cloud = Literal["aws", "gcp", "azure", "ibm", "local"]
-
-
-#: absolute ceiling on worker counts in a spec (the machine or cluster is checked when a run starts)
-MAX_SPEC_WORKERS = 100_000
-
-#: seeds go to numpy (any non-negative integer) and torch.manual_seed (at most 2**64 - 1)
 
 #: allowed ``cluster.group_timeout_s`` (issue 18 item 10).  It is gloo's collective timeout *and*
 #: the members' rendezvous (store connect) timeout: an S-SGD all-reduce waits for the slowest
@@ -116,6 +111,8 @@ class WorkloadSpec:
     #: issue 42: the workload's own pip requirements and requirements file, installed by emitted setups
     packages: list[str] = field(default_factory=list)
     requirements: str | None = None
+    #: issue 55 item 6: restart mode (spotwise/spec/restart_mode.py): the script runs unmodified, as torchrun runs it
+    restart: RestartSpec | None = None
 
     def __post_init__(self) -> None:
         self.packages, self.requirements = check_packages(self.packages), check_requirements(self.requirements)
@@ -154,9 +151,7 @@ class WorkloadSpec:
         if self.script is None and self.name == "script":
             raise InputError("workload.name is 'script' but workload.script is missing",
                              "add workload.script: train.py (your training script)", "name")
-        if self.script is not None:
-            pass
-        elif self.name not in BUILTIN_WORKLOADS and ":" not in self.name:
+        if self.script is None and self.name not in BUILTIN_WORKLOADS and ":" not in self.name:
             raise InputError(
                 f"unknown workload {self.name!r}",
                 f"use one of {', '.join(BUILTIN_WORKLOADS)} or 'package.module:function' for your own",
@@ -267,23 +262,7 @@ class ClusterSpec:
             raise InputError("required field is missing", "name an instance type from the catalog, e.g. 'c5.xlarge', or "
                              "the accelerators, e.g. accelerators: V100:1 (or set cluster.kind: serverless to train on "
                              "functions)", "instance_type")
-        _positive(self.workers, "workers", "provision at least one worker")
-        for name in ("workers", "max_workers", "standby", "sync_n"):
-            v = getattr(self, name)
-            if v is not None and v > MAX_SPEC_WORKERS:
-                raise InputError(f"{v} is more workers than spotwise manages (at most {MAX_SPEC_WORKERS:,})",
-                                 f"lower {name}; the local emulated provider holds far fewer (about one per 300 MiB "
-                                 "of memory) and a Ray cluster as many as its 'spot' resources", name)
-        if self.min_workers is not None and (isinstance(self.min_workers, bool) or not isinstance(self.min_workers, int)
-                                             or not 1 <= self.min_workers <= self.workers):
-            raise InputError(f"min_workers must be a whole number from 1 to workers ({self.workers}), got {self.min_workers!r}",
-                             "1 trains on whatever nodes the market gives (elastic); workers waits for all of them (a gang)",
-                             "min_workers")
-        if self.max_workers is not None and self.max_workers < self.workers:
-            raise InputError(
-                f"max_workers ({self.max_workers}) is below workers ({self.workers})",
-                "raise max_workers or lower workers", "max_workers",
-            )
+        check_worker_counts(self)
         if self.sync in ("n-sync", "n-batch"):
             if self.sync_n is None:
                 raise InputError(f"sync mode {self.sync!r} needs sync_n", "set cluster.sync_n (the N of N-sync), e.g. half the workers", "sync_n")
@@ -457,6 +436,7 @@ class JobSpec:
         if self.cluster.max_workers is None and any(p.name == "exp-growth" for p in self.policies):
             raise InputError("exp-growth needs a cap", "set cluster.max_workers (paper 000 Remark 3 caps the growth)", "cluster.max_workers")
         self._check_recipe()
+        check_restart_job(self)
 
     def samples_per_step(self) -> int:
         """Samples a step commits at full strength: workers x batch (S-MA: times ``local_steps``)."""

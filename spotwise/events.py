@@ -66,6 +66,9 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # a training script (issue 41): what it logged for a step (``job.log``); how it ended
     "metrics": ("step", "values"),
     "script": ("outcome",),
+    # restart mode (issue 55 item 6): the script started again on the members; a checkpoint it saved
+    "restart": ("gen", "members", "from_step"),
+    "script_checkpoint": ("step", "path"),
     # a metrics sink's run elsewhere (W&B, MLflow): its id, continued on resume (spotwise.control.sinks)
     "sink": ("sink", "id"),
 }

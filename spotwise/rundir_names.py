@@ -43,6 +43,8 @@ BASELINE_DIR = "on-demand"
 SWEEP_FILE = "sweep.json"
 WINDOWS_FILE = "windows.csv"
 SWEEP_PLOTS = ("breakdown.png", "cost_cdf.png", "finish_cdf.png")
+#: a restart-mode script's checkpoint folder (spotwise.spec.restart_mode.SCRIPT_CHECKPOINTS)
+SCRIPT_CHECKPOINTS = "script-checkpoints"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 MLFLOW_DB = "mlflow.db"
@@ -134,6 +136,8 @@ REGISTRY: tuple[RunName, ...] = (
     RunName(SWEEP_FILE, "file", "a sweep's results (spotwise.reports.sweep_view)", atomic=True),
     RunName(WINDOWS_FILE, "file", "a sweep's windows (spotwise.reports.sweep_view)", atomic=True),
     *(RunName(n, "file", "a sweep's plot (spotwise.reports.sweep_view)", atomic=True) for n in SWEEP_PLOTS),
+    RunName(SCRIPT_CHECKPOINTS, "library", "a restart-mode script's own checkpoints (spotwise.planes.restart)",
+            mirrored=False),
     RunName(TENSORBOARD_DIR, "library", "the tensorboard sink's event files (spotwise.control.sinks)", mirrored=False),
     RunName(WANDB_DIR, "library", "the wandb sink's offline runs and logs (spotwise.control.sinks)", links=_WANDB_LINKS,
             mirrored=False),

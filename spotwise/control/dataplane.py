@@ -27,6 +27,7 @@ controller (:mod:`spotwise.assemble`) and this module imports none of them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -79,6 +80,8 @@ class PlaneHost(Protocol):
 
     @property
     def spec(self) -> JobSpec: ...
+    @property
+    def out(self) -> Path: ...
     @property
     def clock(self) -> Clock: ...
     @property

@@ -147,6 +147,10 @@ def _run_locked(spec: JobSpec | None, out: Path, *, resume: bool, ray_address: s
             # a bad or hostile one exits 2 now, as `spotwise run SPEC` does in check_spec (issue 38 item 4)
             make_workload(spec.workload, spec.seed)
     assert spec is not None
+    if ray_address and spec.workload.restart is not None:
+        raise InputError("restart mode runs on this machine's emulated market for now: on a Ray cluster its script's "
+                         "checkpoints would need storage every node reads", "drop --ray-address, or run the script "
+                         "in place (without --restart; docs/own-loop.md)", "--ray-address")
     if not ray_address:
         check_local_workers(spec.cluster)  # a resumed run too: this machine may be smaller than the last
     market = build_market(spec)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from spotwise.errors import InputError
+
+#: absolute ceiling on worker counts in a spec (the machine or cluster is checked when a run starts)
+MAX_SPEC_WORKERS = 100_000
 
 #: seeds go to numpy (any non-negative integer) and torch.manual_seed (at most 2**64 - 1)
 MAX_SEED = 2**63 - 1
@@ -78,3 +83,25 @@ def check_sinks(names: list[str]) -> None:
             raise InputError(f"the {name} sink needs {', '.join(missing)}, not installed here",
                              f"pip install {pkgs} (or spotwise[metrics]), or remove {name} from outputs.sinks",
                              "outputs.sinks")
+
+
+def check_worker_counts(c: Any) -> None:
+    """A cluster's ``workers``, ``min_workers``, ``max_workers``, ``standby`` and ``sync_n`` against each other
+    and against what spotwise manages (:data:`MAX_SPEC_WORKERS`)."""
+    _positive(c.workers, "workers", "provision at least one worker")
+    for name in ("workers", "max_workers", "standby", "sync_n"):
+        v = getattr(c, name)
+        if v is not None and v > MAX_SPEC_WORKERS:
+            raise InputError(f"{v} is more workers than spotwise manages (at most {MAX_SPEC_WORKERS:,})",
+                             f"lower {name}; the local emulated provider holds far fewer (about one per 300 MiB "
+                             "of memory) and a Ray cluster as many as its 'spot' resources", name)
+    if c.min_workers is not None and (isinstance(c.min_workers, bool) or not isinstance(c.min_workers, int)
+                                         or not 1 <= c.min_workers <= c.workers):
+        raise InputError(f"min_workers must be a whole number from 1 to workers ({c.workers}), got {c.min_workers!r}",
+                         "1 trains on whatever nodes the market gives (elastic); workers waits for all of them (a gang)",
+                         "min_workers")
+    if c.max_workers is not None and c.max_workers < c.workers:
+        raise InputError(
+            f"max_workers ({c.max_workers}) is below workers ({c.workers})",
+            "raise max_workers or lower workers", "max_workers",
+        )

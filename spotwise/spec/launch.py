@@ -34,9 +34,11 @@ def _script_path(script: str | os.PathLike[str]) -> str:
 
 
 def with_script(data: Mapping[str, Any], script: str | os.PathLike[str], args: Sequence[str] | None,
-                source: str = "spec") -> dict[str, Any]:
+                source: str = "spec", restart: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A copy of the spec mapping ``data`` whose workload is ``script`` with ``args`` (None: the spec's own
-    ``workload.args``, if any).  InputError when the spec already names something else to train."""
+    ``workload.args``, if any); ``restart`` (``--restart``): restart mode's settings over the spec's
+    ``workload.restart`` (:mod:`spotwise.spec.restart_mode`).  InputError when the spec already names
+    something else to train."""
     path = _script_path(script)
     if args is not None and (isinstance(args, (str, bytes)) or not all(isinstance(a, str) for a in args)):
         raise InputError(f"the script's arguments must be a list of strings, got {args!r}",
@@ -66,26 +68,30 @@ def with_script(data: Mapping[str, Any], script: str | os.PathLike[str], args: S
     w["script"] = path
     if args is not None:
         w["args"] = list(args)
+    if restart is not None:
+        given_restart = w.get("restart")
+        w["restart"] = {**(given_restart if isinstance(given_restart, dict) else {}), **dict(restart)}
     out["workload"] = w
     return out
 
 
 def launch_spec(spec: str | os.PathLike[str] | Mapping[str, Any], script: str | os.PathLike[str],
-                args: Sequence[str] | None = None) -> Any:
+                args: Sequence[str] | None = None, restart: Mapping[str, Any] | None = None) -> Any:
     """The :class:`~spotwise.config.JobSpec` of ``spotwise launch``: ``spec`` (a YAML file, its other
-    relative paths against its folder, or a mapping) training ``script`` with ``args``."""
+    relative paths against its folder, or a mapping) training ``script`` with ``args`` (in restart mode
+    with ``restart``'s settings: ``{}`` for the defaults)."""
     from spotwise.config import load_spec, read_spec_file, spec_from_dict
 
     if isinstance(spec, Mapping):
         from spotwise.spec.input_paths import check_spec_files
 
-        job = spec_from_dict(with_script(spec, script, args), "spec")
+        job = spec_from_dict(with_script(spec, script, args, restart=restart), "spec")
         check_spec_files(job)  # the script and every other file the mapping names (its paths: this folder's)
         return job
     if not isinstance(spec, (str, os.PathLike)):
         raise InputError(f"cannot make a job spec of {type(spec).__name__}", "pass the spec's YAML path or a dict",
                          "spec")
-    return load_spec(spec, with_script(read_spec_file(spec), script, args, str(spec)))
+    return load_spec(spec, with_script(read_spec_file(spec), script, args, str(spec), restart))
 
 
 __all__ = ["launch_spec", "with_script"]
