@@ -43,8 +43,8 @@ REQUIRED_KEYS = ("format", "step", "params", "lr", "T", "sampler", "dur_rng", "i
 #: ... and those a serverless job's checkpoint (``kind: "serverless"``) carries besides them
 SERVERLESS_KEYS = (*REQUIRED_KEYS, "kind", "schedule")
 #: keys some checkpoints carry: the emulated market's position, the collective plane's round times drawn
-#: ahead, a real model's state (each plane checks its own records when it restores them)
-OPTIONAL_KEYS = ("market", "expansions", "timeline", "round_draws", "model", "train_extra", "rng")
+#: ahead, a real model's state, restart mode's generation count (each plane checks its own records when it restores them)
+OPTIONAL_KEYS = ("market", "expansions", "timeline", "round_draws", "model", "train_extra", "rng", "restart")
 KNOWN_KEYS = frozenset((*SERVERLESS_KEYS, *OPTIONAL_KEYS))
 
 _SAMPLER_KEYS = ("n", "seed", "epoch", "cursor", "pending", "next_id", "committed_in_epoch")

@@ -128,6 +128,7 @@ class RestartPlane:
         self._kill_wall: float | None = None  # recovery: a loss -> the next generation's first commit
         self._over: str | None = None  # the script ended on its own (why)
         self.checkpoint_dir = ""
+        self._lease = 0  # the ranks may take the steps up to this one
 
     @property
     def job(self) -> PlaneHost:
@@ -161,16 +162,22 @@ class RestartPlane:
         return {"data_plane": "restart"}
 
     def checkpoint_state(self) -> dict[str, Any]:
-        return {"restart_plane": True, "round_draws": [[k, d] for k, d in self._draws],
+        return {"restart": {"gen": self.gen}, "round_draws": [[k, d] for k, d in self._draws],
                 "plane_carried": self.totals.state()}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         refuse_foreign_checkpoint(state, "restart")
-        if state.get("restart_plane") is not True:
+        own = state.get("restart")
+        if not isinstance(own, dict):
             raise InputError("this run directory holds an in-place run's checkpoints, not a restart-mode run's",
                              "resume it the way it was started (without --restart)", "--resume")
         self._draws = restored_draws(state.get("round_draws", []))
         self.totals = RestartTotals.from_state(state)
+        gen = own.get("gen")
+        if set(own) != {"gen"} or isinstance(gen, bool) or not isinstance(gen, int) or not -1 <= gen < 10**9:
+            raise InputError(f"the checkpoint's restart record is {str(own)[:60]!r}, not {{'gen': <generation>}}",
+                             "resume a run directory spotwise wrote (or start it again with --overwrite)", "--resume")
+        self.gen = gen  # the next generation continues the count (the event log's and TORCHELASTIC_RESTART_COUNT)
 
     def begin(self) -> None:
         return None
@@ -277,7 +284,7 @@ class RestartPlane:
         env = {"SPOTWISE_CHANNEL": f"{self.channel.host}:{self.channel.port}",
                "SPOTWISE_CHANNEL_KEY": self.channel.address.secret, "SPOTWISE_GEN": str(self.gen),
                "SPOTWISE_CHECKPOINT_DIR": self.checkpoint_dir, "SPOTWISE_RESUME_STEP": str(ck)}
-        self.store.set("lease", str(job.step))  # every rank waits before its first step
+        self._set_lease(job.step)  # every rank waits before its first step
         self._draws.clear()
         ranks = ScriptRanks(self.gen, members, [job.members[w] for w in members], self.host, self.run_id)
         self._started_wall = time.perf_counter()
@@ -314,6 +321,8 @@ class RestartPlane:
     def _end_generation(self, restart: bool = True) -> None:
         ranks = self.ranks
         assert ranks is not None
+        if not ranks.poll() and self._ready_at is not None:
+            self._wait_at_lease()  # no rank is stopped inside an evaluation or a save
         exits = ranks.stop(self.rs.grace_s)
         self._take_records()  # what the ranks reported while they ended (a checkpoint saved on SIGTERM)
         self.ranks = None
@@ -374,8 +383,10 @@ class RestartPlane:
         job, ranks = self.job, self.ranks
         assert ranks is not None
         lease = self._lease_for(ranks.world)
+        if self._join_pending:  # a step at a time: the script's next checkpoint stops it before its next step
+            lease = min(lease, job.step + 1)
         if lease > job.step:
-            self.store.set("lease", str(lease))
+            self._set_lease(lease)
             self._pump(lease)
             if job.provider.iteration_driven and self._why is None:
                 job.iteration_market()
@@ -398,20 +409,26 @@ class RestartPlane:
                 job.handle_market(job.provider.pop_event())
 
     def _wait_at_lease(self) -> None:
-        job, ranks = self.job, self.ranks
+        """Until every rank waits before the step after the lease (what they report meanwhile is logged)."""
+        ranks = self.ranks
         assert ranks is not None
-        want = str(job.step + 1)
+        want = str(self._lease + 1)
         keys = [f"at/{ranks.gen}/{r}" for r in range(ranks.world)]
         deadline = time.monotonic() + AT_LEASE_MOST_S
         next_poll = 0.0
         while time.monotonic() < deadline:
+            self._take_records()
             if all(self.store.check([k]) and self.store.get(k).decode() == want for k in keys):
                 return
             if time.monotonic() >= next_poll:
                 next_poll = time.monotonic() + POLL_EXIT_S
-                if self._check_exits():
+                if self._check_exits() or ranks.exits:  # a rank ended: nothing to wait for
                     return
             time.sleep(0.005)
+
+    def _set_lease(self, step: int) -> None:
+        self._lease = int(step)
+        self.store.set("lease", str(self._lease))
 
     def _pump(self, until: int) -> None:
         job = self.job
@@ -457,7 +474,7 @@ class RestartPlane:
         self.totals.checkpointed(step, job.cost_so_far())
         job.log.emit("script_checkpoint", step=step, path=str(rec.get("path", ""))[:500], gen=rec.get("gen"),
                      rank=rec.get("rank"))
-        if self._join_pending and self.ranks is not None and step == job.step:
+        if self._join_pending and self.ranks is not None:  # (leased a step at a time: at most one after it)
             self._restart("a member joined (restarted at the script's checkpoint)")
 
     def _script_started(self, step: int) -> None:
