@@ -209,3 +209,25 @@ def test_a_stopped_restart_mode_run_resumes_from_the_scripts_checkpoint(ray_sess
     assert summary.extra["redone_steps"] == 1 and summary.extra["restarts"] == 1
     steps = [e["step"] for e in events(out, "step")]
     assert steps == [*range(1, 8), *range(7, 15)]
+
+
+def test_the_cli_refuses_restart_mode_misuse_with_exit_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from spotwise.cli import app
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: x\ncluster: {instance_type: c5.xlarge, workers: 1}\ntarget: {iterations: 5}\n"
+                    "workload: {batch_size: 4}\nmarket: {synthetic: {kind: constant, price: 0.07}}\n")
+    plain = tmp_path / "train.py"
+    plain.write_text("print('no checkpoint here')\n")
+    runner = CliRunner()
+    res = runner.invoke(app, ["launch", str(spec), str(NANOGPT), "--out", str(tmp_path / "a"), "--resume-args", "--x"])
+    assert res.exit_code == 2 and "--restart" in res.output
+    res = runner.invoke(app, ["launch", str(spec), str(plain), "--out", str(tmp_path / "b"), "--restart"])
+    assert res.exit_code == 2 and "never saves a checkpoint" in res.output, res.output
+    samples = tmp_path / "samples.yaml"
+    samples.write_text(spec.read_text().replace("iterations: 5", "samples: 100"))
+    res = runner.invoke(app, ["launch", str(samples), str(NANOGPT), "--out", str(tmp_path / "c"), "--restart"])
+    assert res.exit_code == 2 and "target.iterations" in res.output
+    assert not any((tmp_path / d).exists() for d in "abc")
