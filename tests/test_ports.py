@@ -36,6 +36,7 @@ PORTS: dict[str, tuple[str, str]] = {
     "planes/collective/data_plane.py": ("control/dataplane.py", "PlaneHost"),
     "planes/collective/state_copy.py": ("control/dataplane.py", "PlaneHost"),
     "planes/serverless/plane.py": ("control/dataplane.py", "PlaneHost"),
+    "planes/restart/plane.py": ("control/dataplane.py", "PlaneHost"),
 }
 
 

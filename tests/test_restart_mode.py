@@ -90,20 +90,19 @@ def test_the_cli_takes_restart_and_resume_args(tmp_path: Path) -> None:
 def test_the_unmodified_torchrun_script_survives_five_revocations(ray_session: Any, tmp_path: Path) -> None:
     from spotwise.capacity.faults import ScriptedRevocation, outage
 
-    spec = restart_spec(30, workers=2)
-    # five revocations of one member or the other (the script restarts at world 1 and 2), one of both at once
-    rev = ScriptedRevocation((outage(5, 8, [0]), outage(12, 14, [1]), outage(19, 22, [0]), outage(26, 28, [1]),
-                              outage(33, 35, [0, 1]), outage(40, 42, [0])))
+    spec = restart_spec(24, workers=2)
+    # five revocations: of one member or the other (the script restarts at world 1 and 2), of both at once
+    rev = ScriptedRevocation((outage(5, 8, [0]), outage(12, 14, [1]), outage(19, 22, [0, 1]), outage(30, 33, [0])))
     out = tmp_path / "run"
     coord, summary = run(spec, out, revocation=rev)
     assert summary.status == "completed", (summary, coord.stop_message)
-    assert coord.step == 30
+    assert coord.step == 24
     extra = summary.extra
     assert extra["data_plane"] == "restart"
     revokes = [e for e in events(out, "revoke") if e.get("reason") == "market"]
     assert len(revokes) >= 5
     restarts = events(out, "restart")
-    assert extra["restarts"] == len(restarts) - 1 >= 5
+    assert extra["restarts"] == len(restarts) - 1 >= 5  # each loss and each return
     worlds = {len(r["members"]) for r in restarts}
     assert worlds == {1, 2}  # the script ran again with each new WORLD_SIZE
     assert any(r["resume"] for r in restarts)  # ... from its own checkpoint, with --init_from=resume
@@ -111,7 +110,7 @@ def test_the_unmodified_torchrun_script_survives_five_revocations(ray_session: A
     rollbacks = events(out, "rollback")
     assert sum(r["lost_steps"] for r in rollbacks) == extra["redone_steps"] > 0
     steps = [e["step"] for e in events(out, "step")]
-    assert steps[-1] == 30 and len(steps) == 30 + extra["redone_steps"]
+    assert steps[-1] == 24 and len(steps) == 24 + extra["redone_steps"]
     # the log replays: each step follows the one before it or a rollback's step
     expect = 1
     marks = {(r["from_step"], r["to_step"]) for r in rollbacks}

@@ -54,6 +54,11 @@ def check_simulable(spec: JobSpec, pilot_dir: str | None = None) -> None:
         raise InputError("simulate models VM clusters (rounds of paper 000 eq. 14-15); a serverless job is not simulated",
                          "price it with `spotwise plan` (the serverless planner, papers/004) or train it with "
                          "`spotwise run`", "cluster.kind")
+    if spec.workload.restart is not None:
+        raise InputError("simulate models in-place training; restart mode's restarts (start-up, steps redone from the "
+                         "script's checkpoints) are not modelled yet", "simulate the spec without workload.restart "
+                         "(a lower bound on its time and cost), or run it with `spotwise launch ... --restart`",
+                         "workload.restart")
     if spec.cluster.data_plane == "collective" and spec.cluster.sync != "ssgd":
         raise InputError(f"simulate models synchronous rounds; the collective strategy {spec.cluster.sync!r} is not modelled yet",
                          "simulate the job with cluster.sync: ssgd (an S-SGD step is timed as fully synchronous SGD, "

@@ -18,6 +18,8 @@ import sys
 import threading
 from typing import Any
 
+from spotwise.planes.ps.compute import RayCompute
+
 #: lines of a script's output a member keeps for the coordinator's messages
 TAIL_LINES = 40
 
@@ -107,3 +109,19 @@ def remote_restart_member_class() -> Any:
 
         _REMOTE["cls"] = ray.remote(max_restarts=0, max_task_retries=0)(RestartMember)
     return _REMOTE["cls"]
+
+
+class RestartCompute(RayCompute):
+    """Member actors that run the script's ranks (:class:`~spotwise.planes.restart.member.RestartMember`)."""
+
+    def _start_actor(self, low: bool = False) -> tuple[Any, Any]:
+        opts = dict(self.actor_options)
+        device = self.worker_args[4] if len(self.worker_args) > 4 else "cpu"
+        actor = remote_restart_member_class().options(**opts).remote(device)
+        self.spawned += 1
+        return actor, actor.ready.remote()
+
+    def _no_calls(self, *_: Any, **__: Any) -> Any:
+        raise TypeError("restart mode has no per-step calls: the script's ranks run on their own")
+
+    share = submit = gather = result = _no_calls  # type: ignore[assignment]

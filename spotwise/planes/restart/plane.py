@@ -40,8 +40,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from spotwise.config import JobSpec
 from spotwise.control.accounting import AccountedJob, Accounting, Billing
 from spotwise.control.checkpoint import refuse_foreign_checkpoint
@@ -52,9 +50,10 @@ from spotwise.errors import InputError
 from spotwise.market.preemption import MarketEvent
 from spotwise.planes.collective.group_store import GroupCoordinator
 from spotwise.planes.collective.round_time import draw_round, restored_draws, steps_before
-from spotwise.planes.ps.compute import Compute, RayCompute
+from spotwise.planes.ps.compute import Compute
 from spotwise.planes.restart.generation import ScriptRanks
-from spotwise.planes.restart.member import remote_restart_member_class
+from spotwise.planes.restart.member import RestartCompute
+from spotwise.planes.restart.state import RestartState
 from spotwise.planes.restart.totals import RestartTotals
 from spotwise.policies.base import Decision, Policy, SetLearningRate, SwitchSync
 from spotwise.spec.restart_mode import SCRIPT_CHECKPOINTS, substitute
@@ -63,42 +62,6 @@ from spotwise.spec.restart_mode import SCRIPT_CHECKPOINTS, substitute
 POLL_EXIT_S = 0.25
 #: the longest the plane waits for every rank to reach the lease before applying a market event anyway
 AT_LEASE_MOST_S = 600.0
-
-
-class RestartCompute(RayCompute):
-    """Member actors that run the script's ranks (:class:`~spotwise.planes.restart.member.RestartMember`)."""
-
-    def _start_actor(self, low: bool = False) -> tuple[Any, Any]:
-        opts = dict(self.actor_options)
-        device = self.worker_args[4] if len(self.worker_args) > 4 else "cpu"
-        actor = remote_restart_member_class().options(**opts).remote(device)
-        self.spawned += 1
-        return actor, actor.ready.remote()
-
-    def _no_calls(self, *_: Any, **__: Any) -> Any:
-        raise TypeError("restart mode has no per-step calls: the script's ranks run on their own")
-
-    share = submit = gather = result = _no_calls  # type: ignore[assignment]
-
-
-class RestartState(TrainingState):
-    """The coordinator holds nothing of a restart-mode script's model: the script keeps its own state."""
-
-    metric_name = None
-
-    def __init__(self) -> None:
-        self.params = np.zeros(1, dtype=np.float32)  # a placeholder (a checkpoint holds one float)
-        self.n_train = 1
-
-    @property
-    def can_evaluate(self) -> bool:
-        return False
-
-    def apply(self, grad: np.ndarray, lr: float, contributions: int) -> None:
-        raise RuntimeError("a restart-mode script applies its own steps")
-
-    def evaluate(self) -> dict[str, float]:
-        return {}
 
 
 class RestartPlane:
@@ -145,10 +108,7 @@ class RestartPlane:
 
     def attach(self, job: PlaneHost) -> None:
         self._job = job
-        out = getattr(job, "out", None)
-        if out is None:
-            raise ValueError("restart mode needs the run directory (the script's checkpoint folder is in it)")
-        folder = Path(out) / SCRIPT_CHECKPOINTS
+        folder = Path(job.out) / SCRIPT_CHECKPOINTS  # the script's checkpoint folder is in the run directory
         if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
             raise InputError(f"{folder} is not a folder spotwise made", "remove it, or use another --out",
                              SCRIPT_CHECKPOINTS)
