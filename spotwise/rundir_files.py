@@ -172,10 +172,16 @@ def open_run_writer(root: str | Path, rel: str | Path, *, append: bool) -> IO[st
         raise InputError(f"cannot write {parts[-1]} ({e.strerror or e})", "choose a writable --out", str(path)) from None
     finally:
         os.close(dfd)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise InputError(f"{parts[-1]} in the run directory is not a regular file", "remove it, or choose another --out",
                          str(path))
+    if st.st_nlink > 1:  # written in place: a hard link would write into a file elsewhere
+        os.close(fd)
+        raise InputError(f"{parts[-1]} in the run directory has {st.st_nlink} hard links; refusing to write into it",
+                         "remove it (spotwise writes files with other names only through their own link), or choose "
+                         "another --out", str(path))
     os.set_blocking(fd, True)
     if not append:
         os.ftruncate(fd, 0)

@@ -45,6 +45,8 @@ WINDOWS_FILE = "windows.csv"
 SWEEP_PLOTS = ("breakdown.png", "cost_cdf.png", "finish_cdf.png")
 #: a restart-mode script's checkpoint folder (spotwise.spec.restart_mode.SCRIPT_CHECKPOINTS)
 SCRIPT_CHECKPOINTS = "script-checkpoints"
+#: what a restart-mode script's ranks printed, one file per member slot (spotwise.planes.restart.member)
+SCRIPT_LOGS = "script-logs"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 MLFLOW_DB = "mlflow.db"
@@ -136,6 +138,8 @@ REGISTRY: tuple[RunName, ...] = (
     RunName(SWEEP_FILE, "file", "a sweep's results (spotwise.reports.sweep_view)", atomic=True),
     RunName(WINDOWS_FILE, "file", "a sweep's windows (spotwise.reports.sweep_view)", atomic=True),
     *(RunName(n, "file", "a sweep's plot (spotwise.reports.sweep_view)", atomic=True) for n in SWEEP_PLOTS),
+    RunName(SCRIPT_LOGS, "own", "what a restart-mode script's ranks printed (spotwise.planes.restart.member)",
+            inside=re.compile(r"member-\d+\.log")),
     RunName(SCRIPT_CHECKPOINTS, "library", "a restart-mode script's own checkpoints (spotwise.planes.restart)",
             mirrored=False),
     RunName(TENSORBOARD_DIR, "library", "the tensorboard sink's event files (spotwise.control.sinks)", mirrored=False),

@@ -156,6 +156,11 @@ def test_a_script_that_saves_on_sigterm_loses_nothing_with_a_notice(ray_session:
     assert steps == list(range(1, 25))  # every step once
     stopped = [e for e in events(out, "script") if e["outcome"] == "stopped" and "notice" in e["why"]]
     assert stopped and all(rc == 0 for e in stopped for rc in e["exits"].values())  # they left by their own handler
+    # what the ranks printed is in the run directory, each member's lines kept through its revocation
+    logs = {p.name: p.read_text() for p in (out / "script-logs").iterdir()}
+    assert set(logs) == {"member-0.log", "member-1.log"}
+    assert "saved step" in logs["member-0.log"] and '"world": 2' in logs["member-0.log"]
+    assert logs["member-0.log"].count("--- generation") >= 2
 
 
 def test_a_script_that_fails_ends_the_run_with_its_own_words(ray_session: Any, tmp_path: Path) -> None:

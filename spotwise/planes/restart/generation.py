@@ -83,10 +83,15 @@ class ScriptRanks:
             env["OMP_NUM_THREADS"] = 1
         return {key: str(v) for key, v in env.items()}
 
-    def start(self, script: str, args: list[str], extra_env: dict[str, str], cwd: str) -> None:
-        """Start every rank (a fresh rendezvous store first); raises if a member's start call fails."""
+    def start(self, script: str, args: list[str], extra_env: dict[str, str], cwd: str, run_dir: str | None = None) -> None:
+        """Start every rank (a fresh rendezvous store first); raises if a member's start call fails.  ``run_dir``:
+        what each rank prints is appended to ``script-logs/member-<slot>.log`` there."""
+        from spotwise.rundir_names import SCRIPT_LOGS
+
         self.store = RendezvousStore(self.host)
-        calls = [a.start.remote(script, args, {**extra_env, **self.rank_env(r)}, cwd) for r, a in enumerate(self.actors)]
+        calls = [a.start.remote(script, args, {**extra_env, **self.rank_env(r)}, cwd,
+                                None if run_dir is None else (run_dir, f"{SCRIPT_LOGS}/member-{self.slots[r]}.log"))
+                 for r, a in enumerate(self.actors)]
         pids = wait_calls(calls, timeout_s=START_CALL_S)
         for r, pid in enumerate(pids):
             if pid is None:

@@ -6,6 +6,8 @@ signals it (SIGTERM: the script's own handler may save), kills it (its whole pro
 script's DataLoader workers too), and keeps the last lines it printed (they are also written to the
 member's own output, Ray's log of the actor) for the coordinator's messages.  The child dies with
 the member (``PR_SET_PDEATHSIG``), so a revoked member -- its actor killed -- takes its script along.
+What the script prints is also appended to the run directory (``script-logs/member-<slot>.log``), line by
+line, so the lines of a member revoked later are kept.
 """
 
 from __future__ import annotations
@@ -32,13 +34,23 @@ class RestartMember:
         self.proc: subprocess.Popen[bytes] | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._reader: threading.Thread | None = None
+        self.log: Any = None  # the run directory's file of what this member's scripts printed
 
     def ready(self) -> int:
         return os.getpid()
 
-    def start(self, script: str, args: list[str], env: dict[str, str], cwd: str) -> int:
-        """Start the script (ending one still running first); returns its pid."""
+    def start(self, script: str, args: list[str], env: dict[str, str], cwd: str,
+              log: tuple[str, str] | None = None) -> int:
+        """Start the script (ending one still running first); returns its pid.  ``log``: (run directory, file
+        below it) to append what the script prints to (never through a link: :func:`open_run_writer`)."""
         self.kill()
+        if log is not None:
+            from spotwise.rundir_files import open_run_writer
+
+            self.log = open_run_writer(log[0], log[1], append=True)
+            self.log.write(f"--- generation {env.get('SPOTWISE_GEN', '?')}: rank {env.get('RANK', '?')} of "
+                           f"{env.get('WORLD_SIZE', '?')} ---\n")
+            self.log.flush()
         full = dict(os.environ)
         full.update({k: str(v) for k, v in env.items()})
         full["SPOTWISE_PARENT_PID"] = str(os.getpid())
@@ -57,6 +69,13 @@ class RestartMember:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self.tail.append(line)
             sys.stdout.write(line + "\n")
+            log = self.log
+            if log is not None:
+                try:
+                    log.write(line + "\n")
+                    log.flush()
+                except (OSError, ValueError):  # a full disk, a closed file: the output still goes to Ray's log
+                    pass
         sys.stdout.flush()
 
     def poll(self) -> int | None:
@@ -87,6 +106,9 @@ class RestartMember:
         rc = p.wait()
         if self._reader is not None:
             self._reader.join(timeout=2.0)
+        if self.log is not None:
+            self.log.close()
+            self.log = None
         return rc
 
     def output_tail(self) -> list[str]:

@@ -36,6 +36,7 @@ import json
 import math
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ from spotwise.planes.restart.member import RestartCompute
 from spotwise.planes.restart.state import RestartState
 from spotwise.planes.restart.totals import RestartTotals
 from spotwise.policies.base import Decision, Policy, SetLearningRate, SwitchSync
+from spotwise.rundir_names import SCRIPT_LOGS
 from spotwise.spec.restart_mode import SCRIPT_CHECKPOINTS, substitute
 
 #: seconds between two looks at whether the script's ranks still run
@@ -114,6 +116,14 @@ class RestartPlane:
                              SCRIPT_CHECKPOINTS)
         folder.mkdir(exist_ok=True)
         self.checkpoint_dir = str(folder.resolve())
+        logs = Path(job.out) / SCRIPT_LOGS  # the ranks append to these: nothing there may lead elsewhere
+        if logs.is_symlink() or (logs.exists() and not logs.is_dir()):
+            raise InputError(f"{logs} is not a folder spotwise made", "remove it, or use another --out", SCRIPT_LOGS)
+        for f in logs.iterdir() if logs.is_dir() else ():
+            st = f.lstat()
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+                raise InputError(f"{f} is a link or not a plain file; spotwise appends the script's output there",
+                                 "remove it, or use another --out", SCRIPT_LOGS)
 
     def make_accounting(self, job: AccountedJob) -> Billing:
         return Accounting(job)
@@ -251,7 +261,7 @@ class RestartPlane:
         self._ready_at = None
         job.log.emit("restart", gen=self.gen, members=members, from_step=job.step, resume=ck >= 0, reason=why)
         try:
-            ranks.start(str(self.spec.workload.script), args, env, self.cwd)
+            ranks.start(str(self.spec.workload.script), args, env, self.cwd, str(self.job.out))
         finally:
             self.ranks = ranks
 
