@@ -39,6 +39,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import med, start_ray, table, write_result  # noqa: E402
 
 EX = Path(__file__).resolve().parents[1] / "examples" / "own-loop"
+TR = Path(__file__).resolve().parents[1] / "examples" / "torchrun"
+
+
+def torchrun_args(a: argparse.Namespace, out: Path, iters: int) -> list[str]:
+    """The torchrun-style nanoGPT's own --key=value arguments (``--script torchrun``)."""
+    return [f"--n_layer={a.n_layer}", f"--n_embd={a.n_embd}", "--n_head=4", f"--block_size={a.block}",
+            f"--batch_size={a.batch}", f"--gradient_accumulation_steps={a.accum * a.members}", f"--dtype={a.dtype}",
+            "--eval_interval=100000000", "--log_interval=1", f"--max_iters={iters}", f"--out_dir={out}",
+            "--compile=False"]
+
+
+def torchrun_script_ms(out: Path, warmup: int) -> float:
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    return float(med([r["ms"] for r in rows if "ms" in r and r["iter"] > warmup])) / 1000.0
 
 
 def model_args(a: argparse.Namespace) -> list[str]:
@@ -47,6 +61,14 @@ def model_args(a: argparse.Namespace) -> list[str]:
 
 
 def plain_once(a: argparse.Namespace, tmp: Path) -> float:
+    if a.script == "torchrun":  # the original script as written, on its own or under torchrun (DDP)
+        out = tmp / f"tr-base-{os.getpid()}-{len(list(tmp.iterdir()))}"
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        launcher = [sys.executable] if a.members == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                            "--nproc-per-node", str(a.members)]
+        subprocess.run([*launcher, str(TR / "train_nanogpt.py"), *torchrun_args(a, out, a.warmup + a.steps)],
+                       check=True, env=env, timeout=1800, capture_output=True)
+        return torchrun_script_ms(out, a.warmup)
     log = tmp / "plain.jsonl"
     log.unlink(missing_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -74,10 +96,14 @@ def spotwise_once(a: argparse.Namespace, tmp: Path, rep: int) -> float:
     from spotwise.events import read_events
 
     per_step = a.batch * a.accum
+    if a.script == "torchrun":  # its 5-line conversion, under spotwise
+        script, args = TR / "train_nanogpt_spotwise.py", torchrun_args(a, tmp / f"tr-sw-{rep}", 100000000)
+    else:
+        script, args = EX / "train_gpt_spotwise.py", [*model_args(a), "--max-iters", "100000000", "--out-dir",
+                                                     str(tmp / "sw-out")]
     spec = {
         "name": "own-loop-bench", "seed": 0,
-        "workload": {"script": str(EX / "train_gpt_spotwise.py"), "batch_size": a.batch,
-                     "args": [*model_args(a), "--max-iters", "100000000", "--out-dir", str(tmp / "sw-out")]},
+        "workload": {"script": str(script), "batch_size": a.batch, "args": args},
         "target": {"samples": (a.warmup + a.steps + 1) * per_step * a.members},
         "cluster": {"instance_type": "c5.xlarge", "workers": a.members, "coordinator_instance": "c5.large", "standby": 0},
         "market": {"synthetic": {"kind": "constant", "price": 0.07}},
@@ -101,6 +127,9 @@ def main() -> None:
     ap.add_argument("--accum", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--members", type=int, default=1, help="K > 1: spotwise with K members vs torchrun DDP with K ranks")
+    ap.add_argument("--script", choices=("own-loop", "torchrun"), default="own-loop",
+                    help="own-loop: examples/own-loop (written for the API); torchrun: examples/torchrun/train_nanogpt.py "
+                         "as written (plain / torchrun) vs its 5-line conversion under spotwise")
     a = ap.parse_args()
     start_ray(2)
     plain, sw = [], []
@@ -115,7 +144,7 @@ def main() -> None:
     print(table(["side", "median ms/step", "reps"], [[base, f"{p * 1000:.1f}", len(plain)],
                                                       [f"spotwise ({a.members} member(s))", f"{s * 1000:.1f}", len(sw)]]))
     print(f"ratio {base}/spotwise step time: {p / s:.3f}x (1.0: no overhead)")
-    write_result("own_loop" if a.members == 1 else f"own_loop_{a.members}", {"args": vars(a), "baseline_s": plain,
+    write_result(("own_loop" if a.members == 1 else f"own_loop_{a.members}") + ("_torchrun" if a.script == "torchrun" else ""), {"args": vars(a), "baseline_s": plain,
                                                                               "spotwise_s": sw, "ratio": p / s})
 
 

@@ -122,6 +122,13 @@ def test_the_unmodified_torchrun_script_survives_five_revocations(ray_session: A
     assert ckpts and all(c["step"] % 3 == 0 for c in ckpts) and extra["script_checkpoints"] == len(ckpts)
     assert (out / "script-checkpoints" / "ckpt.pt").is_file()
     assert extra["redone_s"] > 0 and extra["restart_wall_s_total"] > 0
+    # the lost work is in `spotwise status` and the report
+    from spotwise.reports.run.data import load_run
+    from spotwise.reports.runs_view import one_run
+
+    lw = one_run(out).lost_work
+    assert lw is not None and lw["redone_steps"] == extra["redone_steps"] and lw["restarts"] == extra["restarts"]
+    assert load_run(out).lost_work == lw
     assert all(math_finite(e["loss"]) for e in events(out, "step"))
 
 

@@ -84,6 +84,8 @@ class RunState:
     last_decision: str | None = None
     #: where the timed steps' time went, by phase (spotwise.control.phases; collective runs)
     step_phases: dict[str, Any] | None = None
+    #: steps redone and restart mode's restarts (:func:`spotwise.reports.run.data.lost_work`)
+    lost_work: dict[str, Any] | None = None
     #: issue 41 item 6: the latest value of each metric a training script logged (``job.log``), and its step
     metrics: dict[str, float] = field(default_factory=dict)
     metrics_step: int | None = None
@@ -252,6 +254,10 @@ def _from_events(st: RunState, events: list[dict[str, Any]], cut: bool, holder: 
     if st.joins is None and not cut:
         st.joins = sum(1 for e in events if e["kind"] == "join")
     st.step_phases = totals_of(events).summary()
+    if not cut:
+        from spotwise.reports.run.data import lost_work
+
+        st.lost_work = lost_work([e for e in events if e["kind"] == "rollback"], [e for e in events if e["kind"] == "restart"])
     for e in events:
         if e["kind"] == "metrics" and isinstance(e.get("values"), dict):
             st.metrics.update({str(k): float(v) for k, v in e["values"].items() if _num(v)})
@@ -466,6 +472,10 @@ def status_table(s: RunState) -> Any:
     if s.revocations is not None or s.joins is not None:
         rev, joins = ("-" if v is None else str(v) for v in (s.revocations, s.joins))
         rows.append(("revocations / joins", f"{rev} / {joins}"))
+    if s.lost_work:
+        lw = s.lost_work
+        rows.append(("lost work", (f"{lw['restarts']} restarts, " if lw["restarts"] else "")
+                     + f"{lw['redone_steps']} steps redone"))
     if s.last_decision:
         rows.append(("last decision", s.last_decision))
     line = phase_line(s.step_phases)

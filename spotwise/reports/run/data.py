@@ -108,6 +108,8 @@ class RunData:
     script_metrics: dict[str, np.ndarray] = field(default_factory=dict)
     #: samples each committed step took (all workers; NaN where a step event does not say)
     step_samples: np.ndarray = field(default_factory=lambda: np.empty(0))
+    #: committed steps taken back and redone (``rollback`` events) and restart mode's restarts (:func:`lost_work`)
+    lost_work: dict[str, Any] | None = None
 
     @property
     def idle_s(self) -> float:
@@ -136,6 +138,22 @@ class RunData:
     @property
     def cost_breakdown(self) -> dict[str, Any]:
         return dict(self.summary.cost_breakdown or self.last_cost_breakdown or {})
+
+
+def _num(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
+
+
+def lost_work(rollbacks: list[dict[str, Any]], restarts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The work a run redid: committed steps rolled back (every member lost at once on the collective plane; a
+    restart-mode script resumed from its checkpoint), their virtual seconds and cost where the events say, and
+    restart mode's restarts (its first start is none); None when there was none."""
+    if not rollbacks and len(restarts) <= 1:
+        return None
+    return {"rollbacks": len(rollbacks), "redone_steps": int(sum(_num(e.get("lost_steps")) for e in rollbacks)),
+            "redone_s": sum(_num(e.get("redone_s")) for e in rollbacks),
+            "redone_usd": sum(_num(e.get("redone_usd")) for e in rollbacks),
+            "restarts": max(0, len(restarts) - sum(1 for e in restarts if e.get("gen") == 0))}
 
 
 def load_run(out_dir: str | Path) -> RunData:
@@ -178,6 +196,7 @@ def load_run(out_dir: str | Path) -> RunData:
     t_end = max([summary.virtual_s, *t_all]) if t_all else summary.virtual_s
 
     run = RunData(
+        lost_work=lost_work(by.get("rollback", []), by.get("restart", [])),
         step_phases=totals_of(events).summary(),
         out_dir=d,
         summary=summary,

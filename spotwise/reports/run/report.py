@@ -110,6 +110,7 @@ def report_json(run: RunData) -> dict[str, Any]:
         "decision_log": [{**d, "t": _clean(d.get("t"))} for d in run.decisions],
         "evals": evals,
         "step_phases": run.step_phases,
+        "lost_work": run.lost_work,
         "events": run.n_events,
         "mismatches": list(run.mismatches),
     }
@@ -198,6 +199,10 @@ def summary_rows(run: RunData) -> list[tuple[str, str]]:
     if j["revocations_by_reason"]:
         rev += f" ({_counts(j['revocations_by_reason'])})"
     rows.append(("revocations", rev + (f"; {j['notices']} notices" if j["notices"] else "")))
+    lw = j.get("lost_work")
+    if lw:  # steps taken back and trained again: lost work (restart mode's restarts redo those after a checkpoint)
+        rows.append(("lost work", (f"{lw['restarts']} restarts; " if lw["restarts"] else "")
+                     + f"{lw['redone_steps']} steps redone ({_fmt_s(lw['redone_s'])}, {_fmt_usd(lw['redone_usd'])})"))
     rows.append(("joins", str(j["joins"])))
     idle_frac = f" ({100 * j['idle_s'] / j['virtual_s']:.1f}% of virtual time)" if j["virtual_s"] > 0 else ""
     rows.append(("idle time", f"{_fmt_s(j['idle_s'])} in {len(j['idle_periods'])} periods{idle_frac}"
