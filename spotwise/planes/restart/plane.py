@@ -32,7 +32,6 @@ market, membership, billing, the event log, policies, spotwise's own checkpoints
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import secrets
@@ -58,6 +57,7 @@ from spotwise.planes.restart.state import RestartState
 from spotwise.planes.restart.totals import RestartTotals
 from spotwise.policies.base import Decision, Policy, SetLearningRate, SwitchSync
 from spotwise.rundir_names import SCRIPT_LOGS
+from spotwise.safeparse import loads_json
 from spotwise.spec.restart_mode import SCRIPT_CHECKPOINTS, substitute
 
 #: seconds between two looks at whether the script's ranks still run
@@ -423,7 +423,7 @@ class RestartPlane:
             return False
         got = False
         for _ in range(int(self.store.queue_len("rec"))):
-            rec = json.loads(self.store.queue_pop("rec", False))
+            rec = loads_json(self.store.queue_pop("rec", False), "a rank's report", "record")
             kind = rec.get("kind")
             if kind == "checkpoint":
                 self._checkpointed(rec)
