@@ -4,8 +4,10 @@ process it started: the controller, Ray, the members) resumes to the uninterrupt
 The script (``tests/user_scripts/train_mlp.py --sched``) trains with AdamW over decay / no-decay groups,
 BatchNorm and torch's own LambdaLR registered with ``job.scheduler``: the checkpoint must hold the
 parameters, the optimizer's moments, the BatchNorm statistics, the schedule's position and the data
-position, or the resumed run ends elsewhere.  Both runs go through the CLI, as a user runs them, each in
-its own session with its own Ray.
+position, or the resumed run ends elsewhere.  The killed run and its resume go through the CLI, as a user
+runs them, each in its own session with its own Ray; the uninterrupted run they are compared with is the
+same spec run in this process (on the test session's Ray), without the ``--pace`` sleeps that only give
+the kill its time to land (a sleep after each step changes no number).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SCRIPT = Path(__file__).parent / "user_scripts" / "train_mlp.py"
 
 
-def _spec(folder: Path) -> Path:
-    d: dict[str, Any] = {
+def _spec_dict() -> dict[str, Any]:
+    return {
         "name": "own-loop-kill", "seed": 2,
         "workload": {"script": str(SCRIPT), "batch_size": 8, "args": ["--sched", "--pace", "0.1"]},  # >= 6 s: the kill lands mid-run
         "target": {"samples": 960},  # 60 steps of 2 x 8
@@ -40,9 +42,27 @@ def _spec(folder: Path) -> Path:
         "market": {"synthetic": {"kind": "constant", "price": 0.07}},
         "outputs": {"checkpoint_every": 4, "plots": False},
     }
+
+
+def _spec(folder: Path) -> Path:
     p = folder / "job.yaml"
-    p.write_text(yaml.safe_dump(d))
+    p.write_text(yaml.safe_dump(_spec_dict()))
     return p
+
+
+def _straight(out: Path) -> Any:
+    """The uninterrupted run of the same spec, without ``--pace`` (it sleeps after each step, nothing
+    else), in this process: the summary (``out/model.pt`` holds its final model)."""
+    from spotwise.assemble import build_controller
+    from spotwise.config import spec_from_dict
+    from spotwise.market.world import build_market
+
+    d = _spec_dict()
+    args = d["workload"]["args"]
+    d["workload"]["args"] = [a for i, a in enumerate(args) if a != "--pace" and (i == 0 or args[i - 1] != "--pace")]
+    assert d["workload"]["args"] == ["--sched"], d["workload"]["args"]
+    spec = spec_from_dict(d)
+    return build_controller(spec, out, market=build_market(spec, horizon_s=7 * 24 * 3600.0)).run()
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -73,7 +93,7 @@ def _last_checkpoint(run: Path) -> int:
     return max((int(c["step"]) for c in manifest.get("checkpoints", [])), default=0)
 
 
-def test_a_killed_script_job_resumes_to_the_uninterrupted_result(tmp_path: Path) -> None:
+def test_a_killed_script_job_resumes_to_the_uninterrupted_result(ray_session: Any, tmp_path: Path) -> None:
     import torch
 
     spec = _spec(tmp_path)
@@ -101,10 +121,11 @@ def test_a_killed_script_job_resumes_to_the_uninterrupted_result(tmp_path: Path)
     restores = [e for e in events if e["kind"] == "restore"]
     assert restores and restores[-1]["step"] >= killed_at >= 12, (restores, killed_at)
 
-    _finish(_cli(["run", str(spec), "--out", str(straight)], env), bound(500))
+    straight_summary = _straight(straight)
+    assert straight_summary.status == "completed", straight_summary
     resumed = torch.load(run / "model.pt", weights_only=True)
     want = torch.load(straight / "model.pt", weights_only=True)
     assert set(resumed) == set(want) and any("running_mean" in k for k in want), "BatchNorm statistics included"
     diff = max(float((resumed[k].double() - want[k].double()).abs().max()) for k in want)
     assert diff < 1e-5, diff
-    assert json.loads((straight / "summary.json").read_text())["steps"] == done["steps"]
+    assert straight_summary.steps == json.loads((straight / "summary.json").read_text())["steps"] == done["steps"]
