@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# Bytecode caches, as pytest and Python keep them by default: a machine that sets PYTHONDONTWRITEBYTECODE
+# (this project's CI machines do) otherwise compiles every module again in every process -- each xdist
+# worker's assertion rewriting of the ~150 test modules (~12 CPU-s each), and spotwise's own modules in
+# every Ray actor and CLI subprocess the suite starts (issue 54: the suite's time).  Set before any worker,
+# actor or subprocess starts, so all of them inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = REPO.parent / "shared" / "data" / "traces"
