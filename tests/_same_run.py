@@ -1,12 +1,14 @@
 """Test helpers shared by the resume-equals-the-uninterrupted-run tests (``test_resume_same_run.py`` for the
 VM planes, ``test_serverless_resume.py`` for the serverless plane): the summaries of two run directories,
-field by field."""
+field by field; and the processes a killed driver leaves (``test_driver_kill.py``, ``test_own_loop_kill.py``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+
+from _leftovers import descendants
 
 
 def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -27,3 +29,39 @@ def summary_differences(out: Path, full: Path, may_differ: tuple[str, ...]) -> d
     return {k: (a.get(k, "<absent>"), b.get(k, "<absent>")) for k in sorted(set(a) | set(b))
             if (k not in a or k not in b) or (a[k] != b[k] and not any(
                 k == m or (m.endswith(".") and k.startswith(m)) for m in may_differ))}
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
+
+
+def record_descendants(root: int, seen: dict[int, tuple[int, str]]) -> None:
+    """Add every live descendant of ``root`` to ``seen``: pid -> (start time, command line); the command line
+    as it is now (a Ray worker renames itself ``ray::...`` once it runs a task or an actor)."""
+    for pid in descendants(root):
+        start = _start_time(pid)
+        if start is not None and (pid not in seen or seen[pid][0] == start):
+            seen[pid] = (start, _cmdline(pid))
+
+
+def still_alive(seen: dict[int, tuple[int, str]]) -> list[str]:
+    """The recorded processes still running (the same process: its start time matches; zombies count as gone)."""
+    out = []
+    for pid, (start, cmd) in sorted(seen.items()):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and _start_time(pid) == start:
+            out.append(f"{pid}: {cmd}")
+    return out

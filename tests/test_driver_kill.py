@@ -5,7 +5,9 @@ The review's finding: after ``kill -9`` of ``spotwise run`` Ray's ``DashboardAge
 4 of 10 processes on the PS plane, 2 on the collective plane.  Each test starts a real run of a tiny
 spec through the CLI in a session of its own (with its own Ray), waits until it committed a few steps,
 records every process that descended from the driver, kills the driver alone with SIGKILL and asserts
-that none of them is alive within 10 s (times the machine's slowdown).
+that none of them is alive within 10 s (times the machine's slowdown).  Both are ``extended``: the default
+tier makes the same assertion on a collective run killed mid-run (``test_own_loop_kill.py``), and the
+processes are Ray's and the members' whichever the plane (the watchdog is the same).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from typing import Any
 
 import pytest
 import yaml
-from _leftovers import descendants
 from _load import bound
+from _same_run import record_descendants, still_alive as _alive
 from _sessions import kill_session
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -54,34 +56,10 @@ def _steps(out: Path) -> int:
     return n
 
 
-def _start_time(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
-    except OSError:
-        return "?"
-
-
-def _alive(seen: dict[int, tuple[int, str]]) -> list[str]:
-    """The recorded processes still running (the same process: its start time matches; zombies count as gone)."""
-    out = []
-    for pid, (start, cmd) in sorted(seen.items()):
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z" and _start_time(pid) == start:
-            out.append(f"{pid}: {cmd}")
-    return out
-
-
-@pytest.mark.parametrize("plane", [pytest.param("ps", marks=pytest.mark.extended), "collective"])
+# collective: the default tier's test_own_loop_kill.py::test_a_killed_script_job_resumes_to_the_uninterrupted_result
+# kills a collective run's driver alone with SIGKILL and makes the same assertion (before resuming it)
+@pytest.mark.parametrize("plane", [pytest.param("ps", marks=pytest.mark.extended),
+                                   pytest.param("collective", marks=pytest.mark.extended)])
 def test_no_process_outlives_a_driver_killed_by_sigkill(tmp_path: Path, plane: str) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(SPECS[plane]))
@@ -101,10 +79,7 @@ def test_no_process_outlives_a_driver_killed_by_sigkill(tmp_path: Path, plane: s
             time.sleep(0.1)
         end = time.monotonic() + 1.0  # a little longer: every Ray daemon and member is up and recorded
         while time.monotonic() < end:
-            for pid in descendants(proc.pid):
-                start = _start_time(pid)
-                if start is not None and pid not in seen:
-                    seen[pid] = (start, _cmdline(pid))
+            record_descendants(proc.pid, seen)
             time.sleep(0.1)
         cmds = " ".join(c for _, c in seen.values())
         assert "raylet" in cmds and "ray::" in cmds, cmds  # the check is about Ray's processes: they were seen
