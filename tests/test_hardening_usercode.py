@@ -37,7 +37,6 @@ from spotwise.policies.base import (
     SwitchMarket,
     SwitchSync,
 )
-from _load import bound
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -182,25 +181,20 @@ def test_a_user_optimizer_module_calling_sys_exit_is_an_input_error(user_path: N
 
 
 @pytest.mark.timeout(600)
-def test_a_workload_calling_sys_exit_in_a_ray_worker_is_exit_2_not_a_lost_node(tmp_path: Path) -> None:
+def test_a_workload_calling_sys_exit_in_a_ray_worker_is_exit_2_not_a_lost_node(ray_session: Any, cli: Any, tmp_path: Path,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """In a Ray actor ``sys.exit`` would end the actor: the run saw a lost node, started a new
     worker, and so on.  The worker reports the workload's failure instead: ``spotwise run`` exits 2.
-    (A process of its own, so that its Ray workers get the PYTHONPATH a user's would; one worker.)"""
-    import os
-    import subprocess
-
-    doc = workload_spec("misbehaving:exits_in_loss", after=3)
+    (In-process on the session's Ray: the actors import the workload from the driver's working
+    directory, as a user's would from theirs; one worker.)"""
+    monkeypatch.chdir(HERE.parent)
+    doc = workload_spec("tests.user_workloads.misbehaving:exits_in_loss", after=3)
     doc["target"]["iterations"] = 6
     doc["cluster"]["workers"] = 1
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(WORKLOADS_DIR), os.environ.get("PYTHONPATH")])),
-           "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
     out = tmp_path / "ray"
-    proc = subprocess.run([sys.executable, "-c", "from spotwise.cli import main; main()", "run",
-                           str(write(tmp_path, doc)), "--out", str(out)],
-                          check=False, capture_output=True, text=True, timeout=bound(540), env=env, cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "misbehaving:exits_in_loss called sys.exit(0) in its loss" in proc.stderr
+    code, _, err = cli("run", str(write(tmp_path, doc)), "--out", str(out))
+    assert code == 2, err[-3000:]
+    assert "tests.user_workloads.misbehaving:exits_in_loss called sys.exit(0) in its loss" in err, err[-3000:]
     ev = events(out)
     assert not [e for e in ev if e.get("reason") == "node-lost"], "the workload's failure is not a lost node"
 
@@ -333,13 +327,12 @@ def test_simulate_refuses_a_market_that_cannot_progress(cli: Any, tmp_path: Path
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_diverged_serverless_step_exits_2_after_a_checkpoint_of_the_last_good_one(tmp_path: Path) -> None:
+def test_a_diverged_serverless_step_exits_2_after_a_checkpoint_of_the_last_good_one(cli: Any, tmp_path: Path) -> None:
     """Before: a function whose gradient was not finite raised, the supervisor re-invoked it, it raised
     again -- the run hung until killed.  Now the function commits no change and a NaN loss, the
-    driver applies nothing of the step, checkpoints the last good one and exits 2."""
-    import os
+    driver applies nothing of the step, checkpoints the last good one and exits 2.  (`spotwise run`
+    in-process: the functions are processes of their own either way.)"""
     import shutil
-    import subprocess
 
     import yaml
 
@@ -352,10 +345,9 @@ def test_a_diverged_serverless_step_exits_2_after_a_checkpoint_of_the_last_good_
             "outputs": {"checkpoint_every": 1000, "plots": False}}
     path, out = tmp_path / "s.yaml", tmp_path / "out"
     path.write_text(yaml.safe_dump(spec))
-    res = subprocess.run([sys.executable, "-m", "spotwise.cli", "run", str(path), "--out", str(out)],
-                         capture_output=True, text=True, timeout=bound(240), env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert res.returncode == 2, res.stderr[-2000:]
-    assert "training diverged" in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
+    code, _, err = cli("run", str(path), "--out", str(out))
+    assert code == 2, err[-2000:]
+    assert "training diverged" in err and "Traceback" not in err, err[-2000:]
     rows = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in rows if r["kind"] == "step"]
     ck = [r for r in rows if r["kind"] == "checkpoint"]
