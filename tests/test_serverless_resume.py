@@ -3,8 +3,9 @@ on every plane"), as ``test_resume_same_run.py`` proves for the VM planes.
 
 Real Lithops localhost functions and a real ``redis-server``.  A BSP run (its steps are exactly synchronous
 SGD, whatever the functions' timing) is run once uninterrupted; its run directory is copied right after an
-early checkpoint (what ``kill -9`` of the supervisor leaves), a second run is stopped by a real SIGTERM after a
-later one, and both are resumed.  Each must be the uninterrupted run: every step (members, samples, learning
+early checkpoint (what ``kill -9`` of the supervisor leaves), the copy is resumed and that session stopped by a
+real SIGTERM after a later checkpoint (as ``test_resume_same_run.py`` does: one session fewer than a run of its
+own to stop), and resumed again.  Each session must be the uninterrupted run: every step (members, samples, learning
 rate, loss, entries pushed) and every summary field but those measured on the wall clock (the functions' time
 and so the bill; :data:`MAY_DIFFER`).  Before issue 54 the plane's counters (update bytes, entries merged,
 invocations) and the function seconds restarted at 0 with every session, a resume counted its function slots
@@ -111,8 +112,10 @@ def test_a_resumed_serverless_run_is_the_uninterrupted_run(redis_server: RedisSe
     assert base["extra"]["invocations"] == workers and base["joins"] == workers and base["extra"]["bytes_in"] > 0
     _assert_bill_adds_up(base)
 
-    stopped = tmp_path / "sigterm"
-    term = _controller(stopped, redis_server)
+    # the kill -9 copy resumed, that session stopped by a real SIGTERM after a later checkpoint, then resumed
+    # again: each session continues the uninterrupted run
+    ckpt = _carried(killed, 3)
+    term = _controller(killed, redis_server, resume=True)
     sent: list[int] = []
 
     def sigterm_after(path: Path) -> None:
@@ -123,27 +126,32 @@ def test_a_resumed_serverless_run_is_the_uninterrupted_run(redis_server: RedisSe
     term.checkpointer.listeners.append(sigterm_after)
     with pytest.raises(Terminated), sigterm_as_interrupt():
         term.run()
-    assert sent and not (stopped / "summary.json").exists()
+    assert sent and not (killed / "summary.json").exists()
+    cut = _steps(killed)
+    assert len(cut) >= sent[0] > 3 and cut == _steps(full)[:len(cut)], sent  # up to the stop: the same steps
+    stopped = _carried(killed, sent[0])
+    # the resumed session invoked every member once more (a new incarnation each), on top of what the checkpoint counted
+    assert stopped["plane_carried"]["counters"]["invocations"] == ckpt["plane_carried"]["counters"]["invocations"] + workers
 
-    for out, step in ((killed, 3), (stopped, sent[0])):
-        ckpt = _carried(out, step)
-        again = _controller(out, redis_server, resume=True).run()
-        assert again.status == "completed" and again.steps == SPEC["target"]["iterations"], out.name
-        assert _steps(out) == _steps(full), out.name
-        assert _joins(out) == _joins(full), out.name  # a resume continues its function slots: no new join
-        assert summary_differences(out, full, MAY_DIFFER) == {}, out.name
-        s = _summary(out)
-        # the resume invoked every member once more (a new incarnation each), on top of what the checkpoint counted
-        assert s["extra"]["invocations"] == ckpt["plane_carried"]["counters"]["invocations"] + workers
-        assert s["extra"]["invocations"] == base["extra"]["invocations"] + workers
-        # the money and function seconds of the interrupted session up to its checkpoint are in the bill
-        carried = ckpt["ledger"]["settled"]
+    again = _controller(killed, redis_server, resume=True).run()
+    assert again.status == "completed" and again.steps == SPEC["target"]["iterations"]
+    assert _steps(killed) == _steps(full)
+    assert _joins(killed) == _joins(full)  # a resume continues its function slots: no new join
+    assert summary_differences(killed, full, MAY_DIFFER) == {}
+    s = _summary(killed)
+    assert s["extra"]["invocations"] == stopped["plane_carried"]["counters"]["invocations"] + workers
+    assert s["extra"]["invocations"] == base["extra"]["invocations"] + 2 * workers  # two resumes
+    for ck in (ckpt, stopped):
+        # the money and function seconds of each interrupted session up to its checkpoint are in the bill
+        carried = ck["ledger"]["settled"]
         assert carried["by_category"]["function"] > 0 and carried["by_instance"]["redis"] > 0
-        assert s["extra"]["function_seconds"] > ckpt["ledger"]["function_seconds"] > 0
+        assert s["extra"]["function_seconds"] > ck["ledger"]["function_seconds"] > 0
         for key in ("by_category", "by_instance", "by_market"):
             for name, usd in carried[key].items():
-                assert s["cost_breakdown"][key][name] > usd, (out.name, key, name)
-        _assert_bill_adds_up(s)
+                assert s["cost_breakdown"][key][name] > usd, (key, name)
+    # the session stopped by SIGTERM billed on top of what the kill -9 copy carried
+    assert stopped["ledger"]["function_seconds"] > ckpt["ledger"]["function_seconds"]
+    _assert_bill_adds_up(s)
 
     # nothing left to train: no function invoked, the summary is the finished run's
     finished = tmp_path / "finished"
