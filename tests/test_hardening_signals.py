@@ -7,6 +7,12 @@
   ``KeyboardInterrupt`` (what ``ray.get`` does with any KeyboardInterrupt raised while it blocks).
 * Item 7: the children of a serverless run (its private ``redis-server``, its Lithops function
   processes) die with a driver killed by SIGKILL, and its private password folder goes too.
+
+The item-5 runs on the VM planes also run under the memory limits of issue 54 item 6 (what
+``test_memory_limits.py`` ran as runs of their own): the parameter-server run and its resume at the
+documented minimum (``ulimit -v`` of :data:`RUN_VMEM_MIB` plus Ray's smallest store), the collective run
+stopped with SIGTERM and resumed under the review's ``ulimit -v 8000000`` (with the store at the whole
+headroom the raylet, which may map it twice, died in ``mmap``: exit 1, no summary).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import typer
 import yaml
 
 from spotwise import signals
+from spotwise.capacity.raystart import RAY_MIN_OBJECT_STORE_MIB, RUN_VMEM_MIB
 from spotwise.signals import Terminated, sigterm_as_interrupt
 from _load import bound
 
@@ -38,18 +45,34 @@ DIGITS = {"name": "mlp-digits", "batch_size": 8, "lr": 0.1, "eval_every": 1000}
 VM_CLUSTER = {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0}
 NO_PERIODIC = {"checkpoint_every": 1000, "plots": False}  # only the SIGTERM checkpoint can exist
 
+# the SIGTERM lands a few steps after the 6th (the waits below): each target leaves the resume most of the run
 SPECS: dict[str, dict[str, Any]] = {
-    "serverless": {"name": "fin-sl", "workload": PMF, "target": {"iterations": 60},
+    "serverless": {"name": "fin-sl", "workload": PMF, "target": {"iterations": 30},
                    "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"}, "outputs": NO_PERIODIC},
-    "ps": {"name": "fin-ps", "seed": 5, "workload": DIGITS, "target": {"iterations": 150}, "cluster": VM_CLUSTER,
+    "ps": {"name": "fin-ps", "seed": 5, "workload": DIGITS, "target": {"iterations": 80}, "cluster": VM_CLUSTER,
            "market": {"synthetic": {"kind": "constant", "price": 0.07}}, "outputs": NO_PERIODIC},
     # members lease steps ahead of the log: a longer run, so SIGTERM surely lands mid-run (it lands a few steps
-    # after the 6th, step 11-12 here: 300 leaves ~290 to spare, and the resume runs half the steps 600 did)
-    "collective": {"name": "fin-coll", "seed": 5, "workload": DIGITS, "target": {"iterations": 300},
+    # after the 6th, step 11-12 here: 120 leaves ~110 to spare)
+    "collective": {"name": "fin-coll", "seed": 5, "workload": DIGITS, "target": {"iterations": 120},
                    "cluster": {**VM_CLUSTER, "data_plane": "collective", "group_timeout_s": bound(2), "replica_every": 5},
                    "market": {"synthetic": {"kind": "constant", "price": 0.07}}, "outputs": NO_PERIODIC},
 }
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+#: ``ulimit -v`` (KiB) of the item-5 run and its resume, per plane (issue 54 item 6): the documented minimum
+#: (docs/security.md) on the PS plane, the review's limit on the collective plane
+MINIMUM_KIB = (RUN_VMEM_MIB + RAY_MIN_OBJECT_STORE_MIB) * 1024
+REVIEW_KIB = 8_000_000
+LIMIT_KIB: dict[str, int | None] = {"ps": MINIMUM_KIB, "collective": REVIEW_KIB, "serverless": None}
+
+
+def _cli(args: list[str], kib: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """``python -m spotwise.cli ARGS``, under ``ulimit -v KIB`` (inherited by every process it starts; ``exec``:
+    the pid is the CLI's) with none of this session's ``SPOTWISE_*`` settings nor its Ray's address."""
+    cmd = [sys.executable, "-m", "spotwise.cli", *args]
+    if kib is None:
+        return cmd, ENV
+    env = {k: v for k, v in ENV.items() if not k.startswith(("SPOTWISE_", "RAY_ADDRESS"))}
+    return ["bash", "-c", f'ulimit -v {kib} && exec "$@"', "limited", *cmd], env
 
 
 def _events(out: Path) -> list[dict[str, Any]]:
@@ -69,12 +92,13 @@ def _steps(out: Path) -> list[int]:
     return [int(e["step"]) for e in _events(out) if e.get("kind") == "step"]
 
 
-def _start(spec: dict[str, Any], tmp_path: Path, name: str = "run") -> tuple[subprocess.Popen[bytes], Path]:
+def _start(spec: dict[str, Any], tmp_path: Path, name: str = "run",
+           kib: int | None = None) -> tuple[subprocess.Popen[bytes], Path]:
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     out = tmp_path / name
-    proc = subprocess.Popen([sys.executable, "-m", "spotwise.cli", "run", str(path), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    cmd, env = _cli(["run", str(path), "--out", str(out)], kib)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     return proc, out
 
 
@@ -127,9 +151,12 @@ def test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_i
     the run started (its Ray processes, its private redis-server, its Lithops function processes --
     every descendant seen during the run) still alive, re-parented or not, the private
     ``/tmp/spotwise-redis-*`` folder removed, and ``--resume`` continuing from exactly that step.
-    (One run per plane covers issue 18 item 3 and issue 30 item 5: the two were the same path.)"""
+    (One run per plane covers issue 18 item 3 and issue 30 item 5: the two were the same path.)
+    The VM planes' run and resume run under :data:`LIMIT_KIB` (issue 54 item 6): neither dumps a stack
+    (Ray's ``StackTrace``, ``mmap failed``) on the way."""
     _need_redis(plane)
-    proc, out = _start(SPECS[plane], tmp_path)
+    kib = LIMIT_KIB[plane]
+    proc, out = _start(SPECS[plane], tmp_path, kib=kib)
     seen: set[Any] = set()
     deadline = time.monotonic() + bound(240)
     while len(_steps(out)) < 6:  # an event wait; the bound only ends a hang
@@ -168,13 +195,19 @@ def test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_i
 
     found = load_latest_checkpoint(out)
     assert found is not None and int(found[0]["step"]) == last
-    res = subprocess.run([sys.executable, "-m", "spotwise.cli", "run", "--resume", str(out), "--json"],
-                         capture_output=True, text=True, timeout=bound(400), env=ENV)
+    cmd, env = _cli(["run", "--resume", str(out), "--json"], kib)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=bound(400), env=env)
     assert res.returncode == 0, res.stderr[-2000:]
+    _no_dump(res.stderr)
     summary = json.loads(res.stdout)
     assert summary["status"] == "completed" and summary["steps"] == SPECS[plane]["target"]["iterations"]
     restores = [e for e in _events(out) if e.get("kind") == "restore"]
     assert [r["step"] for r in restores] == [last]
+
+
+def _no_dump(err: str) -> None:
+    for dump in ("StackTrace", "Traceback", "mmap failed", "internal error"):
+        assert dump not in err, err[-3000:]
 
 
 def _descendants(pid: int) -> set[Any]:
@@ -260,12 +293,14 @@ def test_sigterm_turned_into_a_plain_keyboard_interrupt_still_exits_143(capfd):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_ps_plane_exits_143_on_sigterm_every_time(tmp_path):
+    """SIGTERM at another point of a PS run than the item-5 test's (after its 6th step): right after the
+    first committed step, while the workers' first pulls and pushes are in flight -- 143 again."""
     spec = {**SPECS["ps"], "target": {"iterations": 2000}}
-    for i in range(2):  # and a third time, at step 6, in the item-5 test above
-        proc, out = _start(spec, tmp_path, f"try{i}")
-        _wait_for_steps(proc, out, 2 + 7 * i)  # at different points of the run
-        err = _sigterm(proc)
-        assert proc.returncode == 143, (i, proc.returncode, err[-2000:])
+    proc, out = _start(spec, tmp_path, "early")
+    _wait_for_steps(proc, out, 1, timeout=bound(240))
+    err = _sigterm(proc, timeout=bound(120))
+    assert proc.returncode == 143, (proc.returncode, err[-2000:])
+    assert "terminated (SIGTERM)" in err and "Traceback" not in err, err[-2000:]
 
 
 # ---------------------------------------------------------------------------------- item 7

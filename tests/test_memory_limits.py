@@ -7,6 +7,12 @@
   died in ``mmap`` (exit 1, no summary).
 Each run is a fresh ``spotwise`` process (the limit is per process and inherited by Ray's), so nothing here
 shares the suite's Ray.
+
+The default tier runs the first on the collective plane only: the parameter-server run at the minimum and
+the collective run stopped and resumed under the review's limit are the SIGTERM-and-resume runs of
+``test_hardening_signals.py::test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_it``
+(``[ps]`` at the minimum, ``[collective]`` under 8,000,000 KiB: the run and its resume), which start the same
+processes under the same limits and assert more of them; the runs of their own here are ``extended``.
 """
 
 from __future__ import annotations
@@ -63,7 +69,9 @@ def _no_dump(err: str) -> None:
         assert dump not in err, err[-3000:]
 
 
-@pytest.mark.parametrize("plane", ["ps", "collective"])
+# ps: the default tier's test_hardening_signals.py::test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_it[ps]
+# runs a PS run and its resume to completion at this minimum
+@pytest.mark.parametrize("plane", [pytest.param("ps", marks=pytest.mark.extended), "collective"])
 def test_a_run_completes_at_the_documented_minimum(tmp_path: Path, plane: str) -> None:
     out = tmp_path / "run"
     res = subprocess.run(_limited(MINIMUM_KIB, "run", str(_spec(tmp_path, plane, 20)), "--out", str(out), "--json"),
@@ -74,6 +82,9 @@ def test_a_run_completes_at_the_documented_minimum(tmp_path: Path, plane: str) -
     assert summary["status"] == "completed" and summary["steps"] == 20
 
 
+# the default tier's test_hardening_signals.py::test_sigterm_checkpoints_the_last_committed_step_and_resume_continues_from_it[collective]
+# stops a collective run with SIGTERM and resumes it to completion under this limit (and asserts exit 143)
+@pytest.mark.extended
 def test_a_collective_run_stopped_under_the_reviews_limit_resumes_and_completes(tmp_path: Path) -> None:
     out = tmp_path / "run"
     spec = _spec(tmp_path, "collective", 200)

@@ -177,7 +177,9 @@ BASE: dict[str, Any] = {
     # 18 steps: the market's events to t = 28 s -- five revocations (one before step 1, a total loss and its
     # rollback at step 17) -- and not the join after it (t = 28.8 s), a member process fewer in every session
     "target": {"iterations": 18},
-    "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 1,
+    # no standby spare: a joiner starts its actor when it joins (the membership timeline is the market's, in
+    # virtual time), and no session starts a spare it never promotes
+    "cluster": {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0,
                 "replica_every": 5, "group_timeout_s": bound(4),
                 "replica_budget": None},  # replicas at fixed steps (not at their measured cost): the same run every time
     # a notice time: notices are market events of their own that change nobody (issue 54 item 5: after
