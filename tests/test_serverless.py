@@ -354,9 +354,9 @@ def test_functions_that_reach_their_lease_are_reinvoked_and_lose_nothing(redis_s
     """A platform timeout (lease) ends every invocation many times over; the run ends with exactly
     the parameters of a run whose functions never time out (ISP: residuals carried by the lease-end
     checkpoint)."""
-    spec = sl_spec(steps=36, workers=2, sync=sync)
+    spec = sl_spec(steps=24, workers=2, sync=sync)  # two lease ends a function, as many re-invocations as at 36
     long, s0 = run_sup(spec, tmp_path / "long", shared=redis_server)
-    short, s1 = run_sup(spec, tmp_path / "short", shared=redis_server, lease_steps=13)  # a lease of 13 steps
+    short, s1 = run_sup(spec, tmp_path / "short", shared=redis_server, lease_steps=9)  # a lease of 9 steps
     assert s1.status == "completed" and s1.extra["leases"] >= 2 and s0.extra["leases"] == 0
     if sync == "isp":  # the replica and residual come back bit for bit from the lease-end checkpoint
         assert np.array_equal(long.params, short.params)
