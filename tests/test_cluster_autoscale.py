@@ -8,6 +8,11 @@ sees the lost workers as revocations and asks for the slots again; the autoscale
 replacement; spotwise admits it and its workers commit steps; the test then stops the run
 (SIGTERM) and checks every sample in exactly one committed step per epoch.  Both data planes.  See ``tests/_autoscaling.py`` for how the fake provider is
 started (Ray's ``AutoscalingCluster``, without its ``ray stop --force``).
+
+The collective run is also ``test_cluster_collective.py``'s S-SGD-with-strategy-switch scenario (issue
+54: one multi-node run where two started clusters of their own): three members on nodes of two
+``spot`` units, so the lost node leaves a survivor who regroups in place (no rollback), the
+strategy-switch policy acts on the loss, and the replacement's members join a later generation.
 """
 
 from __future__ import annotations
@@ -35,16 +40,34 @@ def _steps(events: Path) -> int:
     return sum('"kind":"step"' in line for line in events.read_text().splitlines())
 
 
+#: the strategy-switch policy of test_cluster_collective.py's ssgd+switch run: a node loss drops the
+#: availability below the threshold and the policy switches S-SGD to AD-PSGD
+SWITCH = [{"name": "strategy-switch", "params": {"strategies": ["ssgd", "adpsgd"], "threshold": 0.99, "window_s": 0.5,
+                                                 "min_interval_s": 1.0}}]
+
+
 def _spec(plane: str, steps: int) -> dict[str, Any]:
     # no standby spares: the workers that join after the loss are the replacement node's
     cluster: dict[str, Any] = {"instance_type": "c5.xlarge", "workers": 2, "coordinator_instance": "c5.large", "standby": 0}
+    policies: list[dict[str, Any]] = []
     if plane == "collective":
-        cluster.update(data_plane="collective", replica_every=5, group_timeout_s=bound(5))
+        # three members on nodes of two units: two nodes, and the lost one always leaves a survivor
+        cluster.update(workers=3, data_plane="collective", sync="ssgd", replica_every=5, group_timeout_s=bound(5))
+        policies = SWITCH
     return {"name": f"autoscale-{plane}", "seed": 2,
             "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 100000},
             "target": {"iterations": steps}, "cluster": cluster,
             "market": {"synthetic": {"kind": "constant", "price": 0.07}},
-            "outputs": {"checkpoint_every": 100, "plots": False}}
+            "outputs": {"checkpoint_every": 100, "plots": False}, "policies": policies}
+
+
+def _regrouped_and_switched(ev: list[dict[str, Any]], t_lost: float) -> bool:
+    """The survivors regrouped in place after the loss and committed steps after it, and the
+    strategy-switch policy acted (the collective run)."""
+    i = next((i for i, e in enumerate(ev) if e["kind"] == "regroup" and e["t"] >= t_lost and e["gen"] > 0
+              and e["survivors"]), None)
+    switched = any(e["kind"] == "decision" and e["decision"].startswith("SwitchSync") and e["acted"] for e in ev)
+    return i is not None and switched and sum(1 for f in ev[i + 1:] if f["kind"] == "step") >= AFTER
 
 
 #: committed steps wanted from the replacement node's workers before the test stops the run
@@ -67,6 +90,8 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path:
         if not lost:
             return False
         joins = [i for i, e in enumerate(ev) if e["kind"] == "join" and e["t"] > lost[0]["t"]]
+        if plane == "collective" and not _regrouped_and_switched(ev, lost[0]["t"]):
+            return False
         return bool(joins) and sum(1 for e in ev[joins[0] + 1:] if e["kind"] == "step") >= AFTER
 
     with autoscaling_cluster(tmp_path) as address:
@@ -77,9 +102,12 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path:
                                stdout=subprocess.DEVNULL, stderr=open(err, "w"), text=True, env=ENV)
         try:
             deadline = time.monotonic() + bound(300)  # event waits: the bounds only end a hang
-            # past the first epoch, so the sampler checks below span an epoch boundary
+            # past the first epoch, so the sampler checks below span an epoch boundary; the collective
+            # run's three members on both nodes (whichever is lost, a member survives it)
             while (_steps(events) < 100 or not any(e["kind"] == "step" and e.get("epoch", 0) >= 1
-                                                   for e in read_events(events))) and run.poll() is None:
+                                                   for e in read_events(events))
+                   or (plane == "collective" and not any(e["kind"] == "regroup" and len(e["members"]) == 3
+                                                         for e in read_events(events)))) and run.poll() is None:
                 assert time.monotonic() < deadline, "no 100 steps: the autoscaler did not provide spot nodes"
                 time.sleep(0.5)
             assert run.poll() is None, err.read_text()[-4000:]
@@ -124,6 +152,12 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path:
         history = committed_history(out)
         assert [e["step"] for e in history] == list(range(1, len(history) + 1))
         assert_sampler_guarantee(history, len(_train(spec)))
+        # a node loss leaves a survivor, who rolls forward: no committed step is lost
+        assert not [e for e in ev if e["kind"] == "rollback"]
+        assert _regrouped_and_switched(ev, lost[0]["t"]), "the survivors regrouped in place and the policy switched"
+        # the replacement's members took part in a generation after the loss
+        joiners = {e["worker"] for e in joined_after}
+        assert any(set(e["joiners"]) & joiners for e in ev if e["kind"] == "regroup" and e["t"] > lost[0]["t"])
 
 
 def _train(spec: dict[str, Any]) -> torch.utils.data.Dataset:

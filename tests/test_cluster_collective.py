@@ -94,8 +94,8 @@ def _add_node(state: dict[str, Any]) -> subprocess.Popen:
     return node
 
 
-#: plain S-SGD through a real node loss is test_cluster_autoscale.py's collective run (and this
-#: module's switching run until it switches): one end-to-end run of that path, not two
+#: plain S-SGD and S-SGD with the strategy switch through a real node loss are test_cluster_autoscale.py's
+#: collective run: one end-to-end run of that path, not two
 SPECS: dict[str, dict[str, Any]] = {
     "sma": {"sync": "sma", "local_steps": 2},
     "adpsgd": {"sync": "adpsgd"},
@@ -115,8 +115,13 @@ def _steps_after_regroup(events: list[dict[str, Any]], t_lost: float) -> int | N
     return None
 
 
-@pytest.mark.parametrize("strategy", [s if s == "ssgd+switch" else pytest.param(s, marks=pytest.mark.extended)
-                                      for s in SPECS])  # the other strategies: single-node in test_collective_plane
+# extended, every strategy: S-MA and AD-PSGD run single-node through revocations in test_collective_plane;
+# S-SGD with the strategy switch through a real node loss (survivors regroup in place, no rollback, the
+# policy switches, new members join) is test_cluster_autoscale.py::
+# test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on[collective] (issue 54: one
+# multi-node cluster run for both)
+@pytest.mark.extended
+@pytest.mark.parametrize("strategy", list(SPECS))
 def test_collective_run_survives_a_spot_node_killed_mid_step(cluster: dict[str, Any], tmp_path: Path,
                                                              strategy: str) -> None:
     """The run is stopped (SIGTERM, a clean stop: exit 143) once the survivors regrouped and
