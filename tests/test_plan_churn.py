@@ -25,6 +25,10 @@ from spotwise.sim.simulate import simulate_job
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 LIFETIMES = (EXAMPLES / "../../shared/data/traces/gcp-transient-lifetime/data/lifetime/lifetime.csv").resolve()
 TOL = 0.10
+#: the in-process pilot's steps, for plan and simulate alike: the pilot only fits the loss model, and the
+#: time and cost compared here are those of a fixed iteration count, which it does not change (zhang-uniform:
+#: the same 365.8 s / $0.5006 planned and 361.3 s / $0.5083 simulated at 20 pilot steps as at the default 200)
+PILOT = 20
 
 
 def _spec(name: str, **market: Any) -> dict[str, Any]:
@@ -72,13 +76,13 @@ def test_plan_agrees_with_simulate_on_the_specs_own_strategy(case: str, tmp_path
         pytest.skip(f"the GCP lifetime trace is absent ({LIFETIMES})")
     d = make()
     spec = spec_from_dict(d)
-    plan = make_plan(spec)
+    plan = make_plan(spec, pilot_steps=PILOT)
     own = next((a for a in plan.alternatives if a.strategy == "as-specified"), None)
     assert own is not None, [a.strategy for a in plan.alternatives]
     assert own.expected_cost is not None and own.expected_time_s is not None, own
     times, costs, steps = [], [], []
     for s in range(seeds):
-        summary, _, _ = simulate_job(spec_from_dict(_with_seed(d, s, market_seed)), tmp_path / f"s{s}")
+        summary, _, _ = simulate_job(spec_from_dict(_with_seed(d, s, market_seed)), tmp_path / f"s{s}", pilot_steps=PILOT)
         assert summary.status == "completed", summary.status
         times.append(summary.virtual_s)
         costs.append(summary.cost_usd)
@@ -95,7 +99,7 @@ def test_plan_agrees_with_simulate_on_the_specs_own_strategy(case: str, tmp_path
 
 def test_bernoulli_churn_is_not_recommended_below_on_demand_when_it_costs_more() -> None:
     """chaos.yaml: the minimum charge of every re-join makes the spot run dearer than on-demand."""
-    plan = make_plan(spec_from_dict(_spec("chaos.yaml")))
+    plan = make_plan(spec_from_dict(_spec("chaos.yaml")), pilot_steps=PILOT)
     by = {a.strategy: a for a in plan.alternatives}
     assert "fixed-price" not in by  # a revoking market is not a fixed-price fleet
     assert by["as-specified"].expected_cost > by["on-demand"].expected_cost
