@@ -27,7 +27,7 @@ SPOT: dict[str, Any] = {
     "seed": 1,
     "workload": {"name": "mlp-digits", "batch_size": 16, "lr": 0.1, "eval_every": 1000},
     "target": {"iterations": 40},
-    "cluster": {"instance_type": "c5.xlarge", "workers": 4, "coordinator_instance": "c5.large", "standby": 2,
+    "cluster": {"instance_type": "c5.xlarge", "workers": 4, "coordinator_instance": "c5.large", "standby": 0,
                 "sync": "full", "bids": [0.17, 0.17, 0.09, 0.09]},
     "market": {"synthetic": {"kind": "uniform", "low": 0.03, "high": 0.15, "interval_s": 5, "seed": 0},
                "revocation": {"model": "bid"}},

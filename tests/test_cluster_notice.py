@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_gcp_preemption_notice_reaches_coordinator(ray_session, metadata, tmp_path: Path) -> None:
-    spec = make_spec(**{"target__iterations": 1500, "cluster__workers": 2, "outputs__checkpoint_every": 0})
+    spec = make_spec(**{"target__iterations": 500, "cluster__workers": 2, "outputs__checkpoint_every": 0})
     notices = {"cloud": "gcp", "base_url": metadata.url, "interval_s": 0.05}
     provider = ClusterProvider(worker_args_for(spec, notices))
 
@@ -33,7 +33,7 @@ def test_gcp_preemption_notice_reaches_coordinator(ray_session, metadata, tmp_pa
     coord = cluster_controller(spec, tmp_path / "run", market=build_market(spec), provider=provider,
                                progress=flip_at_step_50)
     summary = coord.run()  # a hang is caught by the module's timeout; the test asserts behaviour, not speed
-    assert summary.steps == 1500
+    assert summary.steps == 500
     events = read_events(tmp_path / "run" / "events.jsonl")
     notices_seen = [e for e in events if e["kind"] == "notice"]
     assert {e["worker"] for e in notices_seen} == {0, 1}, "each worker reports its node's notice once"
