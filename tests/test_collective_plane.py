@@ -110,34 +110,61 @@ class SwitchAt(Policy):
         return [SwitchSync(reason=f"test: switch at step {self.at}", sync=self.to)] if obs.step >= self.at and obs.sync != self.to else []
 
 
+@pytest.mark.extended  # S-SGD equals one process and resumes exactly (AdamW, schedule, clipping; the same step log and
+# samples): test_collective_recipe.py::test_ssgd_with_adamw_schedule_and_clipping_equals_one_process_and_resumes_exactly
 def test_collective_ssgd_equals_single_process_sgd_and_resumes_exactly(ray_session: Any, tmp_path: Path) -> None:
-    """S-SGD over 3 members is SGD on the union of their batches; a stopped run resumes where it was."""
-    spec = make_spec(outputs__checkpoint_every=4)
+    """S-SGD over 2 members is SGD on the union of their batches; a stopped run resumes where it was."""
+    spec = make_spec(outputs__checkpoint_every=4, cluster__workers=2)  # (3 members: the other runs here)
     out = tmp_path / "run"
     first, s1 = run(spec, out, stop_after_steps=9)
     assert s1.status == "stopped" and s1.steps >= 9
-    assert np.max(np.abs(first.params - single_process_sgd(spec, s1.steps, 3 * 8))) < 1e-5
-    assert s1.extra["data_plane"] == "collective" and s1.extra["samples"] == s1.steps * 3 * 8
+    assert np.max(np.abs(first.params - single_process_sgd(spec, s1.steps, 2 * 8))) < 1e-5
+    assert s1.extra["data_plane"] == "collective" and s1.extra["samples"] == s1.steps * 2 * 8
     state, _ = load_latest_checkpoint(out)
     assert int(state["step"]) == s1.steps and np.array_equal(state["params"].numpy(), first.params)
     again, s2 = run(spec, out, resume=True)
-    assert s2.status == "completed" and s2.steps == 16 and s2.extra["samples"] == 16 * 3 * 8
-    assert np.max(np.abs(again.params - single_process_sgd(spec, 16, 3 * 8))) < 1e-5
+    assert s2.status == "completed" and s2.steps == 16 and s2.extra["samples"] == 16 * 2 * 8
+    assert np.max(np.abs(again.params - single_process_sgd(spec, 16, 2 * 8))) < 1e-5
     steps = [e["step"] for e in read_events(out / "events.jsonl", kinds=["step"])]
     assert steps == list(range(1, 17)), "the resumed run continues the same log"
 
 
+@dataclasses.dataclass(frozen=True)
+class SwitchPlan(Policy):
+    """From each listed step on, the listed strategy (one policy: two SwitchAt would undo each other)."""
+    name: ClassVar[str] = "switch-plan"
+    plan: tuple[tuple[int, str], ...] = ()
+
+    def decide(self, obs: Observation) -> list[Decision]:
+        want = [to for at, to in self.plan if obs.step >= at]
+        return [SwitchSync(reason=f"test: {want[-1]} from step {obs.step}", sync=want[-1])] if want and obs.sync != want[-1] else []
+
+
+#: one run takes every strategy through the membership paths: S-SGD through two members lost at once,
+#: S-MA through the whole cluster, AD-PSGD through one member lost (the three strategies share the
+#: regroup/rollback code; each through the whole pattern on its own: the extended tier)
+SWITCHED = "ssgd>sma>adpsgd"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sync", ["ssgd", "sma", "adpsgd"])
+@pytest.mark.parametrize("sync", [SWITCHED] + [pytest.param(s, marks=pytest.mark.extended)  # covered by SWITCHED
+                                               for s in ("ssgd", "sma", "adpsgd")])
 def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(ray_session: Any, tmp_path: Path,
                                                                                 sync: str) -> None:
-    # 3 members (2 at once, then all 3, then one at random): the paths of 4 with fewer process starts
-    spec = make_spec(cluster__workers=3, cluster__sync=sync, cluster__local_steps=2, cluster__standby=1, target__iterations=60,
-                     workload__eval_every=20, workload__batch_size=12)  # 3 x 12 samples a step: past one epoch
-    rev = ScriptedRevocation((outage(4, 12, [0, 1]),               # many at once, survivors go on
-                              outage(20, 30, [0, 1, 2]),           # the whole cluster
-                              ) + random_outages(3, horizon=60, count=1, seed=7, fraction=0.34, duration=(1, 6)))
-    coord, summary = run(spec, tmp_path / "run", revocation=rev)
+    # 3 members (2 at once, then all 3, then one): the paths of 4 with fewer process starts
+    spec = make_spec(cluster__workers=3, cluster__sync=sync.split(">")[0], cluster__local_steps=2, cluster__standby=1,
+                     target__iterations=60, workload__eval_every=20, workload__batch_size=12)  # 3 x 12 a step: past one epoch
+    if sync == SWITCHED:
+        rev = ScriptedRevocation((outage(4, 12, [0, 1]), outage(22, 30, [0, 1, 2]), outage(60, 66, [2])))
+    else:
+        rev = ScriptedRevocation((outage(4, 12, [0, 1]),               # many at once, survivors go on
+                                  outage(20, 30, [0, 1, 2]),           # the whole cluster
+                                  ) + random_outages(3, horizon=60, count=1, seed=7, fraction=0.34, duration=(1, 6)))
+    market = build_market(spec, horizon_s=7 * 24 * 3600.0)
+    coord = build_controller(spec, tmp_path / "run", market=dataclasses.replace(market, revocation=rev))
+    if sync == SWITCHED:
+        coord.policies.append(SwitchPlan(plan=((12, "sma"), (24, "adpsgd"))))
+    summary = coord.run()
     out = tmp_path / "run"
     assert summary.status == "completed" and summary.steps == 60
     assert summary.revocations >= 2 + 3 + 1
@@ -155,16 +182,19 @@ def test_every_strategy_learns_through_revocations_many_at_once_and_all_at_once(
     evals = [e["metric"] for e in read_events(out / "events.jsonl", kinds=["eval"])]
     assert summary.final_metric is not None and summary.final_metric > 0.6 and summary.final_loss < 1.5, evals
     assert summary.extra["recovery_ms"]["count"] >= 1
+    if sync == SWITCHED:  # each strategy committed steps short of members, and all three learned in one run
+        short = {e["sync"] for e in history if e["active"] < 3}
+        assert {e["sync"] for e in history} == {"ssgd", "sma", "adpsgd"} and {"ssgd", "adpsgd"} <= short, short
 
 
 def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -> None:
     """A SIGSTOP'd member: its peers' all-reduce fails after group_timeout_s, it is declared lost and killed."""
-    # the job's length in samples (issue 41 item 4): 20 steps of 3 x 8 at full strength; with one
+    # the job's length in samples (issue 41 item 4): 20 steps of 2 x 8 at full strength; with one
     # member lost, the run takes more steps and still commits every sample
-    spec = make_spec(target={"samples": 480})
+    spec = make_spec(target={"samples": 320}, cluster__workers=2)
     coord, summary = run(spec, tmp_path / "run", faults={1: {"step": 6, "action": "stop"}})
     assert summary.status == "completed" and summary.steps > 20
-    assert 480 <= coord.counters.samples < 480 + 24
+    assert 320 <= coord.counters.samples < 320 + 16
     revokes = list(read_events(tmp_path / "run" / "events.jsonl", kinds=["revoke"]))
     assert [(r["worker"], r["reason"]) for r in revokes] == [(1, "node-lost")]
     history = committed_history(tmp_path / "run")
@@ -176,16 +206,17 @@ def test_a_frozen_member_never_hangs_the_job(ray_session: Any, tmp_path: Path) -
     assert summary.wall_s < 10 * (first + spec.cluster.group_timeout_s), (summary.wall_s, first)
 
 
-@pytest.mark.parametrize("hold", ["sleep", "pause"])
-def test_a_slow_member_whose_heartbeat_goes_on_is_never_dropped(ray_session: Any, tmp_path: Path, hold: str) -> None:
+def test_a_slow_member_whose_heartbeat_goes_on_is_never_dropped(ray_session: Any, tmp_path: Path) -> None:
     """Issue 54 item 8: a member held up far longer than the group's timeout -- a step that sleeps
-    (no CPU: a starved core, an evaluation between steps, as its peers see it) or a SIGSTOP'd process
-    continued before the heartbeat timeout -- makes its peers' collective time out, and the regroup
-    waits for it: the run ends with every member, no revocation and no rollback."""
+    (no CPU: a starved core, an evaluation between steps, as its peers see it: member 1) or a SIGSTOP'd
+    process continued before the heartbeat timeout (member 2), both at step 4 of one run -- makes its
+    peers' collective time out, and the regroup waits for it: the run ends with every member, no
+    revocation and no rollback."""
     timeout = bound(1)  # the group's timeout: the peers' all-reduce gives up on the held member this soon
     held = 4 * timeout + 4  # without the heartbeat the regroup gave up on it after timeout + 2 s
     spec = make_spec(cluster__group_timeout_s=timeout, target__iterations=8)
-    plane = CollectivePlane(spec, faults={1: {"step": 4, "action": hold, "seconds": held}},
+    plane = CollectivePlane(spec, faults={w: {"step": 4, "action": hold, "seconds": held}
+                                          for w, hold in ((1, "sleep"), (2, "pause"))},
                             heartbeat_s=held + bound(10))  # (the paused process beats again before this)
     coord, summary = run(spec, tmp_path / "run", plane=plane)
     out = tmp_path / "run"
@@ -250,9 +281,11 @@ def test_cli_runs_a_collective_spec(ray_session: Any, tmp_path: Path, cli: Any) 
 
 
 @pytest.mark.slow
-def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path) -> None:
+def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(ray_session: Any, tmp_path: Path, cli: Any) -> None:
     """kill -9 of the controller (its members die with it): `run --resume` continues from the newest
-    checkpoint, losing at most the steps since it, and the log's step counter goes back only there."""
+    checkpoint, losing at most the steps since it, and the log's step counter goes back only there.
+    The killed run is a `spotwise run` process of its own; the resume runs in-process on the session's
+    Ray (the same command: a second CLI process would only start a second Ray)."""
     import os
     import signal
     import subprocess
@@ -260,9 +293,9 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
     import time
 
     d = json.loads(json.dumps(BASE))
-    d["target"]["iterations"] = 200
+    d["target"]["iterations"] = 100
     d["cluster"]["workers"] = 2  # what is killed is the controller: two members show it
-    d["outputs"] = {"checkpoint_every": 20, "plots": False}
+    d["outputs"] = {"checkpoint_every": 10, "plots": False}
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(d))
     out = tmp_path / "run"
@@ -284,10 +317,10 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
                 break
     proc.wait(timeout=bound(30))
     assert killed_at is not None, f"the run ended before it could be killed: {err.read_text()[-4000:]}"
-    res = subprocess.run([exe, "run", "--resume", str(out), "--json"], capture_output=True, text=True, env=env, timeout=bound(200))
-    assert res.returncode == 0, res.stderr
-    summary = json.loads(res.stdout)
-    assert summary["steps"] == 200 and summary["status"] == "completed"
+    code, stdout, stderr = cli("run", "--resume", str(out), "--json")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["steps"] == 100 and summary["status"] == "completed"
     events = list(read_events(out / "events.jsonl"))
     (restore,) = [e for e in events if e["kind"] == "restore"]
     i = events.index(restore)
@@ -295,8 +328,8 @@ def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(tmp_path: Path)
     after = [e["step"] for e in events[i:] if e["kind"] == "step"]
     ckpts = [e["step"] for e in events[:i] if e["kind"] == "checkpoint"]
     assert restore["step"] == max(ckpts) and before == list(range(1, len(before) + 1))
-    assert after == list(range(restore["step"] + 1, 201))
-    assert len(before) - restore["step"] < 20 + 50, "at most the steps since the last checkpoint (and a flush) are lost"
+    assert after == list(range(restore["step"] + 1, 101))
+    assert len(before) - restore["step"] < 10 + 50, "at most the steps since the last checkpoint (and a flush) are lost"
     kept = [e["samples"] for e in events[:i] if e["kind"] == "step" and e["step"] <= restore["step"]]
     redone = [e["samples"] for e in events[i:] if e["kind"] == "step"]
     assert summary["extra"]["samples"] == sum(kept) + sum(redone)
