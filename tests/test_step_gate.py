@@ -192,13 +192,14 @@ def test_a_leader_only_evaluation_longer_than_the_group_timeout_loses_no_member(
                                                                                  tmp_path: Path) -> None:
     """The own loop's leader evaluates for longer than the group's collective timeout every 4 steps
     (nanoGPT's pattern) on a market without revocations: no revocation, no regroup, both members in
-    every step, the target's samples exactly, and each evaluation ran once."""
+    every step, the target's samples exactly, and the evaluation ran once.  Six steps: one evaluation
+    (after step 4) with steps after it -- each evaluation is seconds of waiting, one shows the path."""
     from test_own_loop import run, script_spec
 
     timeout = bound(2.0)
     eval_s = 3 * timeout + 2
     log = tmp_path / "evals.txt"
-    spec = script_spec(target__samples=160, cluster__group_timeout_s=timeout,
+    spec = script_spec(target__samples=96, cluster__group_timeout_s=timeout,
                        workload__args=["--leader-eval-every", "4", "--leader-eval-s", str(eval_s), "--eval-log", str(log)])
     coord, summary = run(spec, tmp_path / "run")
     events = tmp_path / "run" / "events.jsonl"
@@ -207,11 +208,11 @@ def test_a_leader_only_evaluation_longer_than_the_group_timeout_loses_no_member(
     regroups = list(read_events(events, kinds=["regroup"]))
     assert [r["reason"] for r in regroups] == ["start"], [r["reason"] for r in regroups]
     steps = list(read_events(events, kinds=["step"]))
-    assert [e["step"] for e in steps] == list(range(1, 11))
+    assert [e["step"] for e in steps] == list(range(1, 7))
     assert all(e["active"] == 2 and e["contributions"] == 2 for e in steps)
-    assert coord.counters.samples == 160
-    assert log.read_text().split() == ["4", "8"], "each evaluation ran once (no dropped step ran it again)"
-    assert summary.wall_s >= 2 * eval_s  # the evaluations were waited for
+    assert coord.counters.samples == 96
+    assert log.read_text().split() == ["4"], "the evaluation ran once (no dropped step ran it again)"
+    assert summary.wall_s >= eval_s  # the evaluation was waited for
 
 
 def test_a_built_in_workloads_long_evaluation_at_the_leader_loses_no_member(ray_session: Any, tmp_path: Path) -> None:
@@ -221,7 +222,8 @@ def test_a_built_in_workloads_long_evaluation_at_the_leader_loses_no_member(ray_
     from test_collective_plane import make_spec, run
 
     timeout = bound(2.0)
-    spec = make_spec(cluster__group_timeout_s=timeout, target__iterations=8, workload__eval_every=4)
+    spec = make_spec(cluster__group_timeout_s=timeout, cluster__workers=2,  # a leader and a peer waiting for it
+                     target__iterations=8, workload__eval_every=4)
     from spotwise.planes.collective.data_plane import CollectivePlane
 
     plane = CollectivePlane(spec, faults={0: {"step": 4, "action": "sleep", "seconds": 3 * timeout + 2}})
@@ -230,5 +232,5 @@ def test_a_built_in_workloads_long_evaluation_at_the_leader_loses_no_member(ray_
     assert summary.status == "completed" and summary.steps == 8
     assert not list(read_events(events, kinds=["revoke"]))
     assert [r["reason"] for r in read_events(events, kinds=["regroup"])] == ["start"]
-    assert all(e["contributions"] == 3 for e in read_events(events, kinds=["step"]))
+    assert all(e["contributions"] == 2 for e in read_events(events, kinds=["step"]))
     assert summary.wall_s >= 3 * timeout + 2
