@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _load import bound
 from test_own_loop import run, script_spec
 
 from spotwise.errors import InputError
@@ -32,7 +33,8 @@ SMALL = ["--n_layer=1", "--n_embd=32", "--block_size=16", "--batch_size=4", "--e
 
 def restart_spec(iterations: int, workers: int = 2, script: Path = NANOGPT, args: list[str] | None = None,
                  resume_args: list[str] | None = None, **over: Any) -> Any:
-    settings = {"resume_args": ["--init_from=resume"] if resume_args is None else resume_args, "grace_s": 10}
+    # grace_s: how long a stopped rank may take to leave (its SIGTERM handler saves): a bound, scaled as the suite's are
+    settings = {"resume_args": ["--init_from=resume"] if resume_args is None else resume_args, "grace_s": bound(10)}
     over.setdefault("workload__restart", settings)
     return script_spec(workload__script=str(script), workload__batch_size=4,
                        workload__args=SMALL + ["--max_iters=1000"] if args is None else args,
@@ -87,12 +89,14 @@ def test_the_cli_takes_restart_and_resume_args(tmp_path: Path) -> None:
     assert launch_spec(spec, NANOGPT, []).workload.restart is None
 
 
-def test_the_unmodified_torchrun_script_survives_five_revocations(ray_session: Any, tmp_path: Path) -> None:
+def test_the_unmodified_torchrun_script_survives_revocations_of_its_leader_and_of_both(ray_session: Any,
+                                                                                       tmp_path: Path) -> None:
     from spotwise.capacity.faults import ScriptedRevocation, outage
 
     spec = restart_spec(24, workers=2)
-    # five revocations: of one member or the other (the script restarts at world 1 and 2), of both at once
-    rev = ScriptedRevocation((outage(5, 8, [0]), outage(12, 14, [1]), outage(19, 22, [0, 1]), outage(30, 33, [0])))
+    # three revocations: of the leader (the script restarts at world 1, then 2), of both at once -- every
+    # restart starts each rank's process again, so no more of them than the paths need (five took 13)
+    rev = ScriptedRevocation((outage(5, 8, [0]), outage(12, 15, [0, 1])))
     out = tmp_path / "run"
     coord, summary = run(spec, out, revocation=rev)
     assert summary.status == "completed", (summary, coord.stop_message)
@@ -100,9 +104,9 @@ def test_the_unmodified_torchrun_script_survives_five_revocations(ray_session: A
     extra = summary.extra
     assert extra["data_plane"] == "restart"
     revokes = [e for e in events(out, "revoke") if e.get("reason") == "market"]
-    assert len(revokes) >= 5
+    assert len(revokes) >= 3
     restarts = events(out, "restart")
-    assert extra["restarts"] == len(restarts) - 1 >= 5  # each loss and each return
+    assert extra["restarts"] == len(restarts) - 1 >= 3  # each loss and each return
     worlds = {len(r["members"]) for r in restarts}
     assert worlds == {1, 2}  # the script ran again with each new WORLD_SIZE
     assert any(r["resume"] for r in restarts)  # ... from its own checkpoint, with --init_from=resume
@@ -148,7 +152,7 @@ def test_a_script_that_saves_on_sigterm_loses_nothing_with_a_notice(ray_session:
     from spotwise.capacity.faults import ScriptedRevocation, outage
 
     spec = restart_spec(24, workers=2, script=SIGTERM_SCRIPT, args=["--steps=1000"], resume_args=[])
-    rev = ScriptedRevocation((outage(6, 9, [1]), outage(14, 17, [0])), notice_s=2.0)
+    rev = ScriptedRevocation((outage(6, 9, [1]),), notice_s=2.0)  # one loss and its return: both worlds
     out = tmp_path / "run"
     coord, summary = run(spec, out, revocation=rev)
     assert summary.status == "completed", (summary, coord.stop_message)
