@@ -75,8 +75,9 @@ def autoscaling_cluster(log_dir: Path, spot_units: int = 2, max_spot_nodes: int 
     address = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + bound(240)  # an event wait; the bound only ends a hang
-        while subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True, env=ENV,
-                             timeout=bound(60)).returncode != 0:
+        # registered once ``ray start`` says so (test_cluster.STARTED): a read of its log, not a ``ray status``
+        # process a poll (~1 CPU-s each on the 2-core machine)
+        while "Ray runtime started." not in (log_dir / "head.log").read_text(errors="replace"):
             if time.monotonic() > deadline or head.poll() is not None:
                 raise RuntimeError(f"the autoscaling head did not start (see {log_dir / 'head.log'})")
             time.sleep(1.0)

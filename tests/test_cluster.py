@@ -100,6 +100,20 @@ def _spot_units(address: str) -> float:
 NODE_WAIT_S = bound(240.0)
 
 
+#: what ``ray start`` prints once its node is registered with the GCS (``ray._private.node.Node`` waits for
+#: the node's entry in the GCS before it returns; it gives up after a fixed 30 s and ``ray start`` exits)
+STARTED = "Ray runtime started."
+
+
+def _registered(log: Path) -> bool:
+    """Whether the node a ``ray start --block`` writing to ``log`` started has registered: a
+    read of its log, not a ``ray status`` process (~1 CPU-s a poll on the 2-core machine)."""
+    try:
+        return STARTED in log.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+
+
 def _wait(cond, timeout: float, what: str, every: float = 0.5) -> None:
     """Poll ``cond`` until it holds; ``every``: the pause between polls (a ``ray status`` poll
     starts a Python process: ~1 CPU-s, so those poll every 2 s)."""
@@ -131,13 +145,11 @@ def _spot_node(address: str, units: int, log: Path, nodes: list[subprocess.Popen
     """Start a spot node with ``units`` ``spot`` units and wait until the cluster counts them.  Ray
     gives a starting raylet a fixed 30 s to register, which a loaded 2-core machine can exceed: its
     ``ray start`` then exits, and the node is started again (three tries)."""
-    before = _spot_units(address)
     for attempt in range(3):
-        node = _start(["--address", address, "--resources", json.dumps({"spot": units}), "--num-cpus", "1"],
-                      log.with_name(f"{log.stem}.{attempt}.log"))
+        node_log = log.with_name(f"{log.stem}.{attempt}.log")
+        node = _start(["--address", address, "--resources", json.dumps({"spot": units}), "--num-cpus", "1"], node_log)
         nodes.append(node)
-        _wait(lambda: node.poll() is not None or _spot_units(address) >= before + units, NODE_WAIT_S, "a spot node",
-              every=2.0)
+        _wait(lambda: node.poll() is not None or _registered(node_log), NODE_WAIT_S, "a spot node")
         if node.poll() is None:
             return node
     raise AssertionError(f"a spot node failed to start three times; its log: {log.with_name(f'{log.stem}.2.log').read_text()[-2000:]}")
@@ -153,13 +165,14 @@ def _steps(events: Path) -> int:
 def head(tmp_path: Path):
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix="swc-", dir="/tmp")
+    head_log = tmp_path / "head.log"
     proc = _start(["--head", "--port", str(port), "--num-cpus", "1", "--include-dashboard=false", "--temp-dir", tmp],
-                  tmp_path / "head.log")
+                  head_log)
     address = f"127.0.0.1:{port}"
     nodes: list[subprocess.Popen] = []
     try:
-        _wait(lambda: subprocess.run([str(BIN / "ray"), "status", "--address", address], capture_output=True,
-                                     env=ENV, timeout=bound(60)).returncode == 0, NODE_WAIT_S, "the head node", every=2.0)
+        _wait(lambda: proc.poll() is not None or _registered(head_log), NODE_WAIT_S, "the head node")
+        assert proc.poll() is None, head_log.read_text(errors="replace")[-3000:]
         yield address, nodes
     finally:
         for n in nodes:
