@@ -152,7 +152,9 @@ def test_a_script_that_saves_on_sigterm_loses_nothing_with_a_notice(ray_session:
     from spotwise.capacity.faults import ScriptedRevocation, outage
 
     spec = restart_spec(24, workers=2, script=SIGTERM_SCRIPT, args=["--steps=1000"], resume_args=[])
-    rev = ScriptedRevocation((outage(6, 9, [1]),), notice_s=2.0)  # one loss and its return: both worlds
+    # a loss and, later, the other member's: the second restart also takes back the first one's return (a
+    # join waits for the script's next checkpoint, and this script saves only on SIGTERM)
+    rev = ScriptedRevocation((outage(6, 9, [1]), outage(14, 17, [0])), notice_s=2.0)
     out = tmp_path / "run"
     coord, summary = run(spec, out, revocation=rev)
     assert summary.status == "completed", (summary, coord.stop_message)
