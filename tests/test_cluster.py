@@ -180,15 +180,28 @@ def head(tmp_path: Path):
         _stop(proc)
 
 
+def _no_spot_node_exits_2(address: str, tmp_path: Path) -> None:
+    chaos = Path(__file__).resolve().parents[1] / "examples" / "chaos.yaml"
+    res = subprocess.run([str(BIN / "spotwise"), "run", str(chaos), "--out", str(tmp_path / "o"), "--ray-address", address],
+                         capture_output=True, text=True, env=ENV, timeout=bound(120))
+    assert res.returncode == 2 and "no node with a 'spot' resource" in res.stderr, res.stderr[-3000:]
+
+
+def test_a_run_on_a_cluster_without_spot_nodes_exits_2(head, tmp_path: Path) -> None:
+    """A cluster with no node offering the ``spot`` resource: the run exits 2 saying so, before training."""
+    _no_spot_node_exits_2(head[0], tmp_path)
+
+
+# issue 54 (the suite's time): a multi-node node loss and its replacement run by default in
+# test_cluster_autoscale.py::test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on[collective];
+# this PS-plane run of its own cluster, through a wait with no worker left, is the extended tier's
+@pytest.mark.extended
 def test_spot_node_lost_mid_run_and_capacity_returns(head, tmp_path: Path) -> None:
     """A spot node is lost with every worker of the job; the job waits; capacity returns and it
     finishes.  First, while the cluster has no spot node yet, a run against it exits 2 (the same
     head: one cluster start for both)."""
     address, nodes = head
-    chaos = Path(__file__).resolve().parents[1] / "examples" / "chaos.yaml"
-    res = subprocess.run([str(BIN / "spotwise"), "run", str(chaos), "--out", str(tmp_path / "o"), "--ray-address", address],
-                         capture_output=True, text=True, env=ENV, timeout=bound(120))
-    assert res.returncode == 2 and "no node with a 'spot' resource" in res.stderr, res.stderr[-3000:]
+    _no_spot_node_exits_2(address, tmp_path)
     _spot_node(address, 2, tmp_path / "n1.log", nodes)
     spec = {
         "name": "cluster", "seed": 1,

@@ -280,6 +280,10 @@ def test_cli_runs_a_collective_spec(ray_session: Any, tmp_path: Path, cli: Any) 
     assert any(label == "step time" and "compute" in value for label, value in summary_rows(run))
 
 
+# issue 54 (the suite's time): kill -9 of a collective run's controller and its resume from the newest
+# checkpoint run by default in test_own_loop_kill.py (a script job: the same controller, plane and
+# checkpoints) and, on the PS plane, test_runtime.py::test_coordinator_kill_9_and_resume
+@pytest.mark.extended
 @pytest.mark.slow
 def test_a_killed_coordinator_resumes_from_its_newest_checkpoint(ray_session: Any, tmp_path: Path, cli: Any) -> None:
     """kill -9 of the controller (its members die with it): `run --resume` continues from the newest
