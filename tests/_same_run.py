@@ -65,3 +65,42 @@ def still_alive(seen: dict[int, tuple[int, str]]) -> list[str]:
         if state != "Z" and _start_time(pid) == start:
             out.append(f"{pid}: {cmd}")
     return out
+
+
+def kill_driver_and_assert_none_outlives(proc: Any, seen: dict[int, tuple[int, str]]) -> None:
+    """SIGKILL to the driver ``proc`` alone (not its session or group: no handler runs), then every process
+    recorded in ``seen`` (Ray's daemons and workers among them: asserted) must be gone within ``bound(10)`` s."""
+    import os
+    import signal
+    import time
+
+    from _load import bound
+
+    cmds = " ".join(c for _, c in seen.values())
+    assert "raylet" in cmds and "ray::" in cmds, cmds  # the check is about Ray's processes: they were seen
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=bound(30))
+    end = time.monotonic() + bound(10)
+    while still_alive(seen) and time.monotonic() < end:
+        time.sleep(0.2)
+    left = still_alive(seen)
+    assert not left, f"{len(left)} of {len(seen)} processes outlived the killed driver:\n" + "\n".join(left)
+
+
+def end_what_is_left(proc: Any, seen: dict[int, tuple[int, str]]) -> None:
+    """After the test, whatever the assertion found: the driver, its session (it led it) and, by pid and start
+    time, every recorded process still running."""
+    import os
+    import signal
+
+    from _sessions import kill_session
+
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    kill_session(proc.pid)
+    for pid in [p for p in seen if still_alive({p: seen[p]})]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

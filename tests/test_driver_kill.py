@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,8 +25,7 @@ from typing import Any
 import pytest
 import yaml
 from _load import bound
-from _same_run import record_descendants, still_alive as _alive
-from _sessions import kill_session
+from _same_run import end_what_is_left, kill_driver_and_assert_none_outlives, record_descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -81,23 +79,7 @@ def test_no_process_outlives_a_driver_killed_by_sigkill(tmp_path: Path, plane: s
         while time.monotonic() < end:
             record_descendants(proc.pid, seen)
             time.sleep(0.1)
-        cmds = " ".join(c for _, c in seen.values())
-        assert "raylet" in cmds and "ray::" in cmds, cmds  # the check is about Ray's processes: they were seen
-        os.kill(proc.pid, signal.SIGKILL)  # the driver alone, not its session or group
-        proc.wait(timeout=bound(30))
-        end = time.monotonic() + bound(10)
-        while _alive(seen) and time.monotonic() < end:
-            time.sleep(0.2)
-        left = _alive(seen)
-        assert not left, f"{len(left)} of {len(seen)} processes outlived the killed driver:\n" + "\n".join(left)
+        kill_driver_and_assert_none_outlives(proc, seen)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_session(proc.pid)  # whatever the assertion found (the driver's session: it led it)
-        for pid in [p for p in seen if _alive({p: seen[p]})]:  # re-parented outside the session? not here: by pid
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end_what_is_left(proc, seen)
         shutil.rmtree(ray_tmp, ignore_errors=True)

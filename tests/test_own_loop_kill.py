@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -30,8 +29,7 @@ from typing import Any
 import pytest
 import yaml
 from _load import bound
-from _same_run import record_descendants, still_alive
-from _sessions import kill_session
+from _same_run import end_what_is_left, kill_driver_and_assert_none_outlives, record_descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -101,25 +99,9 @@ def _kill_the_driver_mid_run(spec: Path, run: Path, log: Path) -> None:
             record_descendants(proc.pid, seen)
             time.sleep(0.1)
         record_descendants(proc.pid, seen)
-        cmds = " ".join(c for _, c in seen.values())
-        assert "raylet" in cmds and "ray::" in cmds, cmds  # the check is about Ray's processes: they were seen
-        os.kill(proc.pid, signal.SIGKILL)  # the driver alone, not its session or group: no handler runs
-        proc.wait(timeout=bound(30))
-        end = time.monotonic() + bound(10)
-        while still_alive(seen) and time.monotonic() < end:
-            time.sleep(0.2)
-        left = still_alive(seen)
-        assert not left, f"{len(left)} of {len(seen)} processes outlived the killed driver:\n" + "\n".join(left)
+        kill_driver_and_assert_none_outlives(proc, seen)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_session(proc.pid)
-        for pid in [p for p in seen if still_alive({p: seen[p]})]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end_what_is_left(proc, seen)
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
