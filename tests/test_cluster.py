@@ -187,6 +187,7 @@ def _no_spot_node_exits_2(address: str, tmp_path: Path) -> None:
     assert res.returncode == 2 and "no node with a 'spot' resource" in res.stderr, res.stderr[-3000:]
 
 
+@pytest.mark.extended  # by default on test_cluster_autoscale.py's cluster before its spot nodes (no start of its own)
 def test_a_run_on_a_cluster_without_spot_nodes_exits_2(head, tmp_path: Path) -> None:
     """A cluster with no node offering the ``spot`` resource: the run exits 2 saying so, before training."""
     _no_spot_node_exits_2(head[0], tmp_path)

@@ -103,6 +103,12 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path:
 
     with autoscaling_cluster(tmp_path) as address:
         assert spot_raylets(address) == [], "the cluster starts without spot nodes"
+        if plane == "collective":
+            # a run without --autoscale on this cluster of no spot node exits 2 saying so, before training
+            # (test_cluster.py's own test of it, a cluster start of its own, is extended)
+            from test_cluster import _no_spot_node_exits_2
+
+            _no_spot_node_exits_2(address, tmp_path)
         err = tmp_path / "run.err"  # a file, not a pipe nobody reads during the waits (a full pipe blocks the run)
         run = subprocess.Popen([str(BIN / "spotwise"), "run", str(tmp_path / "job.yaml"), "--out", str(out),
                                 "--ray-address", address, "--autoscale", "--json"],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import threading
 from pathlib import Path
@@ -121,8 +120,8 @@ def test_through_revocations_and_a_crash_every_sample_is_trained_exactly_once(ra
 
 def test_without_revocations_it_equals_a_plain_loop_on_the_same_samples(ray_session: Any, tmp_path: Path) -> None:
     """Two members of 8 samples each (their batches built by DataLoader workers) == the same script
-    on its own with batches of 16 (same data order, AdamW with decay groups) == the same script under
-    torchrun as two DDP ranks of 8: max |diff| of the parameters < 1e-5."""
+    on its own with batches of 16 (same data order, AdamW with decay groups): max |diff| of the
+    parameters < 1e-5."""
     import subprocess
     import sys
 
@@ -140,18 +139,9 @@ def test_without_revocations_it_equals_a_plain_loop_on_the_same_samples(ray_sess
     assert got is not None and set(got) == set(want)
     diff = max(float((got[k] - want[k]).abs().max()) for k in want)
     assert diff < 1e-5, diff
-    # the same script under torchrun is plain DDP over PyTorch's own process group: the same samples,
-    # rank r taking block r of each step as member r does, so the same parameters
-    ddp, seen = tmp_path / "ddp.pt", tmp_path / "seen.jsonl"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                    str(SCRIPTS / "train_mlp.py"), "--no-bn", "--batch", "8", "--epochs", "2", "--seed", str(spec.seed),
-                    "--save", str(ddp), "--seen", str(seen)], check=True, timeout=180, cwd=tmp_path, env=env)
-    ranks = [json.loads(line) for line in seen.read_text().splitlines()]
-    assert sorted(r["rank"] for r in ranks) == [0, 1] and {(r["steps"], r["samples"]) for r in ranks} == {(30, 480)}
-    by_ddp = torch.load(ddp, weights_only=True)
-    diff = max(float((got[k] - by_ddp[k]).abs().max()) for k in want)
-    assert diff < 1e-5, diff
+    # (the same script under torchrun as two DDP ranks of 8, rank r taking block r of each step as member r
+    # does, is equal too: test_own_loop_torchrun's nanoGPT and test_own_loop_gan's GAN compare a job with
+    # the script under torchrun; issue 54: one torchrun launch fewer here)
 
 
 def test_a_stopped_run_resumes_to_the_uninterrupted_result(ray_session: Any, tmp_path: Path) -> None:
