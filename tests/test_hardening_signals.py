@@ -49,11 +49,11 @@ NO_PERIODIC = {"checkpoint_every": 1000, "plots": False}  # only the SIGTERM che
 SPECS: dict[str, dict[str, Any]] = {
     "serverless": {"name": "fin-sl", "workload": PMF, "target": {"iterations": 30},
                    "cluster": {"kind": "serverless", "workers": 2, "sync": "bsp"}, "outputs": NO_PERIODIC},
-    "ps": {"name": "fin-ps", "seed": 5, "workload": DIGITS, "target": {"iterations": 80}, "cluster": VM_CLUSTER,
+    "ps": {"name": "fin-ps", "seed": 5, "workload": DIGITS, "target": {"iterations": 50}, "cluster": VM_CLUSTER,
            "market": {"synthetic": {"kind": "constant", "price": 0.07}}, "outputs": NO_PERIODIC},
     # members lease steps ahead of the log: a longer run, so SIGTERM surely lands mid-run (it lands a few steps
-    # after the 6th, step 11-12 here: 120 leaves ~110 to spare)
-    "collective": {"name": "fin-coll", "seed": 5, "workload": DIGITS, "target": {"iterations": 120},
+    # after the 6th, step 11-12 here: 60 leaves ~50 to spare)
+    "collective": {"name": "fin-coll", "seed": 5, "workload": DIGITS, "target": {"iterations": 60},
                    "cluster": {**VM_CLUSTER, "data_plane": "collective", "group_timeout_s": bound(2), "replica_every": 5},
                    "market": {"synthetic": {"kind": "constant", "price": 0.07}}, "outputs": NO_PERIODIC},
 }
