@@ -128,12 +128,14 @@ def test_autoscaled_spot_pool_replaces_a_lost_node_and_the_job_goes_on(tmp_path:
             assert first, "the autoscaler launched spot nodes for the job"
             kill_spot_node(first[0])  # a spot node is reclaimed
             deadline = time.monotonic() + bound(300)
-            while not (replaced() and any(r.pid not in {p.pid for p in first} for r in spot_raylets(address))) \
-                    and run.poll() is None:
+            first_pids = {p.pid for p in first}
+            # a replacement node (a raylet that was not there at the loss) whose workers joined and stepped
+            while (not (replaced() and any(r.pid not in first_pids for r in spot_raylets(address)))
+                   and run.poll() is None):
                 assert time.monotonic() < deadline, "no replacement node's workers joined and stepped"
                 time.sleep(0.5)
             assert run.poll() is None, err.read_text()[-4000:]
-            assert any(r.pid not in {p.pid for p in first} for r in spot_raylets(address)), "a replacement node"
+            assert any(r.pid not in first_pids for r in spot_raylets(address)), "a replacement node"
             run.send_signal(signal.SIGTERM)
             run.wait(timeout=bound(120))
         finally:

@@ -211,7 +211,7 @@ def test_a_gan_through_revocations_a_killed_process_and_a_whole_cluster_loss(ray
     member lost at once, the leader revoked later and a member's process killed: the run completes, no
     committed step is lost or trained twice (contiguous data positions, a rollback to the controller's copy only
     where every member was lost: each batch trained both models once), both losses are logged and the job's model holds
-    both.  One run for what two runs showed (issue 54: 6 actor starts, not 10); no standby: every joiner is
+    both.  One run for what two runs showed (issue 54: the suite's time); no standby: every joiner is
     a fresh process (a spare would only start earlier, and cost a start to refill the pool)."""
     from test_own_loop import positions_contiguous, run, script_spec
 
