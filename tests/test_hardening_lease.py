@@ -50,6 +50,14 @@ def _remote(tmp_path: Path):
     return connect(f"file://{root}"), root
 
 
+def _land_lease(root: Path, doc: dict[str, Any]) -> None:
+    """Another machine's lease lands at once, as spotwise writes it (aside, then renamed): a heartbeat reading the
+    file meanwhile never sees it half-written -- a torn lease counts as none ("it is gone"), not as the new holder."""
+    tmp = root / f".{LEASE}.tmp-test"
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, root / LEASE)
+
+
 def _tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -158,7 +166,7 @@ def test_the_heartbeat_thread_stops_at_once_when_another_holder_took_the_lease(t
     first = RemoteLease(remote, ttl_s=0.6, wait_s=0.1)
     first.acquire()
     foreign = {"owner": "node-b:77:abcdef", "heartbeat": time.time(), "ttl_s": 0.6}
-    (root / LEASE).write_text(json.dumps(foreign))  # another machine's takeover, landed between two beats
+    _land_lease(root, foreign)  # another machine's takeover, landed between two beats
     deadline = time.monotonic() + bound(5)
     while first.lost is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -211,7 +219,7 @@ def test_a_run_whose_lease_is_taken_over_exits_2_and_resumes_from_the_uri(cli: A
         seen["calls"] = seen.get("calls", 0) + 1
         if seen["calls"] == 2:
             foreign = {"owner": "node-b:42:feedbeef", "heartbeat": time.time(), "ttl_s": 0.6}
-            (remote_dir / LEASE).write_text(json.dumps(foreign))
+            _land_lease(remote_dir, foreign)
             seen["tree"] = _tree(remote_dir)
         original(self, path)
 
